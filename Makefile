@@ -1,0 +1,35 @@
+# exec-supervisor — see README.md
+GO ?= go
+BIN ?= bin
+
+.PHONY: build test test-short bench lint fuzz run clean
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/exec-supervisor ./cmd/execctl
+
+# The whole suite, exactly what CI runs (.ci/run).
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+# Benchmarks, each printed with its same-run baseline.
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/server/ | tee bench.out
+	@echo; echo "ratios:"; $(GO) run ./internal/benchtable < bench.out
+
+lint:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 60s ./pkg/protocol/
+
+# Run a supervisor in the foreground on the private default endpoints.
+run: build
+	$(BIN)/exec-supervisor
+
+clean:
+	rm -rf $(BIN) bench.out

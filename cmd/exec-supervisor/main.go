@@ -1,0 +1,61 @@
+// Command exec-supervisor runs child processes on behalf of clients that
+// speak the exec-supervisor protocol over ZeroMQ. See docs/operations.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/server"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+func run(args []string, stderr io.Writer) int {
+	cfg := server.DefaultConfig()
+	fs := pflag.NewFlagSet("exec-supervisor", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.BindFlags(fs)
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *version {
+		fmt.Fprintln(stderr, "exec-supervisor", server.Version)
+		return 0
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "exec-supervisor: invalid configuration:", err)
+		return 2
+	}
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := server.Run(ctx, cfg, log); err != nil {
+		log.Error("exec-supervisor failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(strings.ToUpper(level)))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

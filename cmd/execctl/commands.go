@@ -1,0 +1,581 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+func newFlags(name string, g *globals) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("execctl "+name, pflag.ContinueOnError)
+	fs.SetOutput(g.stderr)
+	return fs
+}
+
+func parse(fs *pflag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return err
+		}
+		return &usageError{msg: err.Error(), hint: "see: " + fs.Name() + " --help"}
+	}
+	return nil
+}
+
+func oneJob(fs *pflag.FlagSet) (string, error) {
+	if fs.NArg() != 1 {
+		return "", &usageError{msg: fmt.Sprintf("want exactly one JOB argument, got %d", fs.NArg()), hint: "usage: " + fs.Name() + " JOB (ids are shown by: execctl list)"}
+	}
+	return fs.Arg(0), nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// SpawnCommand starts a job.
+type SpawnCommand struct{}
+
+// Synopsis implements command.
+func (*SpawnCommand) Synopsis() string {
+	return "start a job: spawn [--wait|--follow] [flags] -- CMD ARGS... (or --shell 'CMD')"
+}
+
+// Run implements command.
+func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("spawn", g)
+	fs.SetInterspersed(false)
+	wait := fs.Bool("wait", false, "wait for the job to end; exit with its exit code")
+	follow := fs.BoolP("follow", "f", false, "stream the job's output live; exit with its exit code")
+	timeout := fs.Duration("timeout", 0, "overall timeout (default: the supervisor's --default-timeout)")
+	noOut := fs.Duration("no-output-timeout", 0, "kill the job after this long without output (default: none)")
+	grace := fs.Duration("grace", 0, "SIGTERM-to-SIGKILL grace (default: the supervisor's --grace)")
+	cwd := fs.String("cwd", "", "working directory")
+	env := fs.StringArray("env", nil, "K=V added to the environment (repeatable)")
+	clearEnv := fs.Bool("clear-env", false, "start from an empty environment instead of the supervisor's")
+	shell := fs.String("shell", "", "run this command string with /bin/sh -c")
+	labels := fs.StringArray("label", nil, "K=V label (repeatable)")
+	session := fs.String("session", "", "session id to group jobs")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	a := protocol.SpawnArgs{Argv: fs.Args(), Shell: *shell, Cwd: *cwd, SessionID: *session,
+		TimeoutMs: timeout.Milliseconds(), NoOutputTimeoutMs: noOut.Milliseconds(), GraceMs: grace.Milliseconds()}
+	if *shell != "" && len(a.Argv) > 0 {
+		return 0, &usageError{msg: "give a command after -- or --shell, not both"}
+	}
+	if *shell == "" && len(a.Argv) == 0 {
+		return 0, &usageError{msg: "no command given", hint: "execctl spawn -- echo hello   or   execctl spawn --shell 'echo hello'"}
+	}
+	if *timeout < 0 || *noOut < 0 || *grace < 0 {
+		return 0, &usageError{msg: "durations must not be negative"}
+	}
+	var err error
+	if a.Env, err = kvs(*env, "--env"); err != nil {
+		return 0, err
+	}
+	if a.Labels, err = kvs(*labels, "--label"); err != nil {
+		return 0, err
+	}
+	if *clearEnv {
+		a.EnvMode = protocol.EnvReplace
+	}
+	job, err := g.client.Spawn(ctx, a)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case *follow:
+		return followJob(ctx, g, job.JobID, false)
+	case *wait:
+		return followJob(ctx, g, job.JobID, true)
+	case g.json:
+		return exitOK, printJSON(g.stdout, protocol.SpawnResult{JobID: job.JobID, Job: job})
+	}
+	fmt.Fprintln(g.stdout, job.JobID)
+	return exitOK, nil
+}
+
+func kvs(list []string, flag string) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range list {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, &usageError{msg: fmt.Sprintf("%s %q: want KEY=VALUE", flag, kv)}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// followJob streams a job's events (printing output unless quiet) and
+// returns the exit code that mirrors the job's end.
+func followJob(ctx context.Context, g *globals, id string, quiet bool) (int, error) {
+	var final protocol.ExitPayload
+	var mu sync.Mutex
+	err := g.client.Follow(ctx, id, 1, func(ev protocol.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if g.json && !quiet {
+			return printJSON(g.stdout, ev)
+		}
+		switch ev.Kind {
+		case protocol.KindStdout, protocol.KindStderr:
+			if quiet {
+				return nil
+			}
+			var p protocol.OutputPayload
+			if err := ev.DecodePayload(&p); err != nil {
+				return err
+			}
+			w := g.stdout
+			if ev.Kind == protocol.KindStderr {
+				w = g.stderr
+			}
+			_, err := w.Write(p.Data)
+			return err
+		case protocol.KindGap:
+			var p protocol.GapPayload
+			_ = ev.DecodePayload(&p)
+			fmt.Fprintf(g.stderr, "execctl: [output events %d..%d of %s are no longer retained by the supervisor and were lost]\n", p.From, p.To, id)
+		case protocol.KindExited, protocol.KindFailed:
+			return ev.DecodePayload(&final)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if g.json && quiet {
+		info, err := g.client.Status(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		_ = printJSON(g.stdout, protocol.StatusResult{Job: &info})
+	}
+	return exitCodeOf(final, g, id), nil
+}
+
+// exitCodeOf maps a job's end to execctl's exit code: its own exit code;
+// 128+N for death by signal N; 124 for timeouts; 127 for spawn errors.
+func exitCodeOf(p protocol.ExitPayload, g *globals, id string) int {
+	if p.Reason != protocol.ReasonExit && !g.json {
+		msg := fmt.Sprintf("execctl: job %s ended: %s", id, p.Reason)
+		if p.Signal != "" {
+			msg += " (" + p.Signal + ")"
+		}
+		if p.Error != "" {
+			msg += ": " + p.Error
+		}
+		fmt.Fprintln(g.stderr, msg)
+	}
+	switch {
+	case p.Reason == protocol.ReasonSpawnError:
+		return 127
+	case p.Reason == protocol.ReasonOverallTimeout || p.Reason == protocol.ReasonNoOutputTimeout:
+		return 124
+	case p.ExitCode != nil:
+		return *p.ExitCode
+	case p.Signal != "":
+		if sig, err := protocol.ParseSignal(p.Signal); err == nil {
+			return 128 + int(sig)
+		}
+	}
+	return 128 + int(syscall.SIGKILL)
+}
+
+// PollCommand prints retained output.
+type PollCommand struct{}
+
+// Synopsis implements command.
+func (*PollCommand) Synopsis() string { return "print a job's retained output: poll JOB [--cursor N]" }
+
+// Run implements command.
+func (*PollCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("poll", g)
+	cursor := fs.Int64("cursor", 0, "byte offset into the job's combined output to start from")
+	maxB := fs.Int64("max-bytes", 0, "most bytes to fetch (default: the protocol maximum)")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	id, err := oneJob(fs)
+	if err != nil {
+		return 0, err
+	}
+	res, err := g.client.Poll(ctx, id, *cursor, *maxB)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, res)
+	}
+	if res.Truncated {
+		fmt.Fprintf(g.stderr, "execctl: %d bytes before offset %d are no longer retained\n", res.LostBytes, res.Job.RetainedFrom)
+	}
+	for _, c := range res.Chunks {
+		w := g.stdout
+		if c.Stream == protocol.Stderr {
+			w = g.stderr
+		}
+		_, _ = w.Write(c.Data)
+	}
+	if res.More {
+		fmt.Fprintf(g.stderr, "execctl: more output follows; continue with --cursor %d\n", res.Next)
+	}
+	return exitOK, nil
+}
+
+// LogsCommand prints or follows the output of one or more jobs.
+type LogsCommand struct{}
+
+// Synopsis implements command.
+func (*LogsCommand) Synopsis() string {
+	return "print output of jobs, prefixed by job id: logs [-f] JOB..."
+}
+
+// Run implements command.
+func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("logs", g)
+	follow := fs.BoolP("follow", "f", false, "keep streaming until every job ended")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() == 0 {
+		return 0, &usageError{msg: "want at least one JOB", hint: "execctl logs -f JOB1 JOB2"}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make([]error, fs.NArg())
+	for i, id := range fs.Args() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lw := &lineWriter{prefix: id + " | ", mu: &mu}
+			if !*follow {
+				res, err := g.client.Poll(ctx, id, 0, 0)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				for _, c := range res.Chunks {
+					lw.write(g.stdout, c.Data)
+				}
+				lw.flush(g.stdout)
+				return
+			}
+			errs[i] = g.client.Follow(ctx, id, 1, func(ev protocol.Event) error {
+				if ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr {
+					var p protocol.OutputPayload
+					if err := ev.DecodePayload(&p); err != nil {
+						return err
+					}
+					lw.write(g.stdout, p.Data)
+				}
+				if ev.Kind.Terminal() {
+					lw.flush(g.stdout)
+					var p protocol.ExitPayload
+					_ = ev.DecodePayload(&p)
+					mu.Lock()
+					fmt.Fprintf(g.stdout, "%s| [ended: %s]\n", lw.prefix[:len(lw.prefix)-2], p.Reason)
+					mu.Unlock()
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	return exitOK, errors.Join(errs...)
+}
+
+// lineWriter prefixes whole lines so interleaved jobs stay readable.
+type lineWriter struct {
+	prefix string
+	buf    []byte
+	mu     *sync.Mutex
+}
+
+func (l *lineWriter) write(w io.Writer, p []byte) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := strings.IndexByte(string(l.buf), '\n')
+		if i < 0 {
+			return
+		}
+		l.mu.Lock()
+		fmt.Fprintf(w, "%s%s\n", l.prefix, l.buf[:i])
+		l.mu.Unlock()
+		l.buf = l.buf[i+1:]
+	}
+}
+
+func (l *lineWriter) flush(w io.Writer) {
+	if len(l.buf) > 0 {
+		l.mu.Lock()
+		fmt.Fprintf(w, "%s%s\n", l.prefix, l.buf)
+		l.mu.Unlock()
+		l.buf = nil
+	}
+}
+
+// KillCommand terminates a job.
+type KillCommand struct{}
+
+// Synopsis implements command.
+func (*KillCommand) Synopsis() string {
+	return "terminate a job (SIGTERM, grace, SIGKILL) or signal it: kill JOB [--signal SIG]"
+}
+
+// Run implements command.
+func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("kill", g)
+	sig := fs.StringP("signal", "s", "", "send this signal instead (SIGKILL kills at once; others are just delivered)")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	id, err := oneJob(fs)
+	if err != nil {
+		return 0, err
+	}
+	if *sig != "" {
+		if _, err := protocol.ParseSignal(*sig); err != nil {
+			return 0, &usageError{msg: err.Error()}
+		}
+	}
+	res, err := g.client.Kill(ctx, id, *sig)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, res)
+	}
+	if res.AlreadyFinished {
+		fmt.Fprintf(g.stdout, "%s had already ended (%s)\n", id, res.Job.Reason)
+	} else {
+		fmt.Fprintf(g.stdout, "%s %s\n", id, res.Job.State)
+	}
+	return exitOK, nil
+}
+
+// StatusCommand shows one job, or all.
+type StatusCommand struct{}
+
+// Synopsis implements command.
+func (*StatusCommand) Synopsis() string { return "show a job in detail (or all jobs): status [JOB]" }
+
+// Run implements command.
+func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("status", g)
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() == 0 {
+		return listJobs(ctx, g, protocol.ListJobsArgs{})
+	}
+	id, err := oneJob(fs)
+	if err != nil {
+		return 0, err
+	}
+	info, err := g.client.Status(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, protocol.StatusResult{Job: &info})
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	row("job", info.JobID)
+	row("state", info.State)
+	row("command", commandLine(info))
+	if info.Cwd != "" {
+		row("cwd", info.Cwd)
+	}
+	row("pid", info.Pid)
+	row("created", fmtTime(info.CreatedAt))
+	row("started", fmtTime(info.StartedAt))
+	if info.Finished() {
+		row("ended", fmtTime(info.EndedAt))
+		row("reason", info.Reason)
+		if info.ExitCode != nil {
+			row("exit code", *info.ExitCode)
+		}
+		if info.Signal != "" {
+			row("signal", info.Signal)
+		}
+		if info.Error != "" {
+			row("error", info.Error)
+		}
+	}
+	row("runtime", runtime(info))
+	row("output", fmt.Sprintf("%d bytes stdout, %d bytes stderr (retained from offset %d)", info.StdoutBytes, info.StderrBytes, info.RetainedFrom))
+	row("timeouts", fmt.Sprintf("overall %v, no-output %v", time.Duration(info.TimeoutMs)*time.Millisecond, noneIfZero(info.NoOutputTimeoutMs)))
+	if len(info.Labels) > 0 {
+		keys := make([]string, 0, len(info.Labels))
+		for k := range info.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, k+"="+info.Labels[k])
+		}
+		row("labels", strings.Join(parts, " "))
+	}
+	return exitOK, tw.Flush()
+}
+
+func noneIfZero(ms int64) string {
+	if ms == 0 {
+		return "none"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+func fmtTime(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).Format("2006-01-02 15:04:05.000")
+}
+
+func runtime(j protocol.JobInfo) string {
+	if j.StartedAt == 0 {
+		return "-"
+	}
+	end := j.EndedAt
+	if end == 0 {
+		end = time.Now().UnixMilli()
+	}
+	return (time.Duration(end-j.StartedAt) * time.Millisecond).Round(time.Millisecond).String()
+}
+
+func commandLine(j protocol.JobInfo) string {
+	s := j.Shell
+	if s == "" {
+		s = strings.Join(j.Argv, " ")
+	}
+	if len(s) > 60 {
+		s = s[:57] + "..."
+	}
+	return s
+}
+
+// ListCommand lists jobs.
+type ListCommand struct{}
+
+// Synopsis implements command.
+func (*ListCommand) Synopsis() string { return "list jobs: list [--state S] [--session ID]" }
+
+// Run implements command.
+func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("list", g)
+	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, exited)")
+	session := fs.String("session", "", "only jobs of this session")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	return listJobs(ctx, g, protocol.ListJobsArgs{State: protocol.State(*state), SessionID: *session})
+}
+
+func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, error) {
+	jobs, err := g.client.ListJobs(ctx, a)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		if jobs == nil {
+			jobs = []protocol.JobInfo{}
+		}
+		return exitOK, printJSON(g.stdout, protocol.ListJobsResult{Jobs: jobs})
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tPID\tRUNTIME\tREASON\tEXIT\tOUTPUT\tCOMMAND")
+	for _, j := range jobs {
+		exit := "-"
+		if j.ExitCode != nil {
+			exit = fmt.Sprint(*j.ExitCode)
+		} else if j.Signal != "" {
+			exit = j.Signal
+		}
+		reason := string(j.Reason)
+		if reason == "" {
+			reason = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", j.JobID, j.State, j.Pid, runtime(j), reason, exit, j.StdoutBytes+j.StderrBytes, commandLine(j))
+	}
+	return exitOK, tw.Flush()
+}
+
+// RemoveCommand forgets a finished job.
+type RemoveCommand struct{}
+
+// Synopsis implements command.
+func (*RemoveCommand) Synopsis() string { return "forget a finished job: remove JOB" }
+
+// Run implements command.
+func (*RemoveCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("remove", g)
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	id, err := oneJob(fs)
+	if err != nil {
+		return 0, err
+	}
+	if err := g.client.Remove(ctx, id); err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, protocol.RemoveResult{JobID: id})
+	}
+	fmt.Fprintf(g.stdout, "%s removed\n", id)
+	return exitOK, nil
+}
+
+// HealthCommand checks the supervisor.
+type HealthCommand struct{}
+
+// Synopsis implements command.
+func (*HealthCommand) Synopsis() string { return "check that the supervisor answers" }
+
+// Run implements command.
+func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("health", g)
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	h, err := g.client.Health(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, h)
+	}
+	status := "ok"
+	if !h.OK {
+		status = "draining"
+	}
+	fmt.Fprintf(g.stdout, "%s: exec-supervisor %s (protocol %d), instance %s, pid %d, up %s, %d/%d jobs running, %d known\n",
+		status, h.Version, h.Protocol, h.InstanceID, h.Pid, (time.Duration(h.UptimeMs) * time.Millisecond).Round(time.Second), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
+	if !h.OK {
+		return exitFailed, nil
+	}
+	return exitOK, nil
+}

@@ -1,0 +1,166 @@
+// Command execctl is the operator CLI of exec-supervisor: spawn, follow,
+// poll, kill and inspect jobs. All socket I/O goes through pkg/client.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Exit codes of execctl (with --wait/--follow, the job's own code instead).
+const (
+	exitOK          = 0
+	exitFailed      = 1 // the supervisor answered with an error
+	exitUsage       = 2
+	exitUnreachable = 3
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// globals are the flags before the subcommand.
+type globals struct {
+	control, event string
+	json           bool
+	timeout        time.Duration
+	stdout, stderr io.Writer
+	client         *client.Client
+}
+
+// command is one execctl subcommand.
+type command interface {
+	// Run executes the command; it returns the process exit code.
+	Run(ctx context.Context, g *globals, args []string) (int, error)
+	Synopsis() string
+}
+
+var commands = map[string]command{
+	"spawn":  &SpawnCommand{},
+	"poll":   &PollCommand{},
+	"kill":   &KillCommand{},
+	"status": &StatusCommand{},
+	"list":   &ListCommand{},
+	"health": &HealthCommand{},
+	"logs":   &LogsCommand{},
+	"remove": &RemoveCommand{},
+}
+
+var order = []string{"spawn", "poll", "logs", "kill", "status", "list", "remove", "health"}
+
+// usageError is a command-line mistake; Hint says how to do it right.
+type usageError struct{ msg, hint string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usage(w io.Writer, fs *pflag.FlagSet) {
+	fmt.Fprintf(w, "usage: execctl [global flags] COMMAND [flags] [args]\n\ncommands:\n")
+	for _, name := range order {
+		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].Synopsis())
+	}
+	fmt.Fprintf(w, "\nglobal flags:\n%s\nRun 'execctl COMMAND --help' for a command's flags.\n", fs.FlagUsages())
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	fs := pflag.NewFlagSet("execctl", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SetInterspersed(false)
+	fs.StringVar(&g.control, "control", envOr("EXEC_SUPERVISOR_CONTROL", ""), "control endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_CONTROL)")
+	fs.StringVar(&g.event, "event", envOr("EXEC_SUPERVISOR_EVENT", ""), "event endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_EVENT)")
+	fs.BoolVar(&g.json, "json", false, "print JSON objects with the wire protocol's field names")
+	fs.DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each request to the supervisor")
+	fs.Usage = func() { usage(stderr, fs) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		usage(stderr, fs)
+		return exitUsage
+	}
+	cmd, ok := commands[rest[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "execctl: unknown command %q\n", rest[0])
+		usage(stderr, fs)
+		return exitUsage
+	}
+	g.client = client.New(client.Options{
+		ControlAddress: g.control, EventAddress: g.event, RequestTimeout: g.timeout,
+		MaxReconnectAttempts: 1, DialTimeout: 2 * time.Second,
+	})
+	defer g.client.Close()
+	code, err := cmd.Run(ctx, g, rest[1:])
+	if err != nil {
+		return report(g, rest[0], err)
+	}
+	return code
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// report prints err with what to do about it and returns the exit code.
+func report(g *globals, name string, err error) int {
+	var ue *usageError
+	var ce *client.ConnectError
+	var pe *protocol.Error
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(g.stderr, "execctl %s: %s\n", name, ue.msg)
+		if ue.hint != "" {
+			fmt.Fprintf(g.stderr, "  hint: %s\n", ue.hint)
+		}
+		return exitUsage
+	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
+		addr := g.client.Options().ControlAddress
+		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: is the supervisor running? start one with: exec-supervisor --control %s --event %s\n",
+			name, err, addr, g.client.Options().EventAddress)
+		return exitUnreachable
+	case errors.As(err, &pe):
+		fmt.Fprintf(g.stderr, "execctl %s: %s (%s)\n", name, pe.Message, pe.Code)
+		if h := hintFor(pe.Code); h != "" {
+			fmt.Fprintf(g.stderr, "  hint: %s\n", h)
+		}
+		return exitFailed
+	}
+	fmt.Fprintf(g.stderr, "execctl %s: %v\n", name, err)
+	return exitFailed
+}
+
+func hintFor(c protocol.Code) string {
+	switch c {
+	case protocol.CodeNotFound:
+		return "list known jobs with: execctl list"
+	case protocol.CodeTooManyJobs:
+		return "see running jobs with: execctl list; raise the limit with exec-supervisor --max-jobs"
+	case protocol.CodeJobRunning:
+		return "kill it first with: execctl kill JOB"
+	case protocol.CodeUnsupportedVersion:
+		return "execctl and exec-supervisor come from different releases"
+	}
+	return ""
+}

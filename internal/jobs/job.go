@@ -1,0 +1,758 @@
+package jobs
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+const sigKill = syscall.SIGKILL
+
+// Signals with a meaning for Kill.
+const (
+	SigTerm = syscall.SIGTERM
+	SigKill = syscall.SIGKILL
+)
+
+var streams = [2]protocol.Stream{protocol.Stdout, protocol.Stderr}
+
+// Job is one supervised process and everything known about it.
+type Job struct {
+	m    *Manager
+	id   string
+	spec protocol.SpawnArgs
+
+	timeout, noOutput, grace time.Duration
+
+	done chan struct{} // closed once the job is finalized
+
+	mu sync.Mutex
+	// state only moves through transition.
+	state      State
+	cmd        *exec.Cmd
+	pid, pgid  int
+	startTicks uint64
+
+	createdAt, startedAt, endedAt, lastOutputAt time.Time
+
+	// reason is the termination reason requested by a kill or timeout
+	// before the leader exited; final after finalize.
+	reason   Reason
+	exitCode *int
+	signal   string
+	errMsg   string
+
+	// killing is set by the first kill; killDeadline is when SIGKILL follows.
+	killing      bool
+	pendingKill  Reason // a kill that arrived while Starting
+	killDeadline time.Time
+	killNow      chan struct{} // closed to escalate to SIGKILL at once
+	// leaderExited: the process was reaped; groupGone: its group is empty
+	// too, so the pgid must never be signalled again (it may be reused).
+	leaderExited bool
+	groupGone    bool
+
+	seq       uint64
+	out       *ring
+	offset    int64 // combined output offset of the next byte
+	streamN   [2]int64
+	pending   [2][]byte
+	flushT    [2]*time.Timer
+	overallT  *time.Timer
+	idleT     *time.Timer
+	startedEv *protocol.Event
+	exitEv    *protocol.Event
+
+	readers sync.WaitGroup
+	rfiles  []*os.File
+}
+
+// Reason is a termination reason (an alias of the wire type).
+type Reason = protocol.Reason
+
+func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
+	j := &Job{
+		m: m, id: newJobID(), spec: args,
+		done: make(chan struct{}), killNow: make(chan struct{}),
+		createdAt: m.now(), out: newRing(m.cfg.RingBytes),
+	}
+	j.timeout = m.cfg.DefaultTimeout
+	if args.TimeoutMs > 0 {
+		j.timeout = time.Duration(args.TimeoutMs) * time.Millisecond
+	}
+	if args.NoOutputTimeoutMs > 0 {
+		j.noOutput = time.Duration(args.NoOutputTimeoutMs) * time.Millisecond
+	}
+	j.grace = m.cfg.Grace
+	if args.GraceMs > 0 {
+		j.grace = time.Duration(args.GraceMs) * time.Millisecond
+	}
+	return j
+}
+
+// ID returns the job id.
+func (j *Job) ID() string { return j.id }
+
+// Done is closed when the job is finalized.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// Finished reports whether the job is finalized.
+func (j *Job) Finished() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (j *Job) finishedAt() (time.Time, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.endedAt, j.state == Exited
+}
+
+// transition moves the state; an illegal move is a bug and is refused.
+func (j *Job) transition(to State) error {
+	if !canMove(j.state, to) {
+		return fmt.Errorf("job %s: illegal transition %s -> %s", j.id, j.state, to)
+	}
+	j.m.log.Debug("job state", "job", j.id, "from", j.state.String(), "to", to.String())
+	j.state = to
+	return nil
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// emitLocked numbers and publishes an event. j.mu must be held.
+func (j *Job) emitLocked(kind protocol.Kind, payload any) protocol.Event {
+	j.seq++
+	ev, err := protocol.NewEvent(j.id, j.seq, ms(j.m.now()), kind, payload)
+	if err != nil {
+		// Payloads are our own plain structs; this cannot happen.
+		j.m.log.Error("encode event", "job", j.id, "kind", string(kind), "err", err)
+	}
+	if j.m.sink != nil {
+		j.m.sink.Publish(ev)
+	}
+	return ev
+}
+
+// lookPath resolves file like a shell would, in the job's PATH.
+func lookPath(file, path string) (string, error) {
+	if strings.Contains(file, "/") {
+		return file, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %q not found in PATH", file)
+}
+
+func (j *Job) buildEnv() []string {
+	var env []string
+	if j.spec.EnvMode != protocol.EnvReplace {
+		for _, kv := range os.Environ() {
+			k, _, _ := strings.Cut(kv, "=")
+			if _, over := j.spec.Env[k]; !over {
+				env = append(env, kv)
+			}
+		}
+	}
+	for k, v := range j.spec.Env {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+func envLookup(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// start launches the process. On failure the job is finalized as a
+// spawn-error and the error is returned.
+func (j *Job) start() error {
+	argv := j.spec.Argv
+	if j.spec.Shell != "" {
+		argv = []string{"/bin/sh", "-c", j.spec.Shell}
+	}
+	env := j.buildEnv()
+	cmd, files, err := j.prepare(argv, env)
+	if err == nil {
+		err = cmd.Start()
+		if err != nil {
+			err = fmt.Errorf("start %q: %w", argv[0], err)
+		}
+	}
+	// The child has its copies; ours of the write ends and stdin must go
+	// so that EOF arrives when the child's side closes.
+	for _, f := range files.child {
+		f.Close()
+	}
+	if err != nil {
+		for _, f := range files.parent {
+			f.Close()
+		}
+		j.failSpawn(err)
+		return err
+	}
+
+	j.mu.Lock()
+	j.cmd = cmd
+	j.pid = cmd.Process.Pid
+	j.pgid = cmd.Process.Pid // Setpgid with Pgid 0: the leader's pid
+	j.startedAt = j.m.now()
+	j.lastOutputAt = j.startedAt
+	if t, err := ProcStartTicks(j.pid); err == nil {
+		j.startTicks = t
+	}
+	_ = j.transition(Running)
+	j.startedEv = ptr(j.emitLocked(protocol.KindStarted, protocol.StartedPayload{
+		Pid: j.pid, Pgid: j.pgid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+		Labels: j.spec.Labels, SessionID: j.spec.SessionID,
+	}))
+	j.overallT = time.AfterFunc(j.timeout, func() { _, _ = j.Kill(protocol.ReasonOverallTimeout, 0) })
+	if j.noOutput > 0 {
+		j.idleT = time.AfterFunc(j.noOutput, j.idleFired)
+	}
+	j.rfiles = files.parent
+	j.m.wg.Add(len(files.parent) + 1)
+	j.readers.Add(len(files.parent))
+	for i, f := range files.parent {
+		go j.readLoop(i, f)
+	}
+	go j.waitLoop()
+	pending := j.pendingKill
+	j.mu.Unlock()
+	if pending != "" {
+		_, _ = j.Kill(pending, 0)
+	}
+	j.m.log.Info("job started", "job", j.id, "pid", j.pid, "argv", argv, "cwd", j.spec.Cwd,
+		"timeout", j.timeout, "noOutputTimeout", j.noOutput)
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+type procFiles struct {
+	child  []*os.File // stdin, stdout-w, stderr-w: closed after start
+	parent []*os.File // stdout-r, stderr-r
+}
+
+func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
+	var files procFiles
+	path, err := lookPath(argv[0], envLookup(env, "PATH"))
+	if err != nil {
+		return nil, files, err
+	}
+	if j.spec.Cwd != "" {
+		fi, err := os.Stat(j.spec.Cwd)
+		if err != nil {
+			return nil, files, fmt.Errorf("working directory: %w", err)
+		}
+		if !fi.IsDir() {
+			return nil, files, fmt.Errorf("working directory %q is not a directory", j.spec.Cwd)
+		}
+	}
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, files, fmt.Errorf("open stdin: %w", err)
+	}
+	files.child = append(files.child, stdin)
+	var outs [2]*os.File
+	for i := range outs {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range files.parent {
+				f.Close()
+			}
+			return nil, files, fmt.Errorf("create output pipe: %w", err)
+		}
+		files.parent = append(files.parent, r)
+		files.child = append(files.child, w)
+		outs[i] = w
+	}
+	cmd := &exec.Cmd{
+		Path: path, Args: argv, Env: env, Dir: j.spec.Cwd,
+		Stdin: stdin, Stdout: outs[0], Stderr: outs[1],
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	return cmd, files, nil
+}
+
+func (j *Job) failSpawn(err error) {
+	j.mu.Lock()
+	j.reason = protocol.ReasonSpawnError
+	j.errMsg = err.Error()
+	j.endedAt = j.m.now()
+	_ = j.transition(Exited)
+	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, protocol.ExitPayload{
+		Reason: j.reason, Error: j.errMsg,
+	}))
+	close(j.done)
+	j.mu.Unlock()
+	j.m.log.Warn("job spawn failed", "job", j.id, "err", err)
+	j.m.jobDone(j, protocol.ReasonSpawnError)
+}
+
+func (j *Job) readLoop(i int, f *os.File) {
+	defer j.m.wg.Done()
+	defer j.readers.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			j.output(i, buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (j *Job) output(i int, p []byte) {
+	if h := j.m.hooks.OutputBytes; h != nil {
+		h(streams[i], len(p))
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.lastOutputAt = j.m.now()
+	j.streamN[i] += int64(len(p))
+	if j.idleT != nil && j.state != Exited {
+		j.idleT.Reset(j.noOutput)
+	}
+	j.pending[i] = append(j.pending[i], p...)
+	if len(j.pending[i]) >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
+		j.flushLocked(i)
+		return
+	}
+	if j.flushT[i] == nil {
+		j.flushT[i] = time.AfterFunc(j.m.cfg.MergeInterval, func() {
+			j.mu.Lock()
+			j.flushT[i] = nil
+			j.flushLocked(i)
+			j.mu.Unlock()
+		})
+	}
+}
+
+// flushLocked turns stream i's pending output into events of at most
+// MergeMaxBytes each.
+func (j *Job) flushLocked(i int) {
+	if j.state == Exited {
+		return
+	}
+	if t := j.flushT[i]; t != nil {
+		t.Stop()
+		j.flushT[i] = nil
+	}
+	p := j.pending[i]
+	j.pending[i] = nil
+	for len(p) > 0 {
+		n := min(len(p), j.m.cfg.MergeMaxBytes)
+		data := p[:n:n]
+		p = p[n:]
+		ev := j.emitLocked(streams[i].Kind(), protocol.OutputPayload{Offset: j.offset, Data: data})
+		j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: data}, ts: ev.Ts})
+		j.offset += int64(n)
+	}
+}
+
+func (j *Job) idleFired() {
+	j.mu.Lock()
+	if j.state != Running {
+		j.mu.Unlock()
+		return
+	}
+	if quiet := j.m.now().Sub(j.lastOutputAt); quiet < j.noOutput {
+		// Output arrived while the timer fired: re-arm for the rest.
+		j.idleT.Reset(j.noOutput - quiet)
+		j.mu.Unlock()
+		return
+	}
+	j.mu.Unlock()
+	_, _ = j.Kill(protocol.ReasonNoOutputTimeout, 0)
+}
+
+// Kill requests termination with reason. sig 0 or SIGTERM takes the
+// termination path: SIGTERM to the group, grace, SIGKILL to the group.
+// SIGKILL kills the group at once. Repeated kills are idempotent (a SIGKILL
+// escalates a pending grace). It reports whether the job had already finished.
+func (j *Job) Kill(reason Reason, sig syscall.Signal) (alreadyFinished bool, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch j.state {
+	case Exited:
+		return true, nil
+	case Starting:
+		// start() is between registration and the process start: it
+		// kills the job as soon as the process exists.
+		if j.pendingKill == "" {
+			j.pendingKill = reason
+		}
+		return false, nil
+	}
+	if sig == sigKill && j.killing {
+		j.escalateLocked()
+		return false, nil
+	}
+	if j.killing {
+		return false, nil
+	}
+	j.killing = true
+	if !j.leaderExited {
+		j.reason = reason
+		_ = j.transition(Exiting)
+	}
+	j.killDeadline = j.m.now().Add(j.grace)
+	first := syscall.SIGTERM
+	if sig == sigKill {
+		first = sigKill
+		close(j.killNow)
+	}
+	j.m.log.Info("job kill", "job", j.id, "reason", string(reason), "signal", protocol.SignalName(first), "grace", j.grace)
+	if err := j.signalLocked(first); err != nil {
+		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
+	}
+	if first != sigKill {
+		j.m.wg.Add(1)
+		go j.escalateAfterGrace()
+	}
+	return false, nil
+}
+
+func (j *Job) escalateLocked() {
+	select {
+	case <-j.killNow:
+	default:
+		close(j.killNow)
+	}
+}
+
+// escalateAfterGrace sends SIGKILL to the group once the grace period is
+// over, unless the job was finalized first.
+func (j *Job) escalateAfterGrace() {
+	defer j.m.wg.Done()
+	t := time.NewTimer(j.grace)
+	defer t.Stop()
+	select {
+	case <-j.done:
+		return
+	case <-t.C:
+	case <-j.killNow:
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state == Exited {
+		return
+	}
+	j.m.log.Info("job kill escalated", "job", j.id, "signal", "SIGKILL")
+	if err := j.signalLocked(sigKill); err != nil {
+		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
+	}
+	if h := j.m.hooks.CleanupKill; h != nil {
+		go h("pgid")
+	}
+}
+
+// Signal delivers sig to the job's process group without starting the
+// termination path.
+func (j *Job) Signal(sig syscall.Signal) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state == Exited {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has already exited", j.id)
+	}
+	return j.signalLocked(sig)
+}
+
+// signalLocked signals the group while it is known to be ours: before the
+// leader is reaped (its pid, and so the pgid, cannot be reused) and, after,
+// until the group was seen empty.
+func (j *Job) signalLocked(sig syscall.Signal) error {
+	if j.groupGone || j.pgid <= 1 {
+		return nil
+	}
+	return signalGroup(j.pgid, sig)
+}
+
+// waitLoop is the only place that waits for the process. It then clears
+// what is left of the process group, drains the output pipes and
+// finalizes the job once.
+func (j *Job) waitLoop() {
+	defer j.m.wg.Done()
+	err := j.cmd.Wait()
+	var ws syscall.WaitStatus
+	if j.cmd.ProcessState != nil {
+		ws, _ = j.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	} else if err != nil {
+		j.m.log.Error("wait for job", "job", j.id, "err", err)
+	}
+	j.mu.Lock()
+	j.leaderExited = true
+	killing, deadline := j.killing, j.killDeadline
+	j.mu.Unlock()
+
+	j.clearGroup(killing, deadline)
+	j.drain()
+	j.finalize(ws)
+}
+
+// clearGroup terminates descendants that outlived the leader: a job owns
+// its whole process group, and nothing it started may live on unowned.
+func (j *Job) clearGroup(killing bool, deadline time.Time) {
+	if !groupAlive(j.pgid) {
+		j.markGroupGone()
+		return
+	}
+	if !killing {
+		j.m.log.Info("job leader exited; terminating the rest of its process group", "job", j.id, "pgid", j.pgid)
+		j.mu.Lock()
+		_ = j.signalLocked(syscall.SIGTERM)
+		j.mu.Unlock()
+		deadline = j.m.now().Add(j.grace)
+	}
+	if !waitGroupGone(j.pgid, time.Until(deadline), j.killNow) {
+		j.mu.Lock()
+		_ = j.signalLocked(sigKill)
+		j.mu.Unlock()
+		if h := j.m.hooks.CleanupKill; h != nil {
+			h("pgid")
+		}
+		if !waitGroupGone(j.pgid, 5*time.Second, nil) {
+			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
+		}
+	}
+	j.markGroupGone()
+}
+
+func (j *Job) markGroupGone() {
+	j.mu.Lock()
+	j.groupGone = true
+	j.mu.Unlock()
+}
+
+// waitGroupGone waits until group pgid is empty, for at most d or until
+// stop is closed. There is no kernel notification for an empty group, so
+// it checks with a short, growing period.
+func waitGroupGone(pgid int, d time.Duration, stop <-chan struct{}) bool {
+	deadline := time.Now().Add(d)
+	period := time.Millisecond
+	for {
+		if !groupAlive(pgid) {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		t := time.NewTimer(min(period, left))
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			return !groupAlive(pgid)
+		}
+		period = min(period*2, 50*time.Millisecond)
+	}
+}
+
+// drain waits for the output readers to reach EOF. A process that escaped
+// the group may hold a pipe open; after DrainTimeout the pipes are closed.
+func (j *Job) drain() {
+	ch := make(chan struct{})
+	go func() { j.readers.Wait(); close(ch) }()
+	t := time.NewTimer(j.m.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+		j.m.log.Warn("job output pipes still open after its process group ended (a process escaped the group); closing them", "job", j.id)
+		for _, f := range j.rfiles {
+			f.Close()
+		}
+		<-ch
+	}
+	for _, f := range j.rfiles {
+		f.Close()
+	}
+}
+
+func (j *Job) finalize(ws syscall.WaitStatus) {
+	j.mu.Lock()
+	for i := range j.pending {
+		j.flushLocked(i)
+	}
+	for _, t := range []*time.Timer{j.overallT, j.idleT} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	switch {
+	case ws.Exited():
+		c := ws.ExitStatus()
+		j.exitCode = &c
+	case ws.Signaled():
+		j.signal = protocol.SignalName(ws.Signal())
+	}
+	if j.reason == "" {
+		if ws.Signaled() {
+			j.reason = protocol.ReasonSignal
+		} else {
+			j.reason = protocol.ReasonExit
+		}
+	}
+	j.endedAt = j.m.now()
+	if err := j.transition(Exited); err != nil {
+		j.m.log.Error("finalize", "err", err)
+	}
+	kind := protocol.KindFailed
+	if j.reason == protocol.ReasonExit {
+		kind = protocol.KindExited
+	}
+	j.exitEv = ptr(j.emitLocked(kind, protocol.ExitPayload{
+		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
+		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(), OutputEnd: j.offset,
+	}))
+	reason := j.reason
+	close(j.done)
+	attrs := []any{"job", j.id, "pid", j.pid, "reason", string(reason), "signal", j.signal,
+		"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
+	if j.exitCode != nil {
+		attrs = append(attrs, "exitCode", *j.exitCode)
+	}
+	j.mu.Unlock()
+	j.m.log.Info("job exited", attrs...)
+	j.m.jobDone(j, reason)
+}
+
+// Info returns a snapshot of the job.
+func (j *Job) Info() protocol.JobInfo {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.infoLocked()
+}
+
+func (j *Job) infoLocked() protocol.JobInfo {
+	info := protocol.JobInfo{
+		JobID: j.id, State: j.state.Wire(), Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Pid: j.pid, Pgid: j.pgid,
+		CreatedAt: ms(j.createdAt), StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), LastOutputAt: ms(j.lastOutputAt),
+		ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
+		TimeoutMs: j.timeout.Milliseconds(), NoOutputTimeoutMs: j.noOutput.Milliseconds(),
+		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1],
+		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
+	}
+	if j.state == Exited {
+		info.Reason = j.reason
+	}
+	return info
+}
+
+// Poll returns retained output from cursor (a combined output offset).
+func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
+	if maxBytes <= 0 || maxBytes > protocol.MaxPollBytes {
+		maxBytes = protocol.MaxPollBytes
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if cursor > j.offset {
+		return protocol.PollResult{}, protocol.Errorf(protocol.CodeInvalidArgument,
+			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.offset)
+	}
+	res := protocol.PollResult{Job: j.infoLocked()}
+	if from := j.out.from(); cursor < from {
+		res.Truncated = true
+		res.LostBytes = from - cursor
+	}
+	res.Chunks, res.Next, res.More = j.out.read(cursor, maxBytes)
+	if res.Chunks == nil {
+		res.Chunks = []protocol.Chunk{}
+	}
+	return res, nil
+}
+
+// Events returns retained events with seq >= from, at most limit, and
+// reports the seq ranges (and output bytes) no longer retained.
+func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
+	if limit <= 0 || limit > protocol.MaxSubscribeEvents {
+		limit = protocol.MaxSubscribeEvents
+	}
+	if from == 0 {
+		from = 1
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	res := protocol.SubscribeResult{Job: j.infoLocked(), Events: []protocol.Event{}}
+	add := func(ev protocol.Event) bool {
+		if len(res.Events) >= limit {
+			res.More = true
+			return false
+		}
+		res.Events = append(res.Events, ev)
+		return true
+	}
+	if j.startedEv != nil && j.startedEv.Seq >= from {
+		if !add(*j.startedEv) {
+			return res, nil
+		}
+	}
+	// Output seqs run from 2 (after job.started) to the newest chunk; the
+	// ones before the ring's first retained chunk were evicted.
+	firstOut := uint64(2)
+	lastOut := j.seq
+	if j.exitEv != nil {
+		lastOut = j.exitEv.Seq - 1
+	}
+	if j.startedEv != nil && lastOut >= firstOut {
+		keptFrom := j.out.firstSeq()
+		if keptFrom == 0 {
+			keptFrom = lastOut + 1
+		}
+		if lo := max(from, firstOut); lo < keptFrom {
+			res.Missing = append(res.Missing, protocol.SeqRange{From: lo, To: keptFrom - 1})
+			// Exact when the range starts at the first output event; for a
+			// range starting mid-way only the total is known: an upper bound.
+			res.MissingBytes = j.out.from()
+		}
+		for _, c := range j.out.live() {
+			if c.Seq < from {
+				continue
+			}
+			ev, err := protocol.NewEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), protocol.OutputPayload{Offset: c.Offset, Data: c.Data})
+			if err != nil {
+				return res, fmt.Errorf("replay event %d: %w", c.Seq, err)
+			}
+			if !add(ev) {
+				return res, nil
+			}
+		}
+	}
+	if j.exitEv != nil && j.exitEv.Seq >= from {
+		add(*j.exitEv)
+	}
+	return res, nil
+}

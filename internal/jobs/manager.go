@@ -1,0 +1,329 @@
+// Package jobs is the domain of exec-supervisor: a Manager that starts,
+// watches, times out, kills and finalizes child processes, keeps their
+// output in bounded per-job rings, and numbers their events.
+//
+// It owns every child it starts: each job runs in its own process group,
+// exactly one goroutine waits for each process, and every way a job can
+// end (exit, signal, kill, timeouts, spawn error, shutdown) is finalized
+// once with one normalized reason. It knows nothing about sockets: events
+// go to a Sink, requests come in as method calls.
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Config holds the Manager's limits and timings. Zero values are replaced
+// by the defaults of DefaultConfig.
+type Config struct {
+	// MaxJobs bounds jobs not yet exited.
+	MaxJobs int
+	// RingBytes bounds retained output per job.
+	RingBytes int
+	// MergeInterval batches output into events; 0 sends each read at once.
+	MergeInterval time.Duration
+	// MergeMaxBytes flushes a stream's pending output at this size.
+	MergeMaxBytes int
+	// DefaultTimeout is the overall timeout of jobs that do not set one.
+	DefaultTimeout time.Duration
+	// Grace is the default SIGTERM-to-SIGKILL delay.
+	Grace time.Duration
+	// Retention keeps finished jobs this long before the sweep forgets them.
+	Retention time.Duration
+	// CleanupInterval is the period of the retention sweep.
+	CleanupInterval time.Duration
+	// DrainTimeout bounds the wait for output pipes to close once the
+	// job's process group is gone (a process that escaped the group may
+	// hold them open).
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxJobs:         50,
+		RingBytes:       2 << 20,
+		MergeInterval:   200 * time.Millisecond,
+		MergeMaxBytes:   64 << 10,
+		DefaultTimeout:  10 * time.Minute,
+		Grace:           5 * time.Second,
+		Retention:       5 * time.Minute,
+		CleanupInterval: time.Minute,
+		DrainTimeout:    2 * time.Second,
+	}
+}
+
+func (c *Config) fill() {
+	d := DefaultConfig()
+	if c.MaxJobs <= 0 {
+		c.MaxJobs = d.MaxJobs
+	}
+	if c.RingBytes <= 0 {
+		c.RingBytes = d.RingBytes
+	}
+	if c.MergeMaxBytes <= 0 {
+		c.MergeMaxBytes = d.MergeMaxBytes
+	}
+	if c.MergeMaxBytes > c.RingBytes {
+		c.MergeMaxBytes = c.RingBytes
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = d.DefaultTimeout
+	}
+	if c.Grace <= 0 {
+		c.Grace = d.Grace
+	}
+	if c.Retention <= 0 {
+		c.Retention = d.Retention
+	}
+	if c.CleanupInterval <= 0 {
+		c.CleanupInterval = d.CleanupInterval
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = d.DrainTimeout
+	}
+}
+
+// Sink receives every job event in per-job seq order. Publish must not
+// block: it is called with the job's lock held.
+type Sink interface {
+	Publish(ev protocol.Event)
+}
+
+// Hooks observe lifecycle steps (for metrics). Nil fields are skipped.
+// They are called without locks held and must be cheap.
+type Hooks struct {
+	Spawned     func()
+	Finished    func(reason protocol.Reason)
+	OutputBytes func(stream protocol.Stream, n int)
+	CleanupKill func(mode string)
+}
+
+// Manager owns every job. Create it with New, stop it with Close.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	sink  Sink
+	hooks Hooks
+	now   func() time.Time
+
+	mu     sync.Mutex
+	jobs   map[string]*Job
+	active int
+	closed bool
+
+	wg     sync.WaitGroup // job goroutines and the sweeper
+	stop   chan struct{}
+	closeO sync.Once
+}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithClock replaces time.Now for timestamps and retention.
+func WithClock(now func() time.Time) Option { return func(m *Manager) { m.now = now } }
+
+// WithHooks installs lifecycle observers.
+func WithHooks(h Hooks) Option { return func(m *Manager) { m.hooks = h } }
+
+// New returns a running Manager. sink may be nil (events are then only
+// retained, not published).
+func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
+	cfg.fill()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, stop: make(chan struct{})}
+	for _, o := range opts {
+		o(m)
+	}
+	m.wg.Add(1)
+	go m.sweeper()
+	return m
+}
+
+// Config returns the effective configuration.
+func (m *Manager) Config() Config { return m.cfg }
+
+func newJobID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "j-" + hex.EncodeToString(b[:])
+}
+
+// Spawn starts a job. On a spawn failure the job is still recorded (as
+// exited with reason spawn-error) and the error, a *protocol.Error with
+// CodeSpawnError, carries its id in Details["jobId"].
+func (m *Manager) Spawn(args protocol.SpawnArgs) (protocol.JobInfo, error) {
+	if err := args.Validate(); err != nil {
+		return protocol.JobInfo{}, err
+	}
+	j := m.newJob(args)
+	m.mu.Lock()
+	switch {
+	case m.closed:
+		m.mu.Unlock()
+		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down; not starting new jobs")
+	case m.active >= m.cfg.MaxJobs:
+		m.mu.Unlock()
+		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one", m.active, m.cfg.MaxJobs)
+	}
+	m.jobs[j.id] = j
+	m.active++
+	m.mu.Unlock()
+
+	if err := j.start(); err != nil {
+		pe := protocol.Errorf(protocol.CodeSpawnError, "%v", err)
+		pe.Details = map[string]string{"jobId": j.id}
+		return j.Info(), pe
+	}
+	if m.hooks.Spawned != nil {
+		m.hooks.Spawned()
+	}
+	return j.Info(), nil
+}
+
+func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
+	m.mu.Lock()
+	m.active--
+	m.mu.Unlock()
+	if m.hooks.Finished != nil {
+		m.hooks.Finished(reason)
+	}
+}
+
+// Get returns the job with id, or a CodeNotFound error.
+func (m *Manager) Get(id string) (*Job, error) {
+	m.mu.Lock()
+	j := m.jobs[id]
+	m.mu.Unlock()
+	if j == nil {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period; list jobs with list-jobs)", id)
+	}
+	return j, nil
+}
+
+// List returns every job's info, oldest first, filtered by state and
+// session when they are non-empty.
+func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo {
+	m.mu.Lock()
+	js := make([]*Job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		js = append(js, j)
+	}
+	m.mu.Unlock()
+	out := make([]protocol.JobInfo, 0, len(js))
+	for _, j := range js {
+		info := j.Info()
+		if (state == "" || info.State == state) && (session == "" || info.SessionID == session) {
+			out = append(out, info)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].CreatedAt != out[b].CreatedAt {
+			return out[a].CreatedAt < out[b].CreatedAt
+		}
+		return out[a].JobID < out[b].JobID
+	})
+	return out
+}
+
+// Counts returns the number of jobs not yet exited and of all known jobs.
+func (m *Manager) Counts() (active, total int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.active, len(m.jobs)
+}
+
+// Remove forgets a finished job. A job still running gets CodeJobRunning.
+func (m *Manager) Remove(id string) error {
+	j, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if !j.Finished() {
+		return protocol.Errorf(protocol.CodeJobRunning, "job %s is still running: kill it first", id)
+	}
+	m.mu.Lock()
+	delete(m.jobs, id)
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *Manager) sweeper() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.Sweep()
+		}
+	}
+}
+
+// Sweep forgets finished jobs older than the retention period and returns
+// how many it removed.
+func (m *Manager) Sweep() int {
+	cutoff := m.now().Add(-m.cfg.Retention)
+	m.mu.Lock()
+	var victims []*Job
+	for _, j := range m.jobs {
+		victims = append(victims, j)
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, j := range victims {
+		if end, ok := j.finishedAt(); ok && end.Before(cutoff) {
+			m.mu.Lock()
+			delete(m.jobs, j.id)
+			m.mu.Unlock()
+			n++
+		}
+	}
+	if n > 0 {
+		m.log.Debug("retention sweep", "removed", n)
+	}
+	return n
+}
+
+// Close stops accepting spawns, terminates every running job through the
+// normal kill path (reason supervisor-shutdown) and waits for them to be
+// finalized, or for ctx to end. It is idempotent.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	js := make([]*Job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		js = append(js, j)
+	}
+	m.mu.Unlock()
+	for _, j := range js {
+		_, _ = j.Kill(protocol.ReasonShutdown, 0)
+	}
+	for _, j := range js {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			// Escalate: nobody gets more grace than the caller allows.
+			for _, j := range js {
+				_, _ = j.Kill(protocol.ReasonShutdown, sigKill)
+			}
+			return fmt.Errorf("close job manager: %w", ctx.Err())
+		}
+	}
+	m.closeO.Do(func() { close(m.stop) })
+	m.wg.Wait()
+	return nil
+}

@@ -1,0 +1,66 @@
+package jobs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// groupAlive reports whether any process is in process group pgid.
+func groupAlive(pgid int) bool {
+	if pgid <= 1 {
+		return false
+	}
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// signalGroup sends sig to every process of group pgid. A group that is
+// already gone is not an error.
+func signalGroup(pgid int, sig syscall.Signal) error {
+	if pgid <= 1 {
+		return fmt.Errorf("refusing to signal process group %d", pgid)
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal process group %d: %w", pgid, err)
+	}
+	return nil
+}
+
+// ProcStartTicks returns field 22 of /proc/<pid>/stat: the process start
+// time in clock ticks after boot. Together with the boot id it identifies a
+// process across pid reuse.
+func ProcStartTicks(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read stat of pid %d: %w", pid, err)
+	}
+	// comm (field 2) may contain spaces and parentheses: split after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse stat of pid %d: no comm field", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	// fields[0] is field 3 (state), so field 22 is fields[19].
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("parse stat of pid %d: %d fields", pid, len(fields)+2)
+	}
+	v, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse start time of pid %d: %w", pid, err)
+	}
+	return v, nil
+}
+
+// BootID returns the kernel's boot id, or "" when unavailable.
+func BootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

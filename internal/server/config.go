@@ -1,0 +1,145 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Config is the whole configuration of a supervisor. Build it with
+// DefaultConfig, override from flags with BindFlags, and check it with
+// Validate before starting anything.
+type Config struct {
+	// Control and Event are the ZeroMQ endpoints (tcp:// or ipc://).
+	Control string
+	Event   string
+	// StateDir holds persistent state (created 0700 when missing).
+	StateDir string
+	// MetricsAddr is the HTTP address of /metrics; empty disables it.
+	MetricsAddr string
+	// Jobs configures the job manager.
+	Jobs jobs.Config
+	// EventHWM bounds the queue of events waiting for the event socket.
+	EventHWM int
+	// HeartbeatInterval is the period of supervisor.heartbeat events.
+	HeartbeatInterval time.Duration
+	// MaxRequestBytes bounds one control request.
+	MaxRequestBytes int
+	// MaxInFlight bounds control requests being handled at once.
+	MaxInFlight int
+	// ShutdownTimeout bounds the whole graceful shutdown.
+	ShutdownTimeout time.Duration
+	// LogLevel is debug, info, warn or error; LogFormat is text or json.
+	LogLevel  string
+	LogFormat string
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Control:           zmqx.DefaultControl(),
+		Event:             zmqx.DefaultEvent(),
+		StateDir:          defaultStateDir(),
+		MetricsAddr:       "127.0.0.1:18792",
+		Jobs:              jobs.DefaultConfig(),
+		EventHWM:          1000,
+		HeartbeatInterval: time.Second,
+		MaxRequestBytes:   protocol.MaxRequestBytes,
+		MaxInFlight:       64,
+		ShutdownTimeout:   15 * time.Second,
+		LogLevel:          "info",
+		LogFormat:         "text",
+	}
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "exec-supervisor")
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" && h != "/" {
+		return filepath.Join(h, ".local", "state", "exec-supervisor")
+	}
+	return filepath.Join(zmqx.DefaultRuntimeDir(), "state")
+}
+
+// BindFlags registers every option on fs, with c's current values as defaults.
+func (c *Config) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Control, "control", c.Control, "control endpoint (request/reply), tcp://HOST:PORT or ipc:///path")
+	fs.StringVar(&c.Event, "event", c.Event, "event endpoint (PUB), tcp://HOST:PORT or ipc:///path")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for persistent state")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "HTTP address serving /metrics (empty disables)")
+	fs.IntVar(&c.Jobs.MaxJobs, "max-jobs", c.Jobs.MaxJobs, "maximum concurrent jobs")
+	fs.IntVar(&c.Jobs.RingBytes, "ring-buffer", c.Jobs.RingBytes, "output bytes retained per job")
+	fs.DurationVar(&c.Jobs.MergeInterval, "chunk-merge-interval", c.Jobs.MergeInterval, "output batching window (0 sends every read at once)")
+	fs.IntVar(&c.Jobs.MergeMaxBytes, "chunk-max-bytes", c.Jobs.MergeMaxBytes, "largest output event; pending output is flushed at this size")
+	fs.DurationVar(&c.Jobs.DefaultTimeout, "default-timeout", c.Jobs.DefaultTimeout, "overall timeout of jobs that set none")
+	fs.DurationVar(&c.Jobs.Grace, "grace", c.Jobs.Grace, "delay between SIGTERM and SIGKILL when terminating a job")
+	fs.DurationVar(&c.Jobs.Retention, "finished-job-retention", c.Jobs.Retention, "how long finished jobs stay queryable")
+	fs.DurationVar(&c.Jobs.CleanupInterval, "cleanup-interval", c.Jobs.CleanupInterval, "period of the finished-job sweep")
+	fs.IntVar(&c.EventHWM, "event-hwm", c.EventHWM, "events queued toward the event socket before the oldest are dropped (with job.gap events)")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "period of supervisor.heartbeat events")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest control request accepted")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on graceful shutdown")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+}
+
+// Validate checks every option and names the flag of the first bad one.
+func (c *Config) Validate() error {
+	if _, _, err := zmqx.Split(c.Control); err != nil {
+		return fmt.Errorf("--control: %w", err)
+	}
+	if _, _, err := zmqx.Split(c.Event); err != nil {
+		return fmt.Errorf("--event: %w", err)
+	}
+	if c.Control == c.Event {
+		return fmt.Errorf("--control and --event are both %s; they must differ", c.Control)
+	}
+	checks := []struct {
+		ok   bool
+		flag string
+		msg  string
+	}{
+		{c.Jobs.MaxJobs >= 1 && c.Jobs.MaxJobs <= 100000, "--max-jobs", "must be 1..100000"},
+		{c.Jobs.RingBytes >= 4096 && c.Jobs.RingBytes <= 1<<30, "--ring-buffer", "must be 4096..1073741824 bytes"},
+		{c.Jobs.MergeInterval >= 0 && c.Jobs.MergeInterval <= time.Minute, "--chunk-merge-interval", "must be 0..1m"},
+		{c.Jobs.MergeMaxBytes >= 512 && c.Jobs.MergeMaxBytes <= 1<<20, "--chunk-max-bytes", "must be 512..1048576"},
+		{c.Jobs.MergeMaxBytes <= c.Jobs.RingBytes, "--chunk-max-bytes", "must not exceed --ring-buffer"},
+		{c.Jobs.DefaultTimeout > 0 && c.Jobs.DefaultTimeout <= time.Duration(protocol.MaxTimeoutMs)*time.Millisecond, "--default-timeout", "must be > 0 and at most 168h"},
+		{c.Jobs.Grace > 0 && c.Jobs.Grace <= 10*time.Minute, "--grace", "must be > 0 and at most 10m"},
+		{c.Jobs.Retention > 0, "--finished-job-retention", "must be > 0"},
+		{c.Jobs.CleanupInterval > 0, "--cleanup-interval", "must be > 0"},
+		{c.EventHWM >= 1 && c.EventHWM <= 10000000, "--event-hwm", "must be 1..10000000"},
+		{c.HeartbeatInterval >= 10*time.Millisecond && c.HeartbeatInterval <= time.Hour, "--heartbeat-interval", "must be 10ms..1h"},
+		{c.MaxRequestBytes >= 1024 && c.MaxRequestBytes <= protocol.MaxRequestBytes, "--max-request-bytes", fmt.Sprintf("must be 1024..%d", protocol.MaxRequestBytes)},
+		{c.MaxInFlight >= 1, "max in-flight requests", "must be >= 1"},
+		{c.ShutdownTimeout > 0, "--shutdown-timeout", "must be > 0"},
+	}
+	for _, ch := range checks {
+		if !ch.ok {
+			return fmt.Errorf("%s %s", ch.flag, ch.msg)
+		}
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
+	}
+	if c.StateDir == "" {
+		return fmt.Errorf("--state-dir must not be empty")
+	}
+	return nil
+}

@@ -1,0 +1,460 @@
+// Package server wires the ZeroMQ control and event sockets to the job
+// manager: it decodes requests, runs ops, encodes replies, publishes
+// events with a bounded queue and heartbeats, and shuts down in order.
+//
+// It does not implement job semantics (internal/jobs) or the wire format
+// (pkg/protocol); it only connects them.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Version is the supervisor's software version, reported by health.
+var Version = "0.1.0-dev"
+
+// Server is a running supervisor. Lifecycle: New -> Start -> Close.
+type Server struct {
+	cfg        Config
+	log        *slog.Logger
+	instanceID string
+	startedAt  time.Time
+
+	jobs *jobs.Manager
+	pub  *publisher
+
+	ctx    context.Context // cancelled by Close: ends the sockets
+	cancel context.CancelFunc
+	ctl    zmqx.Socket
+	evt    zmqx.Socket
+	httpL  net.Listener
+	httpS  *http.Server
+
+	replies  chan zmqx.Msg
+	inflight chan struct{}
+	draining chan struct{}
+	stopPub  chan struct{}
+
+	wg      sync.WaitGroup // control loops, heartbeat
+	pubWG   sync.WaitGroup // publisher
+	reqWG   sync.WaitGroup // request handlers
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// New validates cfg and builds a server; nothing listens until Start.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	s := &Server{
+		cfg: cfg, log: log, instanceID: hex.EncodeToString(b[:]), startedAt: time.Now(),
+		replies: make(chan zmqx.Msg, 256), inflight: make(chan struct{}, cfg.MaxInFlight),
+		draining: make(chan struct{}), stopPub: make(chan struct{}),
+	}
+	return s, nil
+}
+
+// InstanceID identifies this run of the supervisor; it changes on restart.
+func (s *Server) InstanceID() string { return s.instanceID }
+
+// Start creates the state directory, opens the sockets and the metrics
+// endpoint, and starts serving. On error everything opened is closed.
+func (s *Server) Start(ctx context.Context) (err error) {
+	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("--state-dir: create %s: %w", s.cfg.StateDir, err)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if err != nil {
+			s.cancel()
+			if s.ctl != nil {
+				s.ctl.Close()
+			}
+			if s.evt != nil {
+				s.evt.Close()
+			}
+			if s.httpL != nil {
+				s.httpL.Close()
+			}
+		}
+	}()
+	if s.evt, err = zmqx.Listen(s.ctx, zmqx.Pub, s.cfg.Event); err != nil {
+		return fmt.Errorf("--event: %w", err)
+	}
+	if s.ctl, err = zmqx.Listen(s.ctx, zmqx.Router, s.cfg.Control); err != nil {
+		return fmt.Errorf("--control: %w", err)
+	}
+	if s.cfg.MetricsAddr != "" {
+		if s.httpL, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+	}
+	s.pub = newPublisher(s.log, s.evt, s.cfg.EventHWM)
+	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub)
+
+	s.pubWG.Add(1)
+	go func() { defer s.pubWG.Done(); s.pub.run(s.stopPub, 2*time.Second) }()
+	s.wg.Add(3)
+	go s.recvLoop()
+	go s.sendLoop()
+	go s.heartbeatLoop()
+	if s.httpL != nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		s.httpS = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.httpS.Serve(s.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("metrics server", "err", err)
+			}
+		}()
+	}
+	s.log.Info("supervisor started", "instance", s.instanceID, "control", s.cfg.Control, "event", s.cfg.Event,
+		"metrics", s.cfg.MetricsAddr, "stateDir", s.cfg.StateDir, "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
+	return nil
+}
+
+// Addr returns the bound address of the control socket (useful with tcp port 0).
+func (s *Server) Addr() net.Addr { return s.ctl.Addr() }
+
+// EventAddr returns the bound address of the event socket.
+func (s *Server) EventAddr() net.Addr { return s.evt.Addr() }
+
+// MetricsAddr returns the bound metrics address, or nil.
+func (s *Server) MetricsAddr() net.Addr {
+	if s.httpL == nil {
+		return nil
+	}
+	return s.httpL.Addr()
+}
+
+// Close shuts down: no new spawns, running jobs terminated through the
+// normal kill path, remaining events flushed, sockets closed. Bounded by
+// ctx and by ShutdownTimeout. Idempotent.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.closeMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
+	defer cancel()
+	s.log.Info("supervisor shutting down", "instance", s.instanceID)
+	close(s.draining)
+	jerr := s.jobs.Close(ctx)
+	if jerr != nil {
+		s.log.Error("jobs did not all finish in time", "err", jerr)
+	}
+	// Let in-flight requests finish and their replies go out.
+	waitCtx(ctx, &s.reqWG)
+	close(s.stopPub)
+	s.pubWG.Wait()
+	if s.httpS != nil {
+		_ = s.httpS.Shutdown(ctx)
+	}
+	s.cancel()
+	s.ctl.Close()
+	s.evt.Close()
+	s.wg.Wait()
+	zmqx.RemoveSocketFile(s.cfg.Control)
+	zmqx.RemoveSocketFile(s.cfg.Event)
+	s.log.Info("supervisor stopped", "instance", s.instanceID)
+	return jerr
+}
+
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) {
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+// Run starts a server and serves until ctx is cancelled, then closes it.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s, err := New(cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return s.Close(context.Background())
+}
+
+func (s *Server) heartbeatLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.stopPub:
+			return
+		case <-t.C:
+			active, _ := s.jobs.Counts()
+			ev, _ := protocol.NewEvent("", 0, time.Now().UnixMilli(), protocol.KindHeartbeat, protocol.HeartbeatPayload{
+				InstanceID: s.instanceID, StartedAt: s.startedAt.UnixMilli(), ActiveJobs: active,
+				Published: s.pub.published.Load(), Dropped: s.pub.dropped.Load(),
+			})
+			s.pub.Publish(ev)
+		}
+	}
+}
+
+// recvLoop reads control requests. A message is [identity, "", body]
+// (REQ, or DEALER speaking the REQ envelope) or [identity, body] (bare
+// DEALER); replies use the same envelope.
+func (s *Server) recvLoop() {
+	defer s.wg.Done()
+	for {
+		msg, err := s.ctl.Recv()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.log.Debug("control recv", "err", err)
+			continue
+		}
+		if len(msg.Frames) < 2 {
+			continue // no body at all: nothing to answer
+		}
+		envelope, body := msg.Frames[:1], msg.Frames[1:]
+		if len(body) >= 2 && len(body[0]) == 0 {
+			envelope, body = msg.Frames[:2], body[1:]
+		}
+		env := make([][]byte, len(envelope))
+		copy(env, envelope)
+		if len(body) != 1 {
+			s.reply(env, protocol.ErrorReply("", protocol.Errorf(protocol.CodeBadRequest,
+				"request must be one body frame after the envelope; got %d frames", len(body))))
+			continue
+		}
+		select {
+		case s.inflight <- struct{}{}:
+		case <-s.ctx.Done():
+			return
+		}
+		s.reqWG.Add(1)
+		go func(b []byte) {
+			defer s.reqWG.Done()
+			defer func() { <-s.inflight }()
+			s.reply(env, s.handle(b))
+		}(body[0])
+	}
+}
+
+func (s *Server) reply(env [][]byte, body []byte) {
+	frames := append(env[:len(env):len(env)], body)
+	select {
+	case s.replies <- zmqx.NewMsg(frames...):
+	case <-s.ctx.Done():
+	}
+}
+
+func (s *Server) sendLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case m := <-s.replies:
+			if err := s.ctl.Send(m); err != nil && s.ctx.Err() == nil {
+				s.log.Debug("control send", "err", err)
+			}
+		}
+	}
+}
+
+// handle runs one request and returns the encoded reply. It never panics
+// on bad input; a panic in an op is turned into an internal error.
+func (s *Server) handle(body []byte) (out []byte) {
+	start := time.Now()
+	req, err := protocol.DecodeRequest(body, s.cfg.MaxRequestBytes)
+	id := ""
+	if req != nil {
+		id = req.ID
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic in request handler", "op", string(req.Op), "panic", r)
+			out = protocol.ErrorReply(id, protocol.Errorf(protocol.CodeInternal, "internal error"))
+		}
+	}()
+	if err != nil {
+		s.log.Debug("bad request", "err", err)
+		return protocol.ErrorReply(id, toWire(err))
+	}
+	result, err := s.dispatch(req)
+	if err != nil {
+		pe := toWire(err)
+		s.log.Debug("request failed", "op", string(req.Op), "code", string(pe.Code), "err", pe.Message, "took", time.Since(start))
+		return protocol.ErrorReply(id, pe)
+	}
+	b, err := protocol.OKReply(id, result)
+	if err != nil {
+		return protocol.ErrorReply(id, protocol.Errorf(protocol.CodeInternal, "encode reply: %v", err))
+	}
+	if len(b) > 64<<20 {
+		return protocol.ErrorReply(id, protocol.Errorf(protocol.CodeTooLarge, "reply would be %d bytes; ask for less", len(b)))
+	}
+	return b
+}
+
+// toWire maps any error to a wire error: *protocol.Error passes through,
+// anything else is internal.
+func toWire(err error) *protocol.Error {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return protocol.Errorf(protocol.CodeInternal, "%v", err)
+}
+
+func (s *Server) dispatch(req *protocol.Request) (any, error) {
+	switch req.Op {
+	case protocol.OpHealth:
+		active, total := s.jobs.Counts()
+		draining := false
+		select {
+		case <-s.draining:
+			draining = true
+		default:
+		}
+		return protocol.HealthResult{
+			OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
+			Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
+			ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
+		}, nil
+	case protocol.OpSpawn:
+		var a protocol.SpawnArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		info, err := s.jobs.Spawn(a)
+		if err != nil {
+			return nil, err
+		}
+		return protocol.SpawnResult{JobID: info.JobID, Job: info}, nil
+	case protocol.OpPoll:
+		var a protocol.PollArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		j, err := s.jobs.Get(a.JobID)
+		if err != nil {
+			return nil, err
+		}
+		return j.Poll(a.Cursor, a.MaxBytes)
+	case protocol.OpSubscribe:
+		var a protocol.SubscribeArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		j, err := s.jobs.Get(a.JobID)
+		if err != nil {
+			return nil, err
+		}
+		return j.Events(a.FromSeq, a.Limit)
+	case protocol.OpKill:
+		var a protocol.KillArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		return s.kill(a)
+	case protocol.OpStatus:
+		var a protocol.JobArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		if a.JobID == "" {
+			return protocol.StatusResult{Jobs: s.jobs.List("", "")}, nil
+		}
+		j, err := s.jobs.Get(a.JobID)
+		if err != nil {
+			return nil, err
+		}
+		info := j.Info()
+		return protocol.StatusResult{Job: &info}, nil
+	case protocol.OpListJobs:
+		var a protocol.ListJobsArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		return protocol.ListJobsResult{Jobs: s.jobs.List(a.State, a.SessionID)}, nil
+	case protocol.OpRemove:
+		var a protocol.JobArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		if a.JobID == "" {
+			return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
+		}
+		if err := s.jobs.Remove(a.JobID); err != nil {
+			return nil, err
+		}
+		return protocol.RemoveResult{JobID: a.JobID}, nil
+	}
+	return nil, protocol.Errorf(protocol.CodeUnknownOp, "unknown op %q", req.Op)
+}
+
+func (s *Server) kill(a protocol.KillArgs) (any, error) {
+	j, err := s.jobs.Get(a.JobID)
+	if err != nil {
+		return nil, err
+	}
+	var sig = jobs.SigTerm
+	if a.Signal != "" {
+		sig, err = protocol.ParseSignal(a.Signal)
+		if err != nil {
+			return nil, err
+		}
+	}
+	var already bool
+	switch sig {
+	case jobs.SigTerm, jobs.SigKill:
+		already, err = j.Kill(protocol.ReasonManualCancel, sig)
+	default:
+		if j.Finished() {
+			already = true
+		} else {
+			err = j.Signal(sig)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return protocol.KillResult{Job: j.Info(), AlreadyFinished: already}, nil
+}

@@ -1,0 +1,225 @@
+// Package zmqx is the one place that touches the ZeroMQ engine
+// (github.com/go-zeromq/zmq4). It opens listening and dialing sockets,
+// parses endpoints, cleans up stale ipc socket files and resolves the
+// private default endpoints.
+//
+// It deliberately does not expose zmq4's automatic reconnect: zmq4's REQ
+// socket deadlocks with it, so clients recreate sockets themselves. The
+// hardened transport (handshake deadlines, frame limits, peer checks) is
+// built here too, so that callers never talk to zmq4 directly.
+package zmqx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Socket is a ZeroMQ socket.
+type Socket = zmq4.Socket
+
+// Msg is a multipart ZeroMQ message.
+type Msg = zmq4.Msg
+
+// Socket types used by exec-supervisor.
+const (
+	Router = zmq4.Router
+	Dealer = zmq4.Dealer
+	Pub    = zmq4.Pub
+	Sub    = zmq4.Sub
+	Req    = zmq4.Req
+	Rep    = zmq4.Rep
+)
+
+// NewMsg builds a multipart message from frames.
+func NewMsg(frames ...[]byte) Msg { return zmq4.NewMsgFrom(frames...) }
+
+// OptionSubscribe is the SUB socket option that adds a topic prefix.
+const OptionSubscribe = zmq4.OptionSubscribe
+
+// Split parses "scheme://address" into its parts; only tcp and ipc are
+// accepted.
+func Split(endpoint string) (scheme, addr string, err error) {
+	scheme, addr, ok := strings.Cut(endpoint, "://")
+	if !ok || addr == "" {
+		return "", "", fmt.Errorf("endpoint %q: want tcp://HOST:PORT or ipc:///path/to.sock", endpoint)
+	}
+	switch scheme {
+	case "tcp":
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || port == "" {
+			return "", "", fmt.Errorf("endpoint %q: want tcp://HOST:PORT: %v", endpoint, err)
+		}
+		_ = host
+	case "ipc":
+		if !strings.HasPrefix(addr, "/") && !strings.HasPrefix(addr, "@") {
+			// Relative paths work but depend on the cwd: accept them.
+			if strings.ContainsRune(addr, 0) {
+				return "", "", fmt.Errorf("endpoint %q: NUL in path", endpoint)
+			}
+		}
+	default:
+		return "", "", fmt.Errorf("endpoint %q: unsupported scheme %q (use tcp:// or ipc://)", endpoint, scheme)
+	}
+	return scheme, addr, nil
+}
+
+func newSocket(ctx context.Context, typ zmq4.SocketType, opts ...zmq4.Option) Socket {
+	opts = append([]zmq4.Option{zmq4.WithLogger(discardLogger())}, opts...)
+	switch typ {
+	case Router:
+		return zmq4.NewRouter(ctx, opts...)
+	case Dealer:
+		return zmq4.NewDealer(ctx, opts...)
+	case Pub:
+		return zmq4.NewPub(ctx, opts...)
+	case Sub:
+		return zmq4.NewSub(ctx, opts...)
+	case Req:
+		return zmq4.NewReq(ctx, opts...)
+	case Rep:
+		return zmq4.NewRep(ctx, opts...)
+	}
+	panic(fmt.Sprintf("zmqx: unsupported socket type %v", typ))
+}
+
+// Listen opens a socket of type typ bound to endpoint. For ipc endpoints a
+// stale socket file left by a dead process is removed first; a live one is
+// an error (another process is serving there).
+func Listen(ctx context.Context, typ zmq4.SocketType, endpoint string) (Socket, error) {
+	scheme, addr, err := Split(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if scheme == "ipc" {
+		if err := removeStaleSocket(addr); err != nil {
+			return nil, err
+		}
+		if dir := filepath.Dir(addr); dir == DefaultRuntimeDir() {
+			if err := EnsurePrivateDir(dir); err != nil {
+				return nil, err
+			}
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create directory of %s: %w", endpoint, err)
+		}
+	}
+	s := newSocket(ctx, typ)
+	if err := s.Listen(endpoint); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("listen on %s: %w", endpoint, err)
+	}
+	if scheme == "ipc" {
+		// The socket file gets the process umask; tighten it.
+		_ = os.Chmod(addr, 0o600)
+	}
+	return s, nil
+}
+
+// removeStaleSocket removes path if it is a unix socket nobody answers on.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket: refusing to replace it", path)
+	}
+	c, err := net.DialTimeout("unix", path, 500*time.Millisecond)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%s is in use by another process (is a supervisor already running?)", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// Dial opens a socket of type typ connected to endpoint, failing after
+// timeout when nothing answers. It never reconnects by itself.
+func Dial(ctx context.Context, typ zmq4.SocketType, endpoint string, timeout time.Duration) (Socket, error) {
+	if _, _, err := Split(endpoint); err != nil {
+		return nil, err
+	}
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	s := newSocket(ctx, typ, zmq4.WithDialerTimeout(timeout), zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false))
+	if err := s.Dial(endpoint); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
+	}
+	return s, nil
+}
+
+// RemoveSocketFile removes the socket file of an ipc endpoint (after the
+// listener closed). Other endpoints are ignored.
+func RemoveSocketFile(endpoint string) {
+	scheme, addr, err := Split(endpoint)
+	if err != nil || scheme != "ipc" {
+		return
+	}
+	if fi, err := os.Lstat(addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(addr)
+	}
+}
+
+// DefaultRuntimeDir is the directory of the default ipc endpoints:
+// $XDG_RUNTIME_DIR/exec-supervisor when XDG_RUNTIME_DIR is set, else
+// /tmp/exec-supervisor-<uid>.
+func DefaultRuntimeDir() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "exec-supervisor")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("exec-supervisor-%d", os.Getuid()))
+}
+
+// DefaultControl and DefaultEvent are the default endpoints.
+func DefaultControl() string { return "ipc://" + filepath.Join(DefaultRuntimeDir(), "control.sock") }
+
+// DefaultEvent is the default event endpoint.
+func DefaultEvent() string { return "ipc://" + filepath.Join(DefaultRuntimeDir(), "events.sock") }
+
+func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// EnsurePrivateDir creates dir with mode 0700 if missing and refuses one
+// that is a symlink, is owned by another user, or is open to others.
+func EnsurePrivateDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", filepath.Dir(dir), err)
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create private directory %s: %w", dir, err)
+		}
+		fi, err = os.Lstat(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (or is a symlink): refusing to use it", dir)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d): refusing to use it", dir, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s has mode %o; it must be 0700 (chmod 700 %s)", dir, fi.Mode().Perm(), dir)
+	}
+	return nil
+}

@@ -1,0 +1,333 @@
+// Package client is the Go client of exec-supervisor: context-aware calls
+// for every control op over one multiplexed connection, and Follow, which
+// streams a job's events exactly once and in order by combining the event
+// socket with backfill.
+//
+// A Client is safe for concurrent use. It connects lazily, and recreates
+// its control socket itself after a timeout or a broken connection (it
+// never relies on the ZeroMQ engine's automatic reconnect).
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Options configure a Client. Zero values mean the documented defaults.
+type Options struct {
+	// ControlAddress is the control endpoint; "" means the private default
+	// ipc socket ($XDG_RUNTIME_DIR/exec-supervisor/control.sock, or
+	// /tmp/exec-supervisor-<uid>/control.sock).
+	ControlAddress string
+	// EventAddress is the event endpoint; "" means the private default.
+	EventAddress string
+	// RequestTimeout bounds a request when its context has no earlier
+	// deadline; 0 means 30 s.
+	RequestTimeout time.Duration
+	// ReconnectInterval is the pause between connection attempts; 0 means 1 s.
+	ReconnectInterval time.Duration
+	// MaxReconnectAttempts bounds connection attempts per request; 0 means 10.
+	MaxReconnectAttempts int
+	// DialTimeout bounds one connection attempt; 0 means 2 s.
+	DialTimeout time.Duration
+}
+
+func (o *Options) fill() {
+	if o.ControlAddress == "" {
+		o.ControlAddress = zmqx.DefaultControl()
+	}
+	if o.EventAddress == "" {
+		o.EventAddress = zmqx.DefaultEvent()
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 30 * time.Second
+	}
+	if o.ReconnectInterval <= 0 {
+		o.ReconnectInterval = time.Second
+	}
+	if o.MaxReconnectAttempts <= 0 {
+		o.MaxReconnectAttempts = 10
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 2 * time.Second
+	}
+}
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("client is closed")
+
+// ConnectError says the supervisor could not be reached.
+type ConnectError struct {
+	Address string
+	Err     error
+}
+
+func (e *ConnectError) Error() string {
+	return fmt.Sprintf("no supervisor answering at %s: %v", e.Address, e.Err)
+}
+
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Client talks to one supervisor.
+type Client struct {
+	opts   Options
+	prefix string
+	nextID atomic.Uint64
+
+	mu      sync.Mutex
+	conn    *conn
+	closed  bool
+	pending map[string]chan *protocol.Reply
+}
+
+// conn is one control socket and its reader goroutine.
+type conn struct {
+	sock   zmqx.Socket
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Client. It does not connect until the first call.
+func New(opts Options) *Client {
+	opts.fill()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &Client{opts: opts, prefix: hex.EncodeToString(b[:]) + "-", pending: map[string]chan *protocol.Reply{}}
+}
+
+// Options returns the effective options.
+func (c *Client) Options() Options { return c.opts }
+
+// Close closes the connection. Calls in flight fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	cn := c.conn
+	c.conn = nil
+	for id, ch := range c.pending {
+		close(ch)
+		delete(c.pending, id)
+	}
+	c.mu.Unlock()
+	if cn != nil {
+		cn.close()
+	}
+	return nil
+}
+
+func (cn *conn) close() {
+	cn.cancel()
+	cn.sock.Close()
+	<-cn.done
+}
+
+// connect returns the live connection, dialing one if needed.
+func (c *Client) connect(ctx context.Context) (*conn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if c.conn != nil {
+		cn := c.conn
+		c.mu.Unlock()
+		return cn, nil
+	}
+	c.mu.Unlock()
+
+	var lastErr error
+	for attempt := 0; attempt < c.opts.MaxReconnectAttempts; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(c.opts.ReconnectInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.Join(lastErr, ctx.Err())}
+			case <-t.C:
+			}
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		sock, err := zmqx.Dial(sctx, zmqx.Dealer, c.opts.ControlAddress, c.opts.DialTimeout)
+		if err != nil {
+			cancel()
+			lastErr = err
+			continue
+		}
+		cn := &conn{sock: sock, cancel: cancel, done: make(chan struct{})}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			cancel()
+			sock.Close()
+			close(cn.done)
+			return nil, ErrClosed
+		}
+		if c.conn != nil { // another caller won the race
+			old := c.conn
+			c.mu.Unlock()
+			cancel()
+			sock.Close()
+			close(cn.done)
+			return old, nil
+		}
+		c.conn = cn
+		c.mu.Unlock()
+		go c.readLoop(cn)
+		return cn, nil
+	}
+	return nil, &ConnectError{Address: c.opts.ControlAddress, Err: lastErr}
+}
+
+// drop forgets cn (after a timeout or a send failure) so that the next
+// call dials a fresh socket.
+func (c *Client) drop(cn *conn) {
+	c.mu.Lock()
+	if c.conn != cn {
+		c.mu.Unlock()
+		return
+	}
+	c.conn = nil
+	c.mu.Unlock()
+	go cn.close()
+}
+
+func (c *Client) readLoop(cn *conn) {
+	defer close(cn.done)
+	for {
+		msg, err := cn.sock.Recv()
+		if err != nil {
+			return
+		}
+		if len(msg.Frames) == 0 {
+			continue
+		}
+		rep, err := protocol.DecodeReply(msg.Frames[len(msg.Frames)-1])
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[rep.ID]
+		delete(c.pending, rep.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- rep
+		}
+	}
+}
+
+// Call sends op with args and decodes the result into result (which may be
+// nil). Server errors are returned as *protocol.Error.
+func (c *Client) Call(ctx context.Context, op protocol.Op, args, result any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+	}
+	id := c.prefix + strconv.FormatUint(c.nextID.Add(1), 36)
+	body, err := protocol.EncodeRequest(id, op, args)
+	if err != nil {
+		return err
+	}
+	cn, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	ch := make(chan *protocol.Reply, 1)
+	c.mu.Lock()
+	c.pending[id] = ch
+	c.mu.Unlock()
+	forget := func() {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+	}
+	if err := cn.sock.Send(zmqx.NewMsg(nil, body)); err != nil {
+		forget()
+		c.drop(cn)
+		return &ConnectError{Address: c.opts.ControlAddress, Err: err}
+	}
+	select {
+	case rep, ok := <-ch:
+		if !ok {
+			return ErrClosed
+		}
+		return rep.DecodeResult(result)
+	case <-ctx.Done():
+		forget()
+		// The socket may be wedged (peer gone): start afresh next time.
+		c.drop(cn)
+		return fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, ctx.Err())
+	}
+}
+
+// Spawn starts a job.
+func (c *Client) Spawn(ctx context.Context, args protocol.SpawnArgs) (protocol.JobInfo, error) {
+	var r protocol.SpawnResult
+	err := c.Call(ctx, protocol.OpSpawn, &args, &r)
+	return r.Job, err
+}
+
+// Poll reads retained output of a job from a byte cursor.
+func (c *Client) Poll(ctx context.Context, jobID string, cursor, maxBytes int64) (protocol.PollResult, error) {
+	var r protocol.PollResult
+	err := c.Call(ctx, protocol.OpPoll, &protocol.PollArgs{JobID: jobID, Cursor: cursor, MaxBytes: maxBytes}, &r)
+	return r, err
+}
+
+// Kill terminates a job (signal "" = SIGTERM, grace, SIGKILL) or sends it a signal.
+func (c *Client) Kill(ctx context.Context, jobID, signal string) (protocol.KillResult, error) {
+	var r protocol.KillResult
+	err := c.Call(ctx, protocol.OpKill, &protocol.KillArgs{JobID: jobID, Signal: signal}, &r)
+	return r, err
+}
+
+// Status returns one job.
+func (c *Client) Status(ctx context.Context, jobID string) (protocol.JobInfo, error) {
+	if jobID == "" {
+		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
+	}
+	var r protocol.StatusResult
+	if err := c.Call(ctx, protocol.OpStatus, &protocol.JobArgs{JobID: jobID}, &r); err != nil {
+		return protocol.JobInfo{}, err
+	}
+	if r.Job == nil {
+		return protocol.JobInfo{}, fmt.Errorf("status of %s: reply has no job", jobID)
+	}
+	return *r.Job, nil
+}
+
+// ListJobs lists jobs, optionally filtered by state and session.
+func (c *Client) ListJobs(ctx context.Context, args protocol.ListJobsArgs) ([]protocol.JobInfo, error) {
+	var r protocol.ListJobsResult
+	err := c.Call(ctx, protocol.OpListJobs, &args, &r)
+	return r.Jobs, err
+}
+
+// Health checks the supervisor.
+func (c *Client) Health(ctx context.Context) (protocol.HealthResult, error) {
+	var r protocol.HealthResult
+	err := c.Call(ctx, protocol.OpHealth, nil, &r)
+	return r, err
+}
+
+// Remove forgets a finished job.
+func (c *Client) Remove(ctx context.Context, jobID string) error {
+	return c.Call(ctx, protocol.OpRemove, &protocol.JobArgs{JobID: jobID}, nil)
+}
+
+// Subscribe fetches retained events of a job from seq from.
+func (c *Client) Subscribe(ctx context.Context, jobID string, from uint64, limit int) (protocol.SubscribeResult, error) {
+	var r protocol.SubscribeResult
+	err := c.Call(ctx, protocol.OpSubscribe, &protocol.SubscribeArgs{JobID: jobID, FromSeq: from, Limit: limit}, &r)
+	return r, err
+}

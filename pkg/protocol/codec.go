@@ -1,0 +1,357 @@
+package protocol
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Topic prefixes of event-plane messages. The first frame of every event
+// message is its topic; SUB sockets filter by prefix.
+const (
+	// TopicJobPrefix prefixes every job event topic; subscribe to it for all jobs.
+	TopicJobPrefix = "job/"
+	// TopicHeartbeat is the topic of supervisor heartbeats.
+	TopicHeartbeat = "sup/heartbeat"
+)
+
+// JobTopic is the topic of every event of job id. The trailing slash makes
+// a prefix subscription match exactly one job.
+func JobTopic(id string) string { return TopicJobPrefix + id + "/" }
+
+// Marshal encodes v as msgpack.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.UseCompactInts(true)
+	enc.SetCustomStructTag("msgpack")
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// unmarshal decodes msgpack b into v; a failure is a CodeBadRequest *Error
+// naming what.
+func unmarshal(b []byte, v any, what string) error {
+	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		return Errorf(CodeBadRequest, "decode %s: %v", what, err)
+	}
+	return nil
+}
+
+// DecodeRequest decodes and validates a request envelope. max bounds the
+// body size (0 means MaxRequestBytes). Args are left raw; decode them with
+// DecodeArgs. The returned error is always a *Error.
+func DecodeRequest(b []byte, max int) (*Request, error) {
+	if max <= 0 || max > MaxRequestBytes {
+		max = MaxRequestBytes
+	}
+	if len(b) > max {
+		return nil, Errorf(CodeTooLarge, "request is %d bytes; the limit is %d", len(b), max)
+	}
+	if len(b) == 0 {
+		return nil, Errorf(CodeBadRequest, "empty request body")
+	}
+	var req Request
+	if err := unmarshal(b, &req, "request"); err != nil {
+		return nil, err
+	}
+	if req.V != Version {
+		return &req, Errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, Version)
+	}
+	if len(req.ID) > MaxIDBytes {
+		req.ID = ""
+		return &req, Errorf(CodeInvalidArgument, "request id longer than %d bytes", MaxIDBytes)
+	}
+	if req.Op == "" {
+		return &req, Errorf(CodeBadRequest, "request has no op")
+	}
+	if !req.Op.Known() {
+		return &req, Errorf(CodeUnknownOp, "unknown op %.64q; known ops: %s", string(req.Op), opList())
+	}
+	return &req, nil
+}
+
+func opList() string {
+	s := make([]string, len(Ops))
+	for i, o := range Ops {
+		s[i] = string(o)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Validator is implemented by argument types that check themselves.
+type Validator interface{ Validate() error }
+
+// DecodeArgs decodes req.Args into v and validates it when v is a
+// Validator. Missing args decode as the zero value. Errors are *Error.
+func DecodeArgs(req *Request, v any) error {
+	if len(req.Args) > 0 {
+		if err := unmarshal(req.Args, v, string(req.Op)+" args"); err != nil {
+			return err
+		}
+	}
+	if val, ok := v.(Validator); ok {
+		return val.Validate()
+	}
+	return nil
+}
+
+// EncodeRequest builds a request envelope for op with args (nil for none).
+func EncodeRequest(id string, op Op, args any) ([]byte, error) {
+	req := Request{V: Version, ID: id, Op: op}
+	if args != nil {
+		raw, err := Marshal(args)
+		if err != nil {
+			return nil, err
+		}
+		req.Args = raw
+	}
+	return Marshal(&req)
+}
+
+// OKReply encodes a successful reply carrying result.
+func OKReply(id string, result any) ([]byte, error) {
+	raw, err := Marshal(result)
+	if err != nil {
+		return nil, err
+	}
+	return Marshal(&Reply{V: Version, ID: id, OK: true, Result: raw})
+}
+
+// ErrorReply encodes an error reply. It cannot fail.
+func ErrorReply(id string, e *Error) []byte {
+	b, err := Marshal(&Reply{V: Version, ID: id, Error: e})
+	if err != nil {
+		b, _ = Marshal(&Reply{V: Version, ID: id, Error: Errorf(CodeInternal, "encode error reply")})
+	}
+	return b
+}
+
+// DecodeReply decodes a reply envelope.
+func DecodeReply(b []byte) (*Reply, error) {
+	var r Reply
+	if err := unmarshal(b, &r, "reply"); err != nil {
+		return nil, err
+	}
+	if !r.OK && r.Error == nil {
+		return nil, Errorf(CodeBadRequest, "reply is neither ok nor error")
+	}
+	return &r, nil
+}
+
+// DecodeResult decodes a successful reply's result into v, or returns the
+// reply's *Error.
+func (r *Reply) DecodeResult(v any) error {
+	if !r.OK {
+		return r.Error
+	}
+	if v == nil || len(r.Result) == 0 {
+		return nil
+	}
+	return unmarshal(r.Result, v, "result")
+}
+
+// NewEvent builds an event with payload encoded.
+func NewEvent(jobID string, seq uint64, ts int64, kind Kind, payload any) (Event, error) {
+	raw, err := Marshal(payload)
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{V: Version, JobID: jobID, Seq: seq, Ts: ts, Kind: kind, Payload: raw}, nil
+}
+
+// DecodeEvent decodes an event body.
+func DecodeEvent(b []byte) (*Event, error) {
+	var ev Event
+	if err := unmarshal(b, &ev, "event"); err != nil {
+		return nil, err
+	}
+	if ev.Kind == "" {
+		return nil, Errorf(CodeBadRequest, "event has no kind")
+	}
+	return &ev, nil
+}
+
+// DecodePayload decodes the event's payload into v.
+func (e *Event) DecodePayload(v any) error {
+	return unmarshal(e.Payload, v, string(e.Kind)+" payload")
+}
+
+// Validate checks spawn arguments against the protocol limits.
+func (a *SpawnArgs) Validate() error {
+	switch {
+	case len(a.Argv) == 0 && a.Shell == "":
+		return Errorf(CodeInvalidArgument, "spawn needs argv or shell; both are empty")
+	case len(a.Argv) > 0 && a.Shell != "":
+		return Errorf(CodeInvalidArgument, "spawn takes argv or shell, not both")
+	case len(a.Argv) > 0 && a.Argv[0] == "":
+		return Errorf(CodeInvalidArgument, "argv[0] is empty")
+	case len(a.Argv) > MaxArgs:
+		return Errorf(CodeTooLarge, "argv has %d elements; the limit is %d", len(a.Argv), MaxArgs)
+	}
+	size := len(a.Shell)
+	for _, s := range a.Argv {
+		size += len(s)
+		if strings.IndexByte(s, 0) >= 0 {
+			return Errorf(CodeInvalidArgument, "argv element contains a NUL byte")
+		}
+	}
+	if strings.IndexByte(a.Shell, 0) >= 0 {
+		return Errorf(CodeInvalidArgument, "shell command contains a NUL byte")
+	}
+	if size > MaxArgBytes {
+		return Errorf(CodeTooLarge, "argv is %d bytes; the limit is %d", size, MaxArgBytes)
+	}
+	if len(a.Env) > MaxEnv {
+		return Errorf(CodeTooLarge, "env has %d entries; the limit is %d", len(a.Env), MaxEnv)
+	}
+	size = 0
+	for k, v := range a.Env {
+		size += len(k) + len(v)
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return Errorf(CodeInvalidArgument, "env key %.64q is empty or contains '=' or NUL", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return Errorf(CodeInvalidArgument, "env value of %.64q contains a NUL byte", k)
+		}
+	}
+	if size > MaxEnvBytes {
+		return Errorf(CodeTooLarge, "env is %d bytes; the limit is %d", size, MaxEnvBytes)
+	}
+	switch a.EnvMode {
+	case "", EnvInherit, EnvReplace:
+	default:
+		return Errorf(CodeInvalidArgument, "envMode %.32q is not %q or %q", a.EnvMode, EnvInherit, EnvReplace)
+	}
+	if strings.IndexByte(a.Cwd, 0) >= 0 {
+		return Errorf(CodeInvalidArgument, "cwd contains a NUL byte")
+	}
+	for name, v := range map[string]int64{"timeoutMs": a.TimeoutMs, "noOutputTimeoutMs": a.NoOutputTimeoutMs, "graceMs": a.GraceMs} {
+		if v < 0 {
+			return Errorf(CodeInvalidArgument, "%s is negative (%d)", name, v)
+		}
+		if v > MaxTimeoutMs {
+			return Errorf(CodeInvalidArgument, "%s is %d; the limit is %d (7 days)", name, v, int64(MaxTimeoutMs))
+		}
+	}
+	if len(a.Labels) > MaxLabels {
+		return Errorf(CodeTooLarge, "%d labels; the limit is %d", len(a.Labels), MaxLabels)
+	}
+	for k, v := range a.Labels {
+		if len(k) == 0 || len(k) > MaxLabelBytes || len(v) > MaxLabelBytes {
+			return Errorf(CodeInvalidArgument, "label keys must be 1..%d bytes and values at most %d", MaxLabelBytes, MaxLabelBytes)
+		}
+	}
+	if len(a.SessionID) > MaxIDBytes || !utf8.ValidString(a.SessionID) {
+		return Errorf(CodeInvalidArgument, "sessionId must be valid UTF-8 of at most %d bytes", MaxIDBytes)
+	}
+	return nil
+}
+
+func validJobID(id string) error {
+	if id == "" {
+		return Errorf(CodeInvalidArgument, "jobId is required")
+	}
+	if len(id) > MaxIDBytes {
+		return Errorf(CodeInvalidArgument, "jobId longer than %d bytes", MaxIDBytes)
+	}
+	return nil
+}
+
+// Validate checks kill arguments.
+func (a *KillArgs) Validate() error {
+	if err := validJobID(a.JobID); err != nil {
+		return err
+	}
+	if a.Signal != "" {
+		if _, err := ParseSignal(a.Signal); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks poll arguments.
+func (a *PollArgs) Validate() error {
+	if err := validJobID(a.JobID); err != nil {
+		return err
+	}
+	if a.Cursor < 0 {
+		return Errorf(CodeInvalidArgument, "cursor is negative (%d)", a.Cursor)
+	}
+	if a.MaxBytes < 0 {
+		return Errorf(CodeInvalidArgument, "maxBytes is negative (%d)", a.MaxBytes)
+	}
+	return nil
+}
+
+// Validate checks subscribe arguments.
+func (a *SubscribeArgs) Validate() error {
+	if err := validJobID(a.JobID); err != nil {
+		return err
+	}
+	if a.Limit < 0 {
+		return Errorf(CodeInvalidArgument, "limit is negative (%d)", a.Limit)
+	}
+	return nil
+}
+
+// Validate checks list-jobs arguments.
+func (a *ListJobsArgs) Validate() error {
+	switch a.State {
+	case "", StateStarting, StateRunning, StateExiting, StateExited:
+	default:
+		return Errorf(CodeInvalidArgument, "state %.32q is not one of starting, running, exiting, exited", string(a.State))
+	}
+	return nil
+}
+
+// Validate checks the jobId of ops naming one job (status allows empty).
+func (a *JobArgs) Validate() error {
+	if len(a.JobID) > MaxIDBytes {
+		return Errorf(CodeInvalidArgument, "jobId longer than %d bytes", MaxIDBytes)
+	}
+	return nil
+}
+
+var signals = map[string]syscall.Signal{
+	"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT,
+	"SIGKILL": syscall.SIGKILL, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2,
+	"SIGTERM": syscall.SIGTERM, "SIGCONT": syscall.SIGCONT, "SIGSTOP": syscall.SIGSTOP,
+	"SIGALRM": syscall.SIGALRM, "SIGWINCH": syscall.SIGWINCH, "SIGPIPE": syscall.SIGPIPE,
+}
+
+// ParseSignal accepts a signal name with or without the SIG prefix
+// ("TERM", "SIGTERM", case-insensitive) or a number, and returns it.
+func ParseSignal(s string) (syscall.Signal, error) {
+	u := strings.ToUpper(strings.TrimSpace(s))
+	if !strings.HasPrefix(u, "SIG") {
+		u = "SIG" + u
+	}
+	if sig, ok := signals[u]; ok {
+		return sig, nil
+	}
+	for _, sig := range signals {
+		if fmt.Sprint(int(sig)) == strings.TrimSpace(s) {
+			return sig, nil
+		}
+	}
+	return 0, Errorf(CodeInvalidArgument, "unknown signal %.32q (use e.g. SIGTERM, SIGKILL, SIGINT, SIGHUP)", s)
+}
+
+// SignalName returns the canonical name of sig ("SIGTERM"), or "signal N".
+func SignalName(sig syscall.Signal) string {
+	for name, s := range signals {
+		if s == sig {
+			return name
+		}
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}

@@ -1,0 +1,290 @@
+package protocol
+
+import "github.com/vmihailenco/msgpack/v5"
+
+// Request is the control-plane request envelope.
+type Request struct {
+	// V is the protocol version; must equal Version.
+	V int `msgpack:"v" json:"v"`
+	// ID is chosen by the client and echoed in the reply; it lets a DEALER
+	// client match replies to requests. Empty is allowed for REQ clients.
+	ID string `msgpack:"id" json:"id"`
+	// Op is the operation.
+	Op Op `msgpack:"op" json:"op"`
+	// Args holds the op's arguments (a msgpack map), or nil.
+	Args msgpack.RawMessage `msgpack:"args,omitempty" json:"args,omitempty"`
+}
+
+// Reply is the control-plane reply envelope. Exactly one of Result and
+// Error is set: OK tells which.
+type Reply struct {
+	V      int                `msgpack:"v" json:"v"`
+	ID     string             `msgpack:"id" json:"id"`
+	OK     bool               `msgpack:"ok" json:"ok"`
+	Result msgpack.RawMessage `msgpack:"result,omitempty" json:"result,omitempty"`
+	Error  *Error             `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// SpawnArgs are the arguments of OpSpawn. Exactly one of Argv and Shell is set.
+type SpawnArgs struct {
+	// Argv is the program and its arguments, run without a shell. Argv[0]
+	// is looked up in the job's PATH when it has no slash.
+	Argv []string `msgpack:"argv,omitempty" json:"argv,omitempty"`
+	// Shell is a command string run as /bin/sh -c Shell.
+	Shell string `msgpack:"shell,omitempty" json:"shell,omitempty"`
+	// Cwd is the working directory; empty means the supervisor's.
+	Cwd string `msgpack:"cwd,omitempty" json:"cwd,omitempty"`
+	// Env is added to (EnvMode "inherit" or empty) or replaces (EnvMode
+	// "replace") the supervisor's environment.
+	Env     map[string]string `msgpack:"env,omitempty" json:"env,omitempty"`
+	EnvMode string            `msgpack:"envMode,omitempty" json:"envMode,omitempty"`
+	// TimeoutMs is the overall timeout; 0 means the server default.
+	TimeoutMs int64 `msgpack:"timeoutMs,omitempty" json:"timeoutMs,omitempty"`
+	// NoOutputTimeoutMs kills the job after this long without output; 0 disables.
+	NoOutputTimeoutMs int64 `msgpack:"noOutputTimeoutMs,omitempty" json:"noOutputTimeoutMs,omitempty"`
+	// GraceMs is the SIGTERM-to-SIGKILL grace; 0 means the server default.
+	GraceMs int64 `msgpack:"graceMs,omitempty" json:"graceMs,omitempty"`
+	// Labels are free-form metadata echoed in status.
+	Labels map[string]string `msgpack:"labels,omitempty" json:"labels,omitempty"`
+	// SessionID groups jobs of one caller session; echoed in status.
+	SessionID string `msgpack:"sessionId,omitempty" json:"sessionId,omitempty"`
+}
+
+// Env modes of SpawnArgs.EnvMode.
+const (
+	EnvInherit = "inherit"
+	EnvReplace = "replace"
+)
+
+// SpawnResult is the result of OpSpawn.
+type SpawnResult struct {
+	JobID string  `msgpack:"jobId" json:"jobId"`
+	Job   JobInfo `msgpack:"job" json:"job"`
+}
+
+// JobArgs are the arguments of ops that name one job (OpRemove, OpStatus).
+// For OpStatus an empty JobID means every job.
+type JobArgs struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+}
+
+// KillArgs are the arguments of OpKill.
+type KillArgs struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+	// Signal is empty or "SIGTERM" for the termination path (SIGTERM to the
+	// group, grace, SIGKILL), "SIGKILL" for an immediate kill of the group;
+	// any other signal name (e.g. "SIGINT", "SIGHUP") is delivered to the
+	// process group once and does not by itself end the job.
+	Signal string `msgpack:"signal,omitempty" json:"signal,omitempty"`
+}
+
+// KillResult is the result of OpKill.
+type KillResult struct {
+	Job JobInfo `msgpack:"job" json:"job"`
+	// AlreadyFinished is true when the job had finished before the request.
+	AlreadyFinished bool `msgpack:"alreadyFinished" json:"alreadyFinished"`
+}
+
+// StatusResult is the result of OpStatus: Job for one job, Jobs for all.
+type StatusResult struct {
+	Job  *JobInfo  `msgpack:"job,omitempty" json:"job,omitempty"`
+	Jobs []JobInfo `msgpack:"jobs,omitempty" json:"jobs,omitempty"`
+}
+
+// ListJobsArgs are the arguments of OpListJobs.
+type ListJobsArgs struct {
+	// State filters by state; empty means all.
+	State State `msgpack:"state,omitempty" json:"state,omitempty"`
+	// SessionID filters by session; empty means all.
+	SessionID string `msgpack:"sessionId,omitempty" json:"sessionId,omitempty"`
+}
+
+// ListJobsResult is the result of OpListJobs.
+type ListJobsResult struct {
+	Jobs []JobInfo `msgpack:"jobs" json:"jobs"`
+}
+
+// RemoveResult is the result of OpRemove.
+type RemoveResult struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+}
+
+// JobInfo describes a job.
+type JobInfo struct {
+	JobID     string            `msgpack:"jobId" json:"jobId"`
+	State     State             `msgpack:"state" json:"state"`
+	Argv      []string          `msgpack:"argv,omitempty" json:"argv,omitempty"`
+	Shell     string            `msgpack:"shell,omitempty" json:"shell,omitempty"`
+	Cwd       string            `msgpack:"cwd,omitempty" json:"cwd,omitempty"`
+	Labels    map[string]string `msgpack:"labels,omitempty" json:"labels,omitempty"`
+	SessionID string            `msgpack:"sessionId,omitempty" json:"sessionId,omitempty"`
+	// Pid and Pgid are 0 until the process started.
+	Pid  int `msgpack:"pid" json:"pid"`
+	Pgid int `msgpack:"pgid" json:"pgid"`
+	// Times in ms since the Unix epoch; 0 when not reached.
+	CreatedAt    int64 `msgpack:"createdAt" json:"createdAt"`
+	StartedAt    int64 `msgpack:"startedAt" json:"startedAt"`
+	EndedAt      int64 `msgpack:"endedAt" json:"endedAt"`
+	LastOutputAt int64 `msgpack:"lastOutputAt" json:"lastOutputAt"`
+	// Reason is empty until the job is exited.
+	Reason Reason `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	// ExitCode is set when the process exited (nil when killed by a signal
+	// or never started).
+	ExitCode *int `msgpack:"exitCode,omitempty" json:"exitCode,omitempty"`
+	// Signal is the name of the signal that killed the process ("SIGTERM"), if any.
+	Signal string `msgpack:"signal,omitempty" json:"signal,omitempty"`
+	// Error explains a spawn-error or another abnormal end.
+	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// TimeoutMs and NoOutputTimeoutMs are the effective timeouts (0 = none).
+	TimeoutMs         int64 `msgpack:"timeoutMs" json:"timeoutMs"`
+	NoOutputTimeoutMs int64 `msgpack:"noOutputTimeoutMs" json:"noOutputTimeoutMs"`
+	// StdoutBytes and StderrBytes count all output ever produced.
+	StdoutBytes int64 `msgpack:"stdoutBytes" json:"stdoutBytes"`
+	StderrBytes int64 `msgpack:"stderrBytes" json:"stderrBytes"`
+	// RetainedFrom is the output offset of the oldest byte still retained;
+	// OutputEnd is the offset just past the newest byte.
+	RetainedFrom int64 `msgpack:"retainedFrom" json:"retainedFrom"`
+	OutputEnd    int64 `msgpack:"outputEnd" json:"outputEnd"`
+	// LastSeq is the seq of the job's newest event.
+	LastSeq uint64 `msgpack:"lastSeq" json:"lastSeq"`
+}
+
+// Finished reports whether the job has reached StateExited.
+func (j *JobInfo) Finished() bool { return j.State == StateExited }
+
+// PollArgs are the arguments of OpPoll.
+type PollArgs struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+	// Cursor is a byte offset into the job's combined output (stdout and
+	// stderr interleaved as produced); 0 reads from the start.
+	Cursor int64 `msgpack:"cursor" json:"cursor"`
+	// MaxBytes caps the output returned; 0 means MaxPollBytes.
+	MaxBytes int64 `msgpack:"maxBytes,omitempty" json:"maxBytes,omitempty"`
+}
+
+// PollResult is the result of OpPoll.
+type PollResult struct {
+	Job JobInfo `msgpack:"job" json:"job"`
+	// Chunks are the retained output at or after Cursor, in order.
+	Chunks []Chunk `msgpack:"chunks" json:"chunks"`
+	// Next is the cursor for the following poll.
+	Next int64 `msgpack:"next" json:"next"`
+	// Truncated is true when Cursor is older than the oldest retained byte;
+	// LostBytes says how many bytes after Cursor are gone.
+	Truncated bool  `msgpack:"truncated" json:"truncated"`
+	LostBytes int64 `msgpack:"lostBytes" json:"lostBytes"`
+	// More is true when retained output remains past Next (MaxBytes hit).
+	More bool `msgpack:"more" json:"more"`
+}
+
+// Chunk is a piece of a job's output.
+type Chunk struct {
+	Seq    uint64 `msgpack:"seq" json:"seq"`
+	Stream Stream `msgpack:"stream" json:"stream"`
+	// Offset is the position of Data[0] in the job's combined output.
+	Offset int64  `msgpack:"offset" json:"offset"`
+	Data   []byte `msgpack:"data" json:"data"`
+}
+
+// SubscribeArgs are the arguments of OpSubscribe.
+type SubscribeArgs struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+	// FromSeq is the first seq wanted (>= 1).
+	FromSeq uint64 `msgpack:"fromSeq" json:"fromSeq"`
+	// Limit caps the events returned; 0 means MaxSubscribeEvents.
+	Limit int `msgpack:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// SubscribeResult is the result of OpSubscribe.
+type SubscribeResult struct {
+	Job JobInfo `msgpack:"job" json:"job"`
+	// Events are the retained events with seq >= FromSeq, in seq order.
+	Events []Event `msgpack:"events" json:"events"`
+	// Missing lists seq ranges in [FromSeq, LastSeq] no longer retained.
+	Missing []SeqRange `msgpack:"missing,omitempty" json:"missing,omitempty"`
+	// MissingBytes is the output size of the missing events.
+	MissingBytes int64 `msgpack:"missingBytes" json:"missingBytes"`
+	// More is true when Limit cut the reply short.
+	More bool `msgpack:"more" json:"more"`
+}
+
+// SeqRange is an inclusive range of seqs.
+type SeqRange struct {
+	From uint64 `msgpack:"from" json:"from"`
+	To   uint64 `msgpack:"to" json:"to"`
+}
+
+// HealthResult is the result of OpHealth.
+type HealthResult struct {
+	OK         bool   `msgpack:"ok" json:"ok"`
+	InstanceID string `msgpack:"instanceId" json:"instanceId"`
+	Protocol   int    `msgpack:"protocol" json:"protocol"`
+	Version    string `msgpack:"version" json:"version"`
+	Pid        int    `msgpack:"pid" json:"pid"`
+	StartedAt  int64  `msgpack:"startedAt" json:"startedAt"`
+	UptimeMs   int64  `msgpack:"uptimeMs" json:"uptimeMs"`
+	// ActiveJobs counts jobs not yet exited; TotalJobs all known jobs.
+	ActiveJobs int  `msgpack:"activeJobs" json:"activeJobs"`
+	TotalJobs  int  `msgpack:"totalJobs" json:"totalJobs"`
+	MaxJobs    int  `msgpack:"maxJobs" json:"maxJobs"`
+	Draining   bool `msgpack:"draining" json:"draining"`
+}
+
+// Event is the event-plane envelope. Payload depends on Kind.
+type Event struct {
+	V     int    `msgpack:"v" json:"v"`
+	JobID string `msgpack:"jobId" json:"jobId"`
+	// Seq is per job, contiguous from 1. Gap and heartbeat events are
+	// outside the job sequence and carry Seq 0.
+	Seq     uint64             `msgpack:"seq" json:"seq"`
+	Ts      int64              `msgpack:"ts" json:"ts"`
+	Kind    Kind               `msgpack:"kind" json:"kind"`
+	Payload msgpack.RawMessage `msgpack:"payload" json:"payload"`
+}
+
+// StartedPayload is the payload of KindStarted.
+type StartedPayload struct {
+	Pid       int               `msgpack:"pid" json:"pid"`
+	Pgid      int               `msgpack:"pgid" json:"pgid"`
+	Argv      []string          `msgpack:"argv,omitempty" json:"argv,omitempty"`
+	Shell     string            `msgpack:"shell,omitempty" json:"shell,omitempty"`
+	Cwd       string            `msgpack:"cwd,omitempty" json:"cwd,omitempty"`
+	Labels    map[string]string `msgpack:"labels,omitempty" json:"labels,omitempty"`
+	SessionID string            `msgpack:"sessionId,omitempty" json:"sessionId,omitempty"`
+}
+
+// OutputPayload is the payload of KindStdout and KindStderr.
+type OutputPayload struct {
+	// Offset is the position of Data[0] in the job's combined output.
+	Offset int64  `msgpack:"offset" json:"offset"`
+	Data   []byte `msgpack:"data" json:"data"`
+}
+
+// ExitPayload is the payload of KindExited and KindFailed.
+type ExitPayload struct {
+	Reason     Reason `msgpack:"reason" json:"reason"`
+	ExitCode   *int   `msgpack:"exitCode,omitempty" json:"exitCode,omitempty"`
+	Signal     string `msgpack:"signal,omitempty" json:"signal,omitempty"`
+	Error      string `msgpack:"error,omitempty" json:"error,omitempty"`
+	DurationMs int64  `msgpack:"durationMs" json:"durationMs"`
+	// OutputEnd is the total size of the job's combined output.
+	OutputEnd int64 `msgpack:"outputEnd" json:"outputEnd"`
+}
+
+// GapPayload is the payload of KindGap: events From..To (inclusive) of the
+// job were dropped before reaching the event socket.
+type GapPayload struct {
+	From  uint64 `msgpack:"from" json:"from"`
+	To    uint64 `msgpack:"to" json:"to"`
+	Count uint64 `msgpack:"count" json:"count"`
+}
+
+// HeartbeatPayload is the payload of KindHeartbeat.
+type HeartbeatPayload struct {
+	InstanceID string `msgpack:"instanceId" json:"instanceId"`
+	StartedAt  int64  `msgpack:"startedAt" json:"startedAt"`
+	ActiveJobs int    `msgpack:"activeJobs" json:"activeJobs"`
+	// Published and Dropped count events since the supervisor started.
+	Published uint64 `msgpack:"published" json:"published"`
+	Dropped   uint64 `msgpack:"dropped" json:"dropped"`
+}

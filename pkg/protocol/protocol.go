@@ -1,0 +1,177 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Version is the protocol version this package speaks. Requests carry it in
+// their "v" field; a server rejects any other version with CodeUnsupportedVersion.
+const Version = 2
+
+// Op names a control-plane operation.
+type Op string
+
+// Control-plane operations.
+const (
+	OpSpawn     Op = "spawn"
+	OpPoll      Op = "poll"
+	OpKill      Op = "kill"
+	OpStatus    Op = "status"
+	OpHealth    Op = "health"
+	OpListJobs  Op = "list-jobs"
+	OpRemove    Op = "remove"
+	OpSubscribe Op = "subscribe"
+)
+
+// Ops lists every operation the server understands, in documentation order.
+var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe}
+
+// Known reports whether op is an operation of this protocol version.
+func (op Op) Known() bool {
+	for _, o := range Ops {
+		if o == op {
+			return true
+		}
+	}
+	return false
+}
+
+// Kind names an event on the event plane.
+type Kind string
+
+// Event kinds.
+const (
+	KindStarted   Kind = "job.started"
+	KindStdout    Kind = "job.stdout"
+	KindStderr    Kind = "job.stderr"
+	KindExited    Kind = "job.exited"
+	KindFailed    Kind = "job.failed"
+	KindGap       Kind = "job.gap"
+	KindHeartbeat Kind = "supervisor.heartbeat"
+)
+
+// Terminal reports whether k ends a job's event stream.
+func (k Kind) Terminal() bool { return k == KindExited || k == KindFailed }
+
+// Stream names an output stream of a job.
+type Stream string
+
+// Output streams.
+const (
+	Stdout Stream = "stdout"
+	Stderr Stream = "stderr"
+)
+
+// Kind returns the event kind that carries output of stream s.
+func (s Stream) Kind() Kind {
+	if s == Stderr {
+		return KindStderr
+	}
+	return KindStdout
+}
+
+// State is a job's lifecycle state as seen on the wire.
+type State string
+
+// Job states: starting -> running -> exiting -> exited. A job whose spawn
+// failed goes straight from starting to exited.
+const (
+	StateStarting State = "starting"
+	StateRunning  State = "running"
+	StateExiting  State = "exiting"
+	StateExited   State = "exited"
+)
+
+// Reason is the normalized termination reason of a finished job.
+type Reason string
+
+// Termination reasons. Exactly one is recorded per finished job.
+const (
+	// ReasonExit: the process exited on its own; see ExitCode.
+	ReasonExit Reason = "exit"
+	// ReasonSignal: the process was killed by a signal nobody in the
+	// supervisor asked for (or by a signal sent with kill --signal).
+	ReasonSignal Reason = "signal"
+	// ReasonManualCancel: a client asked for the job to be killed.
+	ReasonManualCancel Reason = "manual-cancel"
+	// ReasonOverallTimeout: the job ran longer than its timeout.
+	ReasonOverallTimeout Reason = "overall-timeout"
+	// ReasonNoOutputTimeout: the job printed nothing for its no-output timeout.
+	ReasonNoOutputTimeout Reason = "no-output-timeout"
+	// ReasonSpawnError: the process could not be started.
+	ReasonSpawnError Reason = "spawn-error"
+	// ReasonSupervisorRestart: the supervisor that owned the job went away.
+	ReasonSupervisorRestart Reason = "supervisor-restart"
+	// ReasonShutdown: the supervisor terminated the job while shutting down.
+	ReasonShutdown Reason = "supervisor-shutdown"
+)
+
+// Code is a stable, machine-readable error code carried in error replies.
+type Code string
+
+// Error codes. Their meaning never changes; new codes may be added.
+const (
+	CodeBadRequest         Code = "bad-request"
+	CodeUnsupportedVersion Code = "unsupported-version"
+	CodeUnknownOp          Code = "unknown-op"
+	CodeInvalidArgument    Code = "invalid-argument"
+	CodeTooLarge           Code = "too-large"
+	CodeNotFound           Code = "not-found"
+	CodeTooManyJobs        Code = "too-many-jobs"
+	CodeSpawnError         Code = "spawn-error"
+	CodeJobRunning         Code = "job-running"
+	CodeShuttingDown       Code = "shutting-down"
+	CodeInternal           Code = "internal"
+)
+
+// Limits of the protocol. A server may be configured with a smaller
+// MaxRequestBytes; it never accepts more than these.
+const (
+	// MaxRequestBytes is the default and hard upper bound of one request body.
+	MaxRequestBytes = 1 << 20
+	// MaxArgs is the maximum number of argv elements.
+	MaxArgs = 4096
+	// MaxArgBytes is the maximum total size of argv (or the shell string).
+	MaxArgBytes = 256 << 10
+	// MaxEnv is the maximum number of environment entries.
+	MaxEnv = 4096
+	// MaxEnvBytes is the maximum total size of environment keys and values.
+	MaxEnvBytes = 256 << 10
+	// MaxLabels is the maximum number of labels on a job.
+	MaxLabels = 64
+	// MaxLabelBytes is the maximum size of one label key or value.
+	MaxLabelBytes = 256
+	// MaxIDBytes is the maximum size of a request id, job id or session id.
+	MaxIDBytes = 128
+	// MaxTimeoutMs is the largest timeout accepted (7 days).
+	MaxTimeoutMs = 7 * 24 * 3600 * 1000
+	// MaxPollBytes is the most output one poll reply carries.
+	MaxPollBytes = 4 << 20
+	// MaxSubscribeEvents is the most events one subscribe reply carries.
+	MaxSubscribeEvents = 10000
+)
+
+// Error is an error with a stable code, as carried in a reply.
+type Error struct {
+	Code    Code              `msgpack:"code" json:"code"`
+	Message string            `msgpack:"message" json:"message"`
+	Details map[string]string `msgpack:"details,omitempty" json:"details,omitempty"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf returns an *Error with code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of the first *Error in err's chain, or
+// CodeInternal when there is none.
+func CodeOf(err error) Code {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return CodeInternal
+}
