@@ -10,13 +10,52 @@ import (
 	"syscall"
 )
 
-// groupAlive reports whether any process is in process group pgid.
+// groupAlive reports whether any live process is in process group pgid.
+// Zombies do not count: they run nothing and hold no files, and an orphaned
+// zombie waits for init (which may reap lazily), not for us.
 func groupAlive(pgid int) bool {
 	if pgid <= 1 {
 		return false
 	}
 	err := syscall.Kill(-pgid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	// Some member exists: is any of them not a zombie?
+	d, err := os.Open("/proc")
+	if err != nil {
+		return true
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	want := strconv.Itoa(pgid)
+	for _, n := range names {
+		if n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		state, pg, ok := statStateAndPgid(n)
+		if ok && pg == want && state != "Z" && state != "X" {
+			return true
+		}
+	}
+	return false
+}
+
+// statStateAndPgid reads fields 3 (state) and 5 (pgrp) of /proc/<pid>/stat.
+func statStateAndPgid(pid string) (state, pgid string, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "", "", false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "", "", false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 {
+		return "", "", false
+	}
+	return f[0], f[2], true
 }
 
 // signalGroup sends sig to every process of group pgid. A group that is

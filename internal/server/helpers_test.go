@@ -1,0 +1,200 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if kids := childPids(os.Getpid()); len(kids) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: test left child processes behind: %v\n", kids)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// childPids lists live (non-zombie) children of pid.
+func childPids(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 && f[1] == strconv.Itoa(pid) && f[0] != "Z" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// testServer is a supervisor serving on private ipc endpoints of a test.
+type testServer struct {
+	*Server
+	cfg    Config
+	client *client.Client
+	dir    string
+}
+
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "es-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg := DefaultConfig()
+	cfg.Control = "ipc://" + filepath.Join(dir, "c.sock")
+	cfg.Event = "ipc://" + filepath.Join(dir, "e.sock")
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.MetricsAddr = ""
+	cfg.Jobs.MergeInterval = 20 * time.Millisecond
+	cfg.Jobs.Grace = 2 * time.Second
+	cfg.HeartbeatInterval = 200 * time.Millisecond
+	return cfg
+}
+
+func startServer(t *testing.T, cfg Config) *testServer {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if !testing.Verbose() {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Server: s, cfg: cfg}
+	ts.client = client.New(client.Options{ControlAddress: cfg.Control, EventAddress: cfg.Event, RequestTimeout: 10 * time.Second})
+	t.Cleanup(func() {
+		ts.client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close server: %v", err)
+		}
+	})
+	return ts
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitDone waits (via Follow, no sleeps) for the job to finish and returns
+// its output by stream and the exit payload.
+func waitDone(t *testing.T, c *client.Client, id string, d time.Duration) (stdout, stderr string, exit protocol.ExitPayload, events []protocol.Event) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := c.Follow(ctxT(t, d), id, 1, func(ev protocol.Event) error {
+		events = append(events, ev)
+		switch ev.Kind {
+		case protocol.KindStdout, protocol.KindStderr:
+			var p protocol.OutputPayload
+			if err := ev.DecodePayload(&p); err != nil {
+				return err
+			}
+			if ev.Kind == protocol.KindStdout {
+				out.Write(p.Data)
+			} else {
+				errb.Write(p.Data)
+			}
+		case protocol.KindExited, protocol.KindFailed:
+			return ev.DecodePayload(&exit)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("follow %s: %v", id, err)
+	}
+	return out.String(), errb.String(), exit, events
+}
+
+// requireGroupGone fails unless process group pgid has no live
+// (non-zombie) member. Orphaned zombies are init's to reap.
+func requireGroupGone(t *testing.T, pgid int) {
+	t.Helper()
+	if pgid <= 1 {
+		t.Fatalf("bad pgid %d", pgid)
+	}
+	if err := syscall.Kill(-pgid, 0); err == nil {
+		if live := pidsInGroup(pgid); len(live) > 0 {
+			t.Fatalf("process group %d still has live members %v", pgid, live)
+		}
+	}
+}
+
+// pidsInGroup lists processes whose pgid is pgid.
+func pidsInGroup(pgid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or d passes (for state with no
+// notification, such as the kernel's process table).
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		runtime.Gosched()
+		time.Sleep(5 * time.Millisecond) // polling the process table; there is no event to wait on
+	}
+}
