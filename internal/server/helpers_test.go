@@ -62,7 +62,7 @@ type testServer struct {
 	dir    string
 }
 
-func testConfig(t *testing.T) Config {
+func testConfig(t testing.TB) Config {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "es-")
 	if err != nil {
@@ -80,7 +80,7 @@ func testConfig(t *testing.T) Config {
 	return cfg
 }
 
-func startServer(t *testing.T, cfg Config) *testServer {
+func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if !testing.Verbose() {
@@ -106,7 +106,7 @@ func startServer(t *testing.T, cfg Config) *testServer {
 	return ts
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()

@@ -1,0 +1,111 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+func TestTransitions(t *testing.T) {
+	all := []State{Starting, Running, Exiting, Exited}
+	allowed := map[[2]State]bool{
+		{Starting, Running}: true, {Starting, Exited}: true,
+		{Running, Exiting}: true, {Running, Exited}: true, {Exiting, Exited}: true,
+	}
+	for _, from := range all {
+		for _, to := range all {
+			if got := canMove(from, to); got != allowed[[2]State{from, to}] {
+				t.Errorf("%s -> %s: got %v", from, to, got)
+			}
+		}
+	}
+	j := &Job{m: &Manager{log: discard()}, state: Exited}
+	if err := j.transition(Running); err == nil {
+		t.Fatal("exited -> running must be refused")
+	}
+}
+
+func TestRingEvictsOldestAndReads(t *testing.T) {
+	r := newRing(10)
+	var off int64
+	for i, s := range []string{"aaaa", "bbbb", "cccc", "dd"} {
+		r.add(chunk{Chunk: protocol.Chunk{Seq: uint64(i + 2), Offset: off, Data: []byte(s)}})
+		off += int64(len(s))
+	}
+	// 14 bytes added into 10: "aaaa" evicted.
+	if r.from() != 4 || r.bytes != 10 || r.firstSeq() != 3 || r.end != 14 {
+		t.Fatalf("from %d bytes %d first %d end %d", r.from(), r.bytes, r.firstSeq(), r.end)
+	}
+	out, next, more := r.read(6, 100)
+	var b bytes.Buffer
+	for _, c := range out {
+		b.WriteString(string(c.Data))
+	}
+	if b.String() != "bbccccdd" || next != 14 || more {
+		t.Fatalf("read from 6: %q next %d more %v", b.String(), next, more)
+	}
+	out, next, more = r.read(0, 5)
+	if len(out) != 2 || string(out[0].Data) != "bbbb" || string(out[1].Data) != "c" || next != 9 || !more {
+		t.Fatalf("capped read: %+v next %d more %v", out, next, more)
+	}
+}
+
+func TestRingMemoryFollowsUsage(t *testing.T) {
+	r := newRing(2 << 20)
+	r.add(chunk{Chunk: protocol.Chunk{Seq: 2, Data: []byte("0123456789")}})
+	if cap(r.chunks) > 4 || r.bytes != 10 {
+		t.Fatalf("a 10-byte job holds %d chunk slots, %d bytes", cap(r.chunks), r.bytes)
+	}
+	// Many evictions keep the backing array bounded.
+	for i := 0; i < 100000; i++ {
+		r.add(chunk{Chunk: protocol.Chunk{Seq: uint64(i + 3), Offset: r.end, Data: make([]byte, 64<<10)}})
+	}
+	if n := len(r.chunks); n > 100 {
+		t.Fatalf("backing array has %d slots for %d live chunks", n, len(r.live()))
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestExitRacingKill: kills racing a natural exit finalize exactly once.
+func TestExitRacingKill(t *testing.T) {
+	var sink countingSink
+	m := New(Config{MergeInterval: time.Millisecond}, nil, &sink)
+	defer m.Close(context.Background())
+	for i := 0; i < 30; i++ {
+		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _ := m.Get(info.JobID)
+		for k := 0; k < 3; k++ {
+			go j.Kill(protocol.ReasonManualCancel, 0)
+		}
+		<-j.Done()
+		res, _ := j.Events(1, 0)
+		last := res.Events[len(res.Events)-1]
+		if !last.Kind.Terminal() {
+			t.Fatalf("last event %s", last.Kind)
+		}
+		terminals := 0
+		for _, ev := range res.Events {
+			if ev.Kind.Terminal() {
+				terminals++
+			}
+		}
+		if terminals != 1 {
+			t.Fatalf("%d terminal events", terminals)
+		}
+		if r := j.Info().Reason; r != protocol.ReasonExit && r != protocol.ReasonManualCancel {
+			t.Fatalf("reason %s", r)
+		}
+	}
+}
+
+type countingSink struct{}
+
+func (countingSink) Publish(protocol.Event) {}
