@@ -17,7 +17,7 @@ test-short:
 
 # Benchmarks, each printed with its same-run baseline.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/server/
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }

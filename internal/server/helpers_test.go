@@ -198,3 +198,5 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond) // polling the process table; there is no event to wait on
 	}
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,68 @@
+package server
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pythonWithZMQ returns a python interpreter that can import zmq and
+// msgpack (libzmq through pyzmq), trying Debian's /usr/bin/python3 before
+// the python3 first on PATH, and the interpreters it tried.
+func pythonWithZMQ() (string, []string) {
+	var tried []string
+	candidates := []string{"/usr/bin/python3"}
+	if p, err := exec.LookPath("python3"); err == nil {
+		candidates = append(candidates, p)
+	}
+	for _, py := range candidates {
+		tried = append(tried, py)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := exec.CommandContext(ctx, py, "-c", "import zmq, msgpack").Run()
+		cancel()
+		if err == nil {
+			return py, tried
+		}
+	}
+	return "", tried
+}
+
+// TestPythonClientInterop runs testdata/pyclient.py, a client written from
+// the wire format alone on libzmq (pyzmq) and msgpack, against a server on
+// ipc and on tcp endpoints: REQ and DEALER control, PUB/SUB events, the
+// subscribe op, heartbeats and error replies.
+func TestPythonClientInterop(t *testing.T) {
+	py, tried := pythonWithZMQ()
+	if py == "" {
+		t.Skipf("no python3 that can import zmq and msgpack (tried %s); install them with: "+
+			"apt-get install -y python3-zmq python3-msgpack (or: pip install pyzmq msgpack)", strings.Join(tried, ", "))
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "pyclient.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, transport := range []string{"ipc", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			cfg := testConfig(t)
+			if transport == "tcp" {
+				cfg.Control, cfg.Event = "tcp://127.0.0.1:"+freePort(t), "tcp://127.0.0.1:"+freePort(t)
+			}
+			startServer(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, py, script, cfg.Control, cfg.Event)
+			cmd.WaitDelay = 5 * time.Second
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s %s %s %s: %v (ctx: %v)\n%s", py, script, cfg.Control, cfg.Event, err, ctx.Err(), out)
+			}
+			if !strings.Contains(string(out), "PYCLIENT OK") {
+				t.Fatalf("pyclient exited 0 without PYCLIENT OK:\n%s", out)
+			}
+			t.Logf("%s pyclient output:\n%s", py, out)
+		})
+	}
+}
