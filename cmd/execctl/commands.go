@@ -95,6 +95,11 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		a.EnvMode = protocol.EnvReplace
 	}
 	job, err := g.client.Spawn(ctx, a)
+	if pe := (*protocol.Error)(nil); errors.As(err, &pe) && pe.Code == protocol.CodeSpawnError && (*wait || *follow) {
+		// The job exists and failed: report it like any other job end.
+		fmt.Fprintf(g.stderr, "execctl spawn: %s (%s)\n", pe.Message, pe.Code)
+		return 127, nil
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -118,7 +123,7 @@ func kvs(list []string, flag string) (map[string]string, error) {
 	for _, kv := range list {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, &usageError{msg: fmt.Sprintf("%s %q: want KEY=VALUE", flag, kv)}
+			return nil, &usageError{msg: fmt.Sprintf("%s %q: want KEY=VALUE", flag, kv), hint: "e.g. " + flag + " FOO=bar (repeat the flag for more)"}
 		}
 		m[k] = v
 	}

@@ -1,0 +1,477 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/server"
+)
+
+// TestMain fails the run when a test left a live child process behind
+// (every job is a child of this process: the server runs in-process).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if kids := childPids(os.Getpid()); len(kids) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: test left child processes behind: %v\n", kids)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// childPids lists live (non-zombie) children of pid.
+func childPids(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 && f[1] == strconv.Itoa(pid) && f[0] != "Z" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// shortTempDir returns a fresh directory with a short path (unix socket
+// paths must stay under ~100 bytes), removed when the test ends.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ectl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// supervisor is a real server on private ipc endpoints.
+type supervisor struct {
+	control, event string
+	dir            string
+}
+
+// globals returns the global flags that point execctl at s.
+func (s *supervisor) globals() []string {
+	return []string{"--control", s.control, "--event", s.event}
+}
+
+func startSupervisor(t *testing.T) *supervisor {
+	t.Helper()
+	dir := shortTempDir(t)
+	cfg := server.DefaultConfig()
+	cfg.Control = "ipc://" + filepath.Join(dir, "c.sock")
+	cfg.Event = "ipc://" + filepath.Join(dir, "e.sock")
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.MetricsAddr = ""
+	cfg.Jobs.MergeInterval = 20 * time.Millisecond
+	cfg.Jobs.Grace = 2 * time.Second
+	cfg.HeartbeatInterval = 200 * time.Millisecond
+	log := slog.New(slog.DiscardHandler)
+	s, err := server.New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil { // terminates any job still running
+			t.Errorf("close server: %v", err)
+		}
+	})
+	return &supervisor{control: cfg.Control, event: cfg.Event, dir: dir}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// execctl runs the CLI in-process and returns its exit code and output.
+func execctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var out, errb syncBuffer
+	code = run(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// ctl runs execctl against s with the given arguments after the globals.
+func (s *supervisor) ctl(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	return execctl(t, append(s.globals(), args...)...)
+}
+
+// mustCtl is ctl that fails the test unless execctl exits 0.
+func (s *supervisor) mustCtl(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errs := s.ctl(t, args...)
+	if code != 0 {
+		t.Fatalf("execctl %q: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
+	}
+	return out
+}
+
+// spawnID starts a job with `execctl spawn ARGS` and returns its id.
+func (s *supervisor) spawnID(t *testing.T, args ...string) string {
+	t.Helper()
+	id := strings.TrimSpace(s.mustCtl(t, append([]string{"spawn"}, args...)...))
+	if id == "" || strings.ContainsAny(id, " \n") {
+		t.Fatalf("spawn printed %q, want one job id", id)
+	}
+	return id
+}
+
+// jsonObject decodes one JSON object printed by execctl --json.
+func jsonObject(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	dec := json.NewDecoder(strings.NewReader(s))
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("not a JSON object: %v\n%s", err, s)
+	}
+	if dec.More() {
+		t.Fatalf("want exactly one JSON object, got more:\n%s", s)
+	}
+	return m
+}
+
+// jobOf returns the "job" object of a status/spawn reply.
+func jobOf(t *testing.T, m map[string]any) map[string]any {
+	t.Helper()
+	job, ok := m["job"].(map[string]any)
+	if !ok {
+		t.Fatalf("no \"job\" object in %v", m)
+	}
+	return job
+}
+
+// jsonStatus returns the "job" object of `execctl --json status ID`.
+func (s *supervisor) jsonStatus(t *testing.T, id string) map[string]any {
+	t.Helper()
+	return jobOf(t, jsonObject(t, s.mustCtl(t, "--json", "status", id)))
+}
+
+// waitExited polls `execctl --json status ID` until the job is exited, for
+// at most 10 s, and returns its final "job" object.
+func (s *supervisor) waitExited(t *testing.T, id string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		job := s.jsonStatus(t, id)
+		if job["state"] == "exited" {
+			return job
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s not exited after 10s: %v", id, job)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a CLI: there is nothing to block on
+	}
+}
+
+func TestSpawnFollowPrintsOutputAndExitCode(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	code, out, errs := s.ctl(t, "spawn", "--follow", "--", "sh", "-c", "echo hi; exit 3")
+	if code != 3 || out != "hi\n" {
+		t.Fatalf("exit %d stdout %q (want 3, %q); stderr %q", code, out, "hi\n", errs)
+	}
+}
+
+func TestSpawnWaitExitCodes(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"exit code", []string{"--wait", "--shell", "exit 5"}, 5, ""},
+		{"killed by signal", []string{"--wait", "--shell", "kill -9 $$"}, 128 + 9, "SIGKILL"},
+		{"timeout", []string{"--wait", "--timeout", "200ms", "--", "sleep", "30"}, 124, "overall-timeout"},
+		{"missing binary", []string{"--wait", "--", "/nonexistent/ectl-no-such-binary"}, 127, "spawn-error"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := s.ctl(t, append([]string{"spawn"}, tc.args...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, out, errs)
+			}
+			if out != "" {
+				t.Errorf("--wait printed %q to stdout, want nothing", out)
+			}
+			if !strings.Contains(errs, tc.stderr) {
+				t.Errorf("stderr %q does not mention %q", errs, tc.stderr)
+			}
+		})
+	}
+}
+
+func TestJSONSpawnStatusKill(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	spawned := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--", "sleep", "30"))
+	id, ok := spawned["jobId"].(string)
+	if !ok || id == "" {
+		t.Fatalf("no \"jobId\" in %v", spawned)
+	}
+	if got := jobOf(t, spawned)["jobId"]; got != id {
+		t.Fatalf("job.jobId %v != jobId %q", got, id)
+	}
+
+	job := s.jsonStatus(t, id)
+	if pid, _ := job["pid"].(float64); pid <= 0 {
+		t.Fatalf("job.pid = %v, want > 0 (%v)", job["pid"], job)
+	}
+	if job["state"] != "running" {
+		t.Fatalf("job.state = %v, want running (%v)", job["state"], job)
+	}
+
+	if out := s.mustCtl(t, "kill", id); !strings.HasPrefix(out, id+" ") {
+		t.Fatalf("kill printed %q", out)
+	}
+	job = s.waitExited(t, id)
+	if job["reason"] != "manual-cancel" {
+		t.Fatalf("job.reason = %v, want manual-cancel (%v)", job["reason"], job)
+	}
+	// Killing it again is harmless and says so.
+	if out := s.mustCtl(t, "kill", id); !strings.Contains(out, "already ended (manual-cancel)") {
+		t.Fatalf("second kill printed %q", out)
+	}
+}
+
+func TestJSONListAndHealth(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	list := jsonObject(t, s.mustCtl(t, "--json", "list"))
+	jobs, ok := list["jobs"].([]any)
+	if !ok || len(jobs) != 0 {
+		t.Fatalf("empty list: want {\"jobs\":[]}, got %v", list)
+	}
+
+	code, _, errs := s.ctl(t, "spawn", "--wait", "--", "true")
+	if code != 0 {
+		t.Fatalf("spawn --wait true: exit %d: %s", code, errs)
+	}
+	list = jsonObject(t, s.mustCtl(t, "--json", "list"))
+	jobs, ok = list["jobs"].([]any)
+	if !ok || len(jobs) != 1 {
+		t.Fatalf("want one job in %v", list)
+	}
+	if j, _ := jobs[0].(map[string]any); j == nil || j["state"] != "exited" || j["reason"] != "exit" {
+		t.Fatalf("listed job: %v", jobs[0])
+	}
+
+	h := jsonObject(t, s.mustCtl(t, "--json", "health"))
+	if h["ok"] != true {
+		t.Fatalf("health.ok = %v (%v)", h["ok"], h)
+	}
+	if id, _ := h["instanceId"].(string); id == "" {
+		t.Fatalf("health.instanceId missing (%v)", h)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	// None of these reaches a supervisor; point at a dead endpoint so a
+	// mistake here would show up as exit 3, not hang or pass.
+	dir := shortTempDir(t)
+	g := []string{"--control", "ipc://" + filepath.Join(dir, "c.sock"), "--event", "ipc://" + filepath.Join(dir, "e.sock")}
+	cases := []struct {
+		name string
+		args []string
+		want []string // substrings of stderr
+	}{
+		{"no command", nil, []string{"usage: execctl", "spawn"}},
+		{"unknown command", []string{"frobnicate"}, []string{`unknown command "frobnicate"`, "usage: execctl"}},
+		{"spawn without argv", []string{"spawn"}, []string{"no command given", "hint: execctl spawn -- echo hello"}},
+		{"spawn with only flags", []string{"spawn", "--wait"}, []string{"no command given", "hint:"}},
+		{"poll without job", []string{"poll"}, []string{"want exactly one JOB", "hint:"}},
+		{"env without =", []string{"spawn", "--env", "FOO", "--", "true"}, []string{`--env "FOO": want KEY=VALUE`, "hint:"}},
+		{"bad flag", []string{"spawn", "--no-such-flag"}, []string{"unknown flag", "hint:"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := execctl(t, append(append([]string{}, g...), tc.args...)...)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2\nstdout: %s\nstderr: %s", code, out, errs)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errs, w) {
+					t.Errorf("stderr does not mention %q:\n%s", w, errs)
+				}
+			}
+		})
+	}
+}
+
+func TestUnreachableSupervisor(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	control := "ipc://" + filepath.Join(dir, "nobody.sock")
+	for _, args := range [][]string{{"health"}, {"list"}, {"spawn", "--", "true"}} {
+		start := time.Now()
+		code, out, errs := execctl(t, append([]string{"--control", control, "--event", "ipc://" + filepath.Join(dir, "nobody-e.sock")}, args...)...)
+		if code != 3 {
+			t.Fatalf("%v: exit %d, want 3\nstdout: %s\nstderr: %s", args, code, out, errs)
+		}
+		if !strings.Contains(errs, "exec-supervisor --control "+control) {
+			t.Fatalf("%v: stderr does not say how to start a supervisor:\n%s", args, errs)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%v: took %v to notice nobody is listening", args, d)
+		}
+	}
+}
+
+// prefixedLines checks that every line of out is "ID | text" for an id of
+// ids and returns the texts per id, in order.
+func prefixedLines(t *testing.T, out string, ids ...string) map[string][]string {
+	t.Helper()
+	got := map[string][]string{}
+	if !strings.HasSuffix(out, "\n") {
+		t.Fatalf("output does not end in a newline: %q", out)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		matched := false
+		for _, id := range ids {
+			if text, ok := strings.CutPrefix(line, id+" | "); ok {
+				got[id] = append(got[id], text)
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			t.Fatalf("line %q has no \"JOBID | \" prefix of %v; output:\n%s", line, ids, out)
+		}
+	}
+	return got
+}
+
+func TestLogs(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+
+	t.Run("finished jobs", func(t *testing.T) {
+		a := s.spawnID(t, "--shell", "echo a-one; echo a-two")
+		// Both lines on stdout: the order of stdout vs stderr output is
+		// whatever the supervisor happened to read first.
+		b := s.spawnID(t, "--shell", "echo b-one; echo b-two")
+		s.waitExited(t, a)
+		s.waitExited(t, b)
+		code, out, errs := s.ctl(t, "logs", a, b)
+		if code != 0 {
+			t.Fatalf("logs: exit %d: %s", code, errs)
+		}
+		got := prefixedLines(t, out, a, b)
+		if want := []string{"a-one", "a-two"}; fmt.Sprint(got[a]) != fmt.Sprint(want) {
+			t.Errorf("%s: lines %q, want %q\n%s", a, got[a], want, out)
+		}
+		if want := []string{"b-one", "b-two"}; fmt.Sprint(got[b]) != fmt.Sprint(want) {
+			t.Errorf("%s: lines %q, want %q\n%s", b, got[b], want, out)
+		}
+	})
+
+	t.Run("follow running job", func(t *testing.T) {
+		gate := filepath.Join(s.dir, "go")
+		script := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done; echo l1; echo l2; echo l3", gate)
+		id := s.spawnID(t, "--shell", script)
+		if st := s.jsonStatus(t, id)["state"]; st != "running" {
+			t.Fatalf("job state %v before the gate opened, want running", st)
+		}
+		type result struct {
+			code      int
+			out, errs string
+		}
+		done := make(chan result, 1)
+		go func() {
+			// Not execctl/mustCtl: t.Fatal must not run off the test goroutine.
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			var out, errb syncBuffer
+			code := run(ctx, append(s.globals(), "logs", "-f", id), &out, &errb)
+			done <- result{code, out.String(), errb.String()}
+		}()
+		if err := os.WriteFile(gate, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.code != 0 {
+			t.Fatalf("logs -f: exit %d\nstdout: %s\nstderr: %s", r.code, r.out, r.errs)
+		}
+		got := prefixedLines(t, r.out, id)
+		if want := []string{"l1", "l2", "l3", "[ended: exit]"}; fmt.Sprint(got[id]) != fmt.Sprint(want) {
+			t.Fatalf("logs -f lines %q, want %q\n%s", got[id], want, r.out)
+		}
+	})
+}
+
+func TestPollRemoveStatus(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--shell", "echo out-line; echo err-line >&2")
+	s.waitExited(t, id)
+
+	code, out, errs := s.ctl(t, "poll", id)
+	if code != 0 || out != "out-line\n" || errs != "err-line\n" {
+		t.Fatalf("poll: exit %d stdout %q stderr %q", code, out, errs)
+	}
+
+	// A running job cannot be removed.
+	running := s.spawnID(t, "--", "sleep", "30")
+	code, _, errs = s.ctl(t, "remove", running)
+	if code != 1 || !strings.Contains(errs, "job-running") {
+		t.Fatalf("remove running job: exit %d stderr %q", code, errs)
+	}
+
+	if out := s.mustCtl(t, "remove", id); out != id+" removed\n" {
+		t.Fatalf("remove printed %q", out)
+	}
+	code, out, errs = s.ctl(t, "status", id)
+	if code != 1 || !strings.Contains(errs, "not-found") {
+		t.Fatalf("status of removed job: exit %d stdout %q stderr %q", code, out, errs)
+	}
+	if !strings.Contains(errs, "hint: list known jobs with: execctl list") {
+		t.Errorf("no hint in %q", errs)
+	}
+}
