@@ -170,7 +170,7 @@ func lookPath(file, path string) (string, error) {
 func (j *Job) buildEnv() []string {
 	var env []string
 	if j.spec.EnvMode != protocol.EnvReplace {
-		for _, kv := range os.Environ() {
+		for _, kv := range j.m.environ {
 			k, _, _ := strings.Cut(kv, "=")
 			if _, over := j.spec.Env[k]; !over {
 				env = append(env, kv)
@@ -207,7 +207,7 @@ func (j *Job) start() error {
 			err = fmt.Errorf("start %q: %w", argv[0], err)
 		}
 	}
-	// The child has its copies; ours of the write ends and stdin must go
+	// The child has its copies; ours of the write ends must go
 	// so that EOF arrives when the child's side closes.
 	for _, f := range files.child {
 		f.Close()
@@ -226,9 +226,6 @@ func (j *Job) start() error {
 	j.pgid = cmd.Process.Pid // Setpgid with Pgid 0: the leader's pid
 	j.startedAt = j.m.now()
 	j.lastOutputAt = j.startedAt
-	if t, err := ProcStartTicks(j.pid); err == nil {
-		j.startTicks = t
-	}
 	_ = j.transition(Running)
 	j.startedEv = ptr(j.emitLocked(protocol.KindStarted, protocol.StartedPayload{
 		Pid: j.pid, Pgid: j.pgid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
@@ -258,7 +255,7 @@ func (j *Job) start() error {
 func ptr[T any](v T) *T { return &v }
 
 type procFiles struct {
-	child  []*os.File // stdin, stdout-w, stderr-w: closed after start
+	child  []*os.File // stdout-w, stderr-w: closed after start
 	parent []*os.File // stdout-r, stderr-r
 }
 
@@ -277,11 +274,7 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 			return nil, files, fmt.Errorf("working directory %q is not a directory", j.spec.Cwd)
 		}
 	}
-	stdin, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, files, fmt.Errorf("open stdin: %w", err)
-	}
-	files.child = append(files.child, stdin)
+	stdin := j.m.devNull
 	var outs [2]*os.File
 	for i := range outs {
 		r, w, err := os.Pipe()
@@ -297,8 +290,11 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 	}
 	cmd := &exec.Cmd{
 		Path: path, Args: argv, Env: env, Dir: j.spec.Cwd,
-		Stdin: stdin, Stdout: outs[0], Stderr: outs[1],
+		Stdout: outs[0], Stderr: outs[1],
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if stdin != nil {
+		cmd.Stdin = stdin // else os/exec opens /dev/null itself
 	}
 	return cmd, files, nil
 }
@@ -504,6 +500,13 @@ func (j *Job) signalLocked(sig syscall.Signal) error {
 // finalizes the job once.
 func (j *Job) waitLoop() {
 	defer j.m.wg.Done()
+	// The process cannot be reaped before Wait below, so its /proc entry
+	// (a zombie's at worst) is still there: record its fingerprint.
+	if t, err := ProcStartTicks(j.pid); err == nil {
+		j.mu.Lock()
+		j.startTicks = t
+		j.mu.Unlock()
+	}
 	err := j.cmd.Wait()
 	var ws syscall.WaitStatus
 	if j.cmd.ProcessState != nil {

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -115,6 +116,10 @@ type Manager struct {
 	sink  Sink
 	hooks Hooks
 	now   func() time.Time
+	// environ is the supervisor's environment, read once; devNull is the
+	// shared read-only stdin of pipe jobs.
+	environ []string
+	devNull *os.File
 
 	mu     sync.Mutex
 	jobs   map[string]*Job
@@ -142,7 +147,10 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ()}
+	if f, err := os.Open(os.DevNull); err == nil {
+		m.devNull = f
+	}
 	for _, o := range opts {
 		o(m)
 	}
@@ -323,7 +331,12 @@ func (m *Manager) Close(ctx context.Context) error {
 			return fmt.Errorf("close job manager: %w", ctx.Err())
 		}
 	}
-	m.closeO.Do(func() { close(m.stop) })
-	m.wg.Wait()
+	m.closeO.Do(func() {
+		close(m.stop)
+		m.wg.Wait()
+		if m.devNull != nil {
+			m.devNull.Close()
+		}
+	})
 	return nil
 }
