@@ -41,9 +41,30 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	// The first SIGTERM/SIGINT starts a graceful shutdown; a second one
+	// makes it fast (running jobs are SIGKILLed at once).
+	ctx, stop := context.WithCancel(context.Background())
+	force, forceNow := context.WithCancel(context.Background())
 	defer stop()
-	if err := server.Run(ctx, cfg, log); err != nil {
+	defer forceNow()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case <-sigs:
+			stop()
+		case <-force.Done():
+			return
+		}
+		select {
+		case sig := <-sigs:
+			log.Warn("second signal: forcing a fast shutdown", "signal", sig.String())
+			forceNow()
+		case <-force.Done():
+		}
+	}()
+	if err := server.Run(ctx, force, cfg, log); err != nil {
 		log.Error("exec-supervisor failed", "err", err)
 		return 1
 	}

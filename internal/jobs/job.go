@@ -41,6 +41,7 @@ type Job struct {
 	startTicks uint64
 
 	createdAt, startedAt, endedAt, lastOutputAt time.Time
+	updatedAt                                   time.Time // last state change
 
 	// reason is the termination reason requested by a kill or timeout
 	// before the leader exited; final after finalize.
@@ -126,6 +127,8 @@ func (j *Job) transition(to State) error {
 	}
 	j.m.log.Debug("job state", "job", j.id, "from", j.state.String(), "to", to.String())
 	j.state = to
+	j.updatedAt = j.m.now()
+	j.m.changed()
 	return nil
 }
 

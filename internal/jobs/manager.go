@@ -107,6 +107,10 @@ type Hooks struct {
 	Finished    func(reason protocol.Reason)
 	OutputBytes func(stream protocol.Stream, n int)
 	CleanupKill func(mode string)
+	// Changed is called after every state change of any job (and after a
+	// job is forgotten). It may be called with a job's lock held: it must
+	// not block or call back into the Manager (signal a channel).
+	Changed func()
 }
 
 // Manager owns every job. Create it with New, stop it with Close.
@@ -120,6 +124,7 @@ type Manager struct {
 	// shared read-only stdin of pipe jobs.
 	environ []string
 	devNull *os.File
+	bootID  string
 
 	mu     sync.Mutex
 	jobs   map[string]*Job
@@ -147,7 +152,7 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ()}
+	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ(), bootID: BootID()}
 	if f, err := os.Open(os.DevNull); err == nil {
 		m.devNull = f
 	}
@@ -198,6 +203,12 @@ func (m *Manager) Spawn(args protocol.SpawnArgs) (protocol.JobInfo, error) {
 		m.hooks.Spawned()
 	}
 	return j.Info(), nil
+}
+
+func (m *Manager) changed() {
+	if m.hooks.Changed != nil {
+		m.hooks.Changed()
+	}
 }
 
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
@@ -264,6 +275,7 @@ func (m *Manager) Remove(id string) error {
 	m.mu.Lock()
 	delete(m.jobs, id)
 	m.mu.Unlock()
+	m.changed()
 	return nil
 }
 
@@ -302,8 +314,34 @@ func (m *Manager) Sweep() int {
 	}
 	if n > 0 {
 		m.log.Debug("retention sweep", "removed", n)
+		m.changed()
 	}
 	return n
+}
+
+// Drain stops accepting spawns (they get CodeShuttingDown); running jobs
+// are left alone.
+func (m *Manager) Drain() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+}
+
+// Wait blocks until every job that exists now has finished, or ctx ends.
+func (m *Manager) Wait(ctx context.Context) {
+	m.mu.Lock()
+	js := make([]*Job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		js = append(js, j)
+	}
+	m.mu.Unlock()
+	for _, j := range js {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Close stops accepting spawns, terminates every running job through the

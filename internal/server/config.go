@@ -23,6 +23,14 @@ type Config struct {
 	Event   string
 	// StateDir holds persistent state (created 0700 when missing).
 	StateDir string
+	// Journal is the journal file; empty means <StateDir>/journal.json.
+	Journal string
+	// JournalFlushInterval is the period of journal writes besides the
+	// ones that follow every state change.
+	JournalFlushInterval time.Duration
+	// ShutdownMode is "terminate" (kill running jobs at shutdown) or
+	// "wait" (let them finish, up to ShutdownTimeout, then terminate).
+	ShutdownMode string
 	// MetricsAddr is the HTTP address of /metrics; empty disables it.
 	MetricsAddr string
 	// Jobs configures the job manager.
@@ -45,18 +53,20 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Control:           zmqx.DefaultControl(),
-		Event:             zmqx.DefaultEvent(),
-		StateDir:          defaultStateDir(),
-		MetricsAddr:       "127.0.0.1:18792",
-		Jobs:              jobs.DefaultConfig(),
-		EventHWM:          1000,
-		HeartbeatInterval: time.Second,
-		MaxRequestBytes:   protocol.MaxRequestBytes,
-		MaxInFlight:       64,
-		ShutdownTimeout:   15 * time.Second,
-		LogLevel:          "info",
-		LogFormat:         "text",
+		Control:              zmqx.DefaultControl(),
+		Event:                zmqx.DefaultEvent(),
+		StateDir:             defaultStateDir(),
+		MetricsAddr:          "127.0.0.1:18792",
+		Jobs:                 jobs.DefaultConfig(),
+		EventHWM:             1000,
+		HeartbeatInterval:    time.Second,
+		MaxRequestBytes:      protocol.MaxRequestBytes,
+		MaxInFlight:          64,
+		ShutdownTimeout:      15 * time.Second,
+		JournalFlushInterval: 5 * time.Second,
+		ShutdownMode:         "terminate",
+		LogLevel:             "info",
+		LogFormat:            "text",
 	}
 }
 
@@ -88,6 +98,9 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "period of supervisor.heartbeat events")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest control request accepted")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on graceful shutdown")
+	fs.StringVar(&c.ShutdownMode, "shutdown", c.ShutdownMode, "at shutdown, terminate running jobs, or wait for them (up to --shutdown-timeout)")
+	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")
+	fs.DurationVar(&c.JournalFlushInterval, "journal-flush-interval", c.JournalFlushInterval, "period of journal writes (it is also written after every state change)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 }
@@ -122,6 +135,8 @@ func (c *Config) Validate() error {
 		{c.MaxRequestBytes >= 1024 && c.MaxRequestBytes <= protocol.MaxRequestBytes, "--max-request-bytes", fmt.Sprintf("must be 1024..%d", protocol.MaxRequestBytes)},
 		{c.MaxInFlight >= 1, "max in-flight requests", "must be >= 1"},
 		{c.ShutdownTimeout > 0, "--shutdown-timeout", "must be > 0"},
+		{c.JournalFlushInterval >= 10*time.Millisecond && c.JournalFlushInterval <= time.Hour, "--journal-flush-interval", "must be 10ms..1h"},
+		{c.ShutdownMode == "terminate" || c.ShutdownMode == "wait", "--shutdown", "must be terminate or wait"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
@@ -141,5 +156,16 @@ func (c *Config) Validate() error {
 	if c.StateDir == "" {
 		return fmt.Errorf("--state-dir must not be empty")
 	}
+	if c.Journal != "" && strings.HasSuffix(c.Journal, "/") {
+		return fmt.Errorf("--journal %q is a directory; give a file path", c.Journal)
+	}
 	return nil
+}
+
+// JournalPath returns the effective journal path.
+func (c *Config) JournalPath() string {
+	if c.Journal != "" {
+		return c.Journal
+	}
+	return filepath.Join(c.StateDir, "journal.json")
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -53,6 +55,17 @@ type Server struct {
 	draining chan struct{}
 	stopPub  chan struct{}
 
+	journal        *journal.Journal
+	lock           *journal.Lock
+	journalDirty   chan struct{}
+	stopJournal    chan struct{}
+	journalWG      sync.WaitGroup
+	journalMu      sync.Mutex // serializes writes
+	journalFailing bool       // under journalMu
+	// Counters for metrics and health.
+	journalCorrupt    atomic.Uint64
+	orphansReconciled atomic.Uint64
+
 	wg      sync.WaitGroup // control loops, heartbeat
 	pubWG   sync.WaitGroup // publisher
 	reqWG   sync.WaitGroup // request handlers
@@ -74,6 +87,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		cfg: cfg, log: log, instanceID: hex.EncodeToString(b[:]), startedAt: time.Now(),
 		replies: make(chan zmqx.Msg, 256), inflight: make(chan struct{}, cfg.MaxInFlight),
 		draining: make(chan struct{}), stopPub: make(chan struct{}),
+		journal: journal.New(cfg.JournalPath()), journalDirty: make(chan struct{}, 1), stopJournal: make(chan struct{}),
 	}
 	return s, nil
 }
@@ -87,9 +101,20 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("--state-dir: create %s: %w", s.cfg.StateDir, err)
 	}
+	if fi, err := os.Lstat(s.cfg.StateDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--state-dir %s is not a directory (symlinks are refused)", s.cfg.StateDir)
+	}
+	// One state directory, one owner: taken before anything else.
+	if s.lock, err = journal.Acquire(s.cfg.StateDir, s.instanceID); err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.pub = newPublisher(s.log, nil, s.cfg.EventHWM)
+	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, jobs.WithHooks(jobs.Hooks{Changed: s.markDirty}))
 	defer func() {
 		if err != nil {
+			_ = s.jobs.Close(context.Background())
+			s.lock.Release()
 			s.cancel()
 			if s.ctl != nil {
 				s.ctl.Close()
@@ -113,15 +138,19 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 	}
-	s.pub = newPublisher(s.log, s.evt, s.cfg.EventHWM)
-	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub)
+	// Settle what a previous run left behind before serving anyone.
+	s.recover()
+	s.writeJournal()
 
+	s.pub.sock = s.evt
 	s.pubWG.Add(1)
 	go func() { defer s.pubWG.Done(); s.pub.run(s.stopPub, 2*time.Second) }()
 	s.wg.Add(3)
 	go s.recvLoop()
 	go s.sendLoop()
 	go s.heartbeatLoop()
+	s.journalWG.Add(1)
+	go func() { defer s.journalWG.Done(); s.journalLoop(s.stopJournal) }()
 	if s.httpL != nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -137,7 +166,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}()
 	}
 	s.log.Info("supervisor started", "instance", s.instanceID, "control", s.cfg.Control, "event", s.cfg.Event,
-		"metrics", s.cfg.MetricsAddr, "stateDir", s.cfg.StateDir, "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
+		"metrics", s.cfg.MetricsAddr, "stateDir", s.cfg.StateDir, "journal", s.journal.Path(), "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
 	return nil
 }
 
@@ -155,9 +184,13 @@ func (s *Server) MetricsAddr() net.Addr {
 	return s.httpL.Addr()
 }
 
-// Close shuts down: no new spawns, running jobs terminated through the
-// normal kill path, remaining events flushed, sockets closed. Bounded by
-// ctx and by ShutdownTimeout. Idempotent.
+// Close shuts down: no new spawns; in "wait" mode running jobs get up to
+// ShutdownTimeout to finish; then running jobs are terminated through the
+// normal kill path; remaining events are flushed, the journal written, the
+// sockets closed. The terminate phase is bounded by ShutdownTimeout (after
+// a wait phase: by the grace period plus 5 s). Cancelling ctx (e.g. on a
+// second signal) cuts every wait short: jobs are SIGKILLed at once.
+// Idempotent.
 func (s *Server) Close(ctx context.Context) error {
 	s.closeMu.Lock()
 	if s.closed {
@@ -166,10 +199,20 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.closeMu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
-	defer cancel()
-	s.log.Info("supervisor shutting down", "instance", s.instanceID)
+	s.log.Info("supervisor shutting down", "instance", s.instanceID, "mode", s.cfg.ShutdownMode)
 	close(s.draining)
+	s.jobs.Drain()
+	bound := s.cfg.ShutdownTimeout
+	if s.cfg.ShutdownMode == "wait" {
+		active, _ := s.jobs.Counts()
+		s.log.Info("waiting for running jobs to finish", "jobs", active, "bound", s.cfg.ShutdownTimeout)
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
+		s.jobs.Wait(wctx)
+		cancel()
+		bound = s.cfg.Jobs.Grace + 5*time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
 	jerr := s.jobs.Close(ctx)
 	if jerr != nil {
 		s.log.Error("jobs did not all finish in time", "err", jerr)
@@ -185,6 +228,10 @@ func (s *Server) Close(ctx context.Context) error {
 	s.ctl.Close()
 	s.evt.Close()
 	s.wg.Wait()
+	close(s.stopJournal)
+	s.journalWG.Wait()
+	s.writeJournal()
+	s.lock.Release()
 	zmqx.RemoveSocketFile(s.cfg.Control)
 	zmqx.RemoveSocketFile(s.cfg.Event)
 	s.log.Info("supervisor stopped", "instance", s.instanceID)
@@ -201,7 +248,8 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // Run starts a server and serves until ctx is cancelled, then closes it.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+// Cancelling force during the shutdown makes it fast (see Close).
+func Run(ctx, force context.Context, cfg Config, log *slog.Logger) error {
 	s, err := New(cfg, log)
 	if err != nil {
 		return err
@@ -210,7 +258,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	<-ctx.Done()
-	return s.Close(context.Background())
+	return s.Close(force)
 }
 
 func (s *Server) heartbeatLoop() {

@@ -1,0 +1,190 @@
+package jobs
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// TailBytes is how much of a job's newest output a Snapshot carries.
+const TailBytes = 4 << 10
+
+// Snapshot is what persistence needs of a job: its info plus the process
+// fingerprint and the newest output.
+type Snapshot struct {
+	Info       protocol.JobInfo
+	StartTicks uint64
+	BootID     string
+	UpdatedAt  int64
+	// Tail is the newest retained output (at most TailBytes), starting at
+	// offset Info.OutputEnd-len(Tail); TailSeq is the seq of its last chunk.
+	Tail    []byte
+	TailSeq uint64
+}
+
+// Snapshot returns the job's persistent state.
+func (j *Job) Snapshot() Snapshot {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt)}
+	live := j.out.live()
+	if n := len(live); n > 0 {
+		s.TailSeq = live[n-1].Seq
+		var tail []byte
+		for i := n - 1; i >= 0 && len(tail) < TailBytes; i-- {
+			d := live[i].Data
+			if room := TailBytes - len(tail); len(d) > room {
+				d = d[len(d)-room:]
+			}
+			tail = append(append([]byte(nil), d...), tail...)
+		}
+		s.Tail = tail
+	}
+	return s
+}
+
+// Snapshots returns every job's persistent state, oldest first.
+func (m *Manager) Snapshots() []Snapshot {
+	m.mu.Lock()
+	js := make([]*Job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		js = append(js, j)
+	}
+	m.mu.Unlock()
+	out := make([]Snapshot, 0, len(js))
+	for _, j := range js {
+		out = append(out, j.Snapshot())
+	}
+	return out
+}
+
+// Restore adds a finished job recovered from persistence, visible to
+// status, list and poll until retention expires. s.Info must describe a
+// finished job (State exited, Reason set).
+func (m *Manager) Restore(s Snapshot) error {
+	info := s.Info
+	if info.State != protocol.StateExited || info.Reason == "" {
+		return fmt.Errorf("restore %s: not a finished job (state %q, reason %q)", info.JobID, info.State, info.Reason)
+	}
+	j := &Job{
+		m: m, id: info.JobID, done: make(chan struct{}), killNow: make(chan struct{}),
+		spec: protocol.SpawnArgs{Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID},
+		out:  newRing(m.cfg.RingBytes), state: Exited, reason: info.Reason, exitCode: info.ExitCode,
+		signal: info.Signal, errMsg: info.Error, pid: info.Pid, pgid: info.Pgid, startTicks: s.StartTicks,
+		timeout: time.Duration(info.TimeoutMs) * time.Millisecond, noOutput: time.Duration(info.NoOutputTimeoutMs) * time.Millisecond,
+		leaderExited: true, groupGone: true, killing: true,
+	}
+	j.createdAt, j.startedAt, j.endedAt = fromMs(info.CreatedAt), fromMs(info.StartedAt), fromMs(info.EndedAt)
+	j.lastOutputAt, j.updatedAt = fromMs(info.LastOutputAt), m.now()
+	j.streamN = [2]int64{info.StdoutBytes, info.StderrBytes}
+	j.offset = info.OutputEnd
+	j.out.end = info.OutputEnd
+	j.seq = info.LastSeq
+	if info.Pid > 0 {
+		ev, _ := protocol.NewEvent(j.id, 1, info.StartedAt, protocol.KindStarted, protocol.StartedPayload{
+			Pid: info.Pid, Pgid: info.Pgid, Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID,
+		})
+		j.startedEv = &ev
+	}
+	if len(s.Tail) > 0 && s.TailSeq >= 2 {
+		j.out.add(chunk{Chunk: protocol.Chunk{Seq: s.TailSeq, Stream: protocol.Stdout, Offset: info.OutputEnd - int64(len(s.Tail)), Data: s.Tail}, ts: info.LastOutputAt})
+	}
+	if j.seq < s.TailSeq {
+		j.seq = s.TailSeq
+	}
+	j.seq++
+	kind := protocol.KindFailed
+	if info.Reason == protocol.ReasonExit {
+		kind = protocol.KindExited
+	}
+	ev, _ := protocol.NewEvent(j.id, j.seq, info.EndedAt, kind, protocol.ExitPayload{
+		Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error,
+		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: info.OutputEnd,
+	})
+	j.exitEv = &ev
+	close(j.done)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, dup := m.jobs[j.id]; dup {
+		return fmt.Errorf("restore %s: a job with that id exists", j.id)
+	}
+	m.jobs[j.id] = j
+	return nil
+}
+
+func fromMs(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
+
+// Liveness is what the process table says about a recorded process.
+type Liveness int
+
+// Liveness values.
+const (
+	// Gone: no process has the pid.
+	Gone Liveness = iota
+	// Reused: a process has the pid but another start time or boot: not ours.
+	Reused
+	// Ours: the pid, start time and boot id all match.
+	Ours
+)
+
+func (l Liveness) String() string {
+	switch l {
+	case Gone:
+		return "gone"
+	case Reused:
+		return "pid-reused"
+	case Ours:
+		return "alive"
+	}
+	return "Liveness(" + strconv.Itoa(int(l)) + ")"
+}
+
+// Identify checks whether pid is still the process that had startTicks in
+// boot bootID. Zombies count as gone.
+func Identify(pid int, startTicks uint64, bootID string) Liveness {
+	if pid <= 1 {
+		return Gone
+	}
+	ticks, err := ProcStartTicks(pid)
+	if err != nil {
+		return Gone
+	}
+	if state, _, ok := statStateAndPgid(strconv.Itoa(pid)); ok && (state == "Z" || state == "X") {
+		return Gone
+	}
+	if startTicks == 0 || ticks != startTicks || bootID == "" || bootID != BootID() {
+		return Reused
+	}
+	return Ours
+}
+
+// TerminateGroup ends process group pgid the way every job ends: SIGTERM,
+// up to grace for the group to empty, then SIGKILL. It reports whether
+// SIGKILL was needed. The caller must know the group is its own.
+func TerminateGroup(pgid int, grace time.Duration) (killed bool, err error) {
+	if pgid <= 1 || pgid == os.Getpid() {
+		return false, fmt.Errorf("refusing to terminate process group %d", pgid)
+	}
+	if err := signalGroup(pgid, syscall.SIGTERM); err != nil {
+		return false, err
+	}
+	if waitGroupGone(pgid, grace, nil) {
+		return false, nil
+	}
+	if err := signalGroup(pgid, syscall.SIGKILL); err != nil {
+		return true, err
+	}
+	if !waitGroupGone(pgid, 5*time.Second, nil) {
+		return true, fmt.Errorf("process group %d survived SIGKILL", pgid)
+	}
+	return true, nil
+}

@@ -1,0 +1,302 @@
+// Package journal persists the supervisor's job table so that a restarted
+// supervisor knows every job's fate and can find the processes a dead
+// predecessor left behind.
+//
+// The journal is one JSON file, replaced atomically on every write (temp
+// file in the same directory, fsync, rename, fsync of the directory), so a
+// crash at any moment leaves either the previous or the new complete
+// version. A file that cannot be read as a journal of this version is moved
+// aside under a timestamped name, never overwritten. The package also holds
+// the state directory's exclusive owner lock.
+//
+// It knows nothing about processes: deciding what a record means on
+// restart is the caller's job.
+package journal
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Version is the journal file format version.
+const Version = 1
+
+// MaxFileBytes bounds the journal file read at start; a larger file is
+// treated as corrupt.
+const MaxFileBytes = 256 << 20
+
+// File is the on-disk document.
+type File struct {
+	Version    int      `json:"version"`
+	InstanceID string   `json:"instanceId"`
+	Pid        int      `json:"pid"`
+	WrittenAt  int64    `json:"writtenAt"`
+	Jobs       []Record `json:"jobs"`
+}
+
+// Record is what the journal keeps of one job: enough to report its fate
+// and to recognise its process after a restart.
+type Record struct {
+	JobID     string            `json:"jobId"`
+	Argv      []string          `json:"argv,omitempty"`
+	Shell     string            `json:"shell,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	SessionID string            `json:"sessionId,omitempty"`
+	// Pid and Pgid of the job's process (pgid == pid: its own group).
+	Pid  int `json:"pid"`
+	Pgid int `json:"pgid"`
+	// StartTicks is field 22 of /proc/<pid>/stat, BootID the kernel boot
+	// id when it was read: together with Pid they identify the process.
+	StartTicks uint64 `json:"startTicks"`
+	BootID     string `json:"bootId"`
+	// State is the wire state (starting, running, exiting, exited).
+	State string `json:"state"`
+	// Times in ms since the Unix epoch.
+	CreatedAt    int64 `json:"createdAt"`
+	StartedAt    int64 `json:"startedAt"`
+	UpdatedAt    int64 `json:"updatedAt"`
+	EndedAt      int64 `json:"endedAt,omitempty"`
+	LastOutputAt int64 `json:"lastOutputAt"`
+	// Fate, once exited.
+	Reason   string `json:"reason,omitempty"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// InstanceID is the supervisor run that owned the job.
+	InstanceID string `json:"instanceId"`
+	// Output accounting and the last bytes of output.
+	StdoutBytes int64  `json:"stdoutBytes"`
+	StderrBytes int64  `json:"stderrBytes"`
+	OutputEnd   int64  `json:"outputEnd"`
+	LastSeq     uint64 `json:"lastSeq"`
+	TimeoutMs   int64  `json:"timeoutMs"`
+	NoOutputMs  int64  `json:"noOutputTimeoutMs"`
+	// OutputTail is the newest output (a few KiB, base64 in JSON), ending at
+	// OutputEnd; OutputTailSeq is the seq of its last event.
+	OutputTail    []byte `json:"outputTail,omitempty"`
+	OutputTailSeq uint64 `json:"outputTailSeq,omitempty"`
+}
+
+// Finished reports whether the record's job had ended.
+func (r *Record) Finished() bool { return r.State == "exited" }
+
+// Journal reads and writes one journal file.
+type Journal struct {
+	path string
+	// Writes and Failures count Save calls that succeeded and failed.
+	Writes   atomic.Uint64
+	Failures atomic.Uint64
+}
+
+// New returns a journal at path. Nothing is read or written yet.
+func New(path string) *Journal { return &Journal{path: path} }
+
+// Path returns the journal's path.
+func (j *Journal) Path() string { return j.path }
+
+// CorruptError reports a journal that could not be used and where it was
+// moved.
+type CorruptError struct {
+	Path, MovedTo string
+	Err           error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("journal %s is unusable (%v); moved aside to %s", e.Path, e.Err, e.MovedTo)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Load reads the journal. A missing file is an empty journal. A file that
+// is not a valid journal of this version is renamed to
+// <path>.corrupt-<UTC timestamp> and reported as a *CorruptError together
+// with an empty journal: the caller logs it and starts anyway.
+func (j *Journal) Load() (*File, error) {
+	// A crash during Save can leave its temp file behind; it was never
+	// the journal, so it goes.
+	if olds, _ := filepath.Glob(filepath.Join(filepath.Dir(j.path), "."+filepath.Base(j.path)+".tmp-*")); len(olds) > 0 {
+		for _, o := range olds {
+			os.Remove(o)
+		}
+	}
+	f, err := openNoFollow(j.path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return &File{Version: Version}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", j.path, err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read journal %s: %w", j.path, err)
+	}
+	doc, perr := parse(b)
+	if perr == nil {
+		return doc, nil
+	}
+	moved := j.path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
+	if err := os.Rename(j.path, moved); err != nil {
+		return nil, fmt.Errorf("journal %s is unusable (%v) and could not be moved aside: %w", j.path, perr, err)
+	}
+	return &File{Version: Version}, &CorruptError{Path: j.path, MovedTo: moved, Err: perr}
+}
+
+func parse(b []byte) (*File, error) {
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("larger than %d bytes", MaxFileBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var doc File
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("not a journal: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after the journal document")
+	}
+	if doc.Version != Version {
+		return nil, fmt.Errorf("unknown journal version %d (this supervisor reads %d)", doc.Version, Version)
+	}
+	seen := map[string]bool{}
+	for i, r := range doc.Jobs {
+		switch {
+		case r.JobID == "":
+			return nil, fmt.Errorf("record %d has no jobId", i)
+		case seen[r.JobID]:
+			return nil, fmt.Errorf("job %q recorded twice", r.JobID)
+		case r.Pid < 0 || r.Pgid < 0:
+			return nil, fmt.Errorf("job %q has a negative pid", r.JobID)
+		}
+		switch r.State {
+		case "starting", "running", "exiting", "exited":
+		default:
+			return nil, fmt.Errorf("job %q has unknown state %q", r.JobID, r.State)
+		}
+		seen[r.JobID] = true
+	}
+	return &doc, nil
+}
+
+// Save replaces the journal with doc atomically.
+func (j *Journal) Save(doc *File) error {
+	doc.Version = Version
+	b, err := json.Marshal(doc)
+	if err != nil {
+		j.Failures.Add(1)
+		return fmt.Errorf("encode journal: %w", err)
+	}
+	if err := WriteFileAtomic(j.path, b); err != nil {
+		j.Failures.Add(1)
+		return err
+	}
+	j.Writes.Add(1)
+	return nil
+}
+
+// WriteFileAtomic writes data to path so that path always holds either its
+// old or its new complete content: temp file in the same directory (mode
+// 0600), fsync, rename, fsync of the directory.
+func WriteFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	name := tmp.Name()
+	fail := func(err error) error {
+		tmp.Close()
+		os.Remove(name)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(name, path); err != nil {
+		os.Remove(name)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("write %s: sync directory: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("write %s: sync directory: %w", path, err)
+	}
+	return nil
+}
+
+func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
+}
+
+// Lock is an exclusive owner lock on a state directory.
+type Lock struct {
+	f *os.File
+}
+
+// HeldError says another live process owns the state directory.
+type HeldError struct {
+	Path  string
+	Owner string // what the holder wrote: "pid N instance I"
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("state directory is in use: %s is locked by %s; stop that supervisor or use another --state-dir", e.Path, e.Owner)
+}
+
+// Acquire takes the exclusive lock <dir>/lock (flock, non-blocking) and
+// records pid and instance in it. A lock left by a dead process is free:
+// the kernel releases flocks when their holder dies.
+func Acquire(dir, instance string) (*Lock, error) {
+	path := filepath.Join(dir, "lock")
+	f, err := openNoFollow(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 256))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			owner := strings.TrimSpace(string(b))
+			if owner == "" {
+				owner = "another process"
+			}
+			return nil, &HeldError{Path: path, Owner: owner}
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte("pid "+strconv.Itoa(os.Getpid())+" instance "+instance+"\n"), 0)
+		_ = f.Sync()
+	}
+	return &Lock{f: f}, nil
+}
+
+// Release drops the lock.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the descriptor releases the flock
+	l.f = nil
+	return err
+}

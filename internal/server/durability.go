@@ -1,0 +1,181 @@
+package server
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// recover reads the journal left by a previous run and settles every job
+// it recorded: finished jobs come back as they were; unfinished ones are
+// reconciled against the process table and recorded as failed with reason
+// supervisor-restart. A live process whose pid, start time and boot id all
+// match is an orphan we own: its process group is terminated through the
+// normal TERM/grace/KILL path. Anything else is never touched.
+func (s *Server) recover() {
+	doc, err := s.journal.Load()
+	var ce *journal.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		s.journalCorrupt.Add(1)
+		s.log.Error("journal unusable; moved aside, starting with an empty job table", "path", ce.Path, "movedTo", ce.MovedTo, "err", ce.Err)
+	case err != nil:
+		s.log.Error("journal unreadable; starting with an empty job table", "path", s.journal.Path(), "err", err)
+		return
+	}
+	if doc == nil || len(doc.Jobs) == 0 {
+		return
+	}
+	now := time.Now()
+	cutoff := now.Add(-s.cfg.Jobs.Retention).UnixMilli()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	restored := 0
+	for _, r := range doc.Jobs {
+		if r.Finished() {
+			if r.EndedAt != 0 && r.EndedAt < cutoff {
+				continue // its retention ran out while we were away
+			}
+			if err := s.jobs.Restore(snapshotOf(r)); err != nil {
+				s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
+			} else {
+				restored++
+			}
+			continue
+		}
+		wg.Add(1)
+		go func(r journal.Record) {
+			defer wg.Done()
+			note := s.reconcile(r, doc.InstanceID)
+			r.State = string(protocol.StateExited)
+			r.Reason = string(protocol.ReasonSupervisorRestart)
+			r.Error = note
+			r.EndedAt = time.Now().UnixMilli()
+			mu.Lock()
+			defer mu.Unlock()
+			if err := s.jobs.Restore(snapshotOf(r)); err != nil {
+				s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
+			} else {
+				restored++
+			}
+		}(r)
+	}
+	wg.Wait()
+	s.log.Info("journal recovered", "path", s.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
+}
+
+// reconcile decides the fate of one unfinished record's process and
+// returns the note recorded with the job.
+func (s *Server) reconcile(r journal.Record, prev string) string {
+	attrs := []any{"job", r.JobID, "pid", r.Pid, "pgid", r.Pgid, "previousInstance", prev}
+	if r.Pid <= 1 {
+		s.log.Info("reconcile: no process was recorded", attrs...)
+		return "supervisor restarted before the process was recorded"
+	}
+	live := jobs.Identify(r.Pid, r.StartTicks, r.BootID)
+	switch live {
+	case jobs.Ours:
+		killed, err := jobs.TerminateGroup(r.Pgid, s.cfg.Jobs.Grace)
+		s.orphansReconciled.Add(1)
+		how := "SIGTERM"
+		if killed {
+			how = "SIGKILL after the grace period"
+		}
+		if err != nil {
+			s.log.Error("reconcile: orphan could not be terminated", append(attrs, "err", err)...)
+			return "orphaned process found alive; terminating it failed: " + err.Error()
+		}
+		s.log.Warn("reconcile: orphan found alive and terminated", append(attrs, "signal", how)...)
+		return "orphaned process found alive after the restart and terminated (" + how + ")"
+	case jobs.Reused:
+		s.log.Info("reconcile: pid now belongs to another process; not touched", attrs...)
+		return "process was gone (its pid now belongs to an unrelated process, left untouched)"
+	default:
+		if r.Pgid > 1 && syscall.Kill(-r.Pgid, 0) == nil {
+			s.log.Warn("reconcile: job leader is gone but its process group still has members; ownership cannot be proven, not touched", attrs...)
+			return "process was gone; its process group still had members, left untouched"
+		}
+		s.log.Info("reconcile: process was gone", attrs...)
+		return "process was gone when the supervisor restarted"
+	}
+}
+
+func snapshotOf(r journal.Record) jobs.Snapshot {
+	return jobs.Snapshot{
+		Info: protocol.JobInfo{
+			JobID: r.JobID, State: protocol.State(r.State), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd,
+			Labels: r.Labels, SessionID: r.SessionID, Pid: r.Pid, Pgid: r.Pgid,
+			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, LastOutputAt: r.LastOutputAt,
+			Reason: protocol.Reason(r.Reason), ExitCode: r.ExitCode, Signal: r.Signal, Error: r.Error,
+			TimeoutMs: r.TimeoutMs, NoOutputTimeoutMs: r.NoOutputMs,
+			StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, OutputEnd: r.OutputEnd, LastSeq: r.LastSeq,
+		},
+		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq,
+	}
+}
+
+func (s *Server) record(sn jobs.Snapshot) journal.Record {
+	i := sn.Info
+	return journal.Record{
+		JobID: i.JobID, Argv: i.Argv, Shell: i.Shell, Cwd: i.Cwd, Labels: i.Labels, SessionID: i.SessionID,
+		Pid: i.Pid, Pgid: i.Pgid, StartTicks: sn.StartTicks, BootID: sn.BootID, State: string(i.State),
+		CreatedAt: i.CreatedAt, StartedAt: i.StartedAt, UpdatedAt: sn.UpdatedAt, EndedAt: i.EndedAt, LastOutputAt: i.LastOutputAt,
+		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: s.instanceID,
+		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
+		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
+	}
+}
+
+// markDirty asks the journal loop for a write. It never blocks.
+func (s *Server) markDirty() {
+	select {
+	case s.journalDirty <- struct{}{}:
+	default:
+	}
+}
+
+// journalLoop writes the journal after state changes (coalescing bursts
+// into one write) and every flush interval, until stop is closed; Close
+// writes the final version.
+func (s *Server) journalLoop(stop <-chan struct{}) {
+	t := time.NewTicker(s.cfg.JournalFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.journalDirty:
+		case <-t.C:
+		}
+		s.writeJournal()
+	}
+}
+
+// writeJournal saves a snapshot of every job. Failures are logged (once
+// per failure streak) and counted; the supervisor keeps running.
+func (s *Server) writeJournal() {
+	s.journalMu.Lock()
+	defer s.journalMu.Unlock()
+	snaps := s.jobs.Snapshots()
+	doc := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli(), Jobs: make([]journal.Record, 0, len(snaps))}
+	for _, sn := range snaps {
+		doc.Jobs = append(doc.Jobs, s.record(sn))
+	}
+	if err := s.journal.Save(doc); err != nil {
+		if !s.journalFailing {
+			s.log.Error("journal write failed; will keep retrying", "path", s.journal.Path(), "err", err)
+		}
+		s.journalFailing = true
+		return
+	}
+	if s.journalFailing {
+		s.log.Info("journal writes recovered", "path", s.journal.Path())
+		s.journalFailing = false
+	}
+}
