@@ -163,7 +163,9 @@ func parse(b []byte) (*File, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("not a journal: %w", err)
 	}
-	if dec.More() {
+	// Only whitespace may follow the document. (dec.More would miss a
+	// stray '}' or ']'.)
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("trailing data after the journal document")
 	}
 	if doc.Version != Version {
@@ -197,7 +199,7 @@ func (j *Journal) Save(doc *File) error {
 		j.Failures.Add(1)
 		return fmt.Errorf("encode journal: %w", err)
 	}
-	if err := WriteFileAtomic(j.path, b); err != nil {
+	if err := os.WriteFile(j.path, b, 0o600); err != nil {
 		j.Failures.Add(1)
 		return err
 	}

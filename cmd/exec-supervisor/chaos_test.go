@@ -1,0 +1,538 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// These tests run the real exec-supervisor binary, kill it the hard way
+// and check what the next run makes of it.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "es-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "exec-supervisor")
+	out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build exec-supervisor: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// sup is one exec-supervisor process.
+type sup struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	log      *syncBuffer
+	dir      string // state dir
+	ctl, evt string
+	client   *client.Client
+	done     chan struct{}
+	exitErr  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// env is a state dir and endpoints shared by consecutive supervisors.
+type env struct {
+	root, state, ctl, evt string
+}
+
+func newEnv(t *testing.T) env {
+	root, err := os.MkdirTemp("", "es-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	return env{root: root, state: filepath.Join(root, "state"),
+		ctl: "ipc://" + filepath.Join(root, "c.sock"), evt: "ipc://" + filepath.Join(root, "e.sock")}
+}
+
+// start runs a supervisor and waits until it answers health.
+func (e env) start(t *testing.T, extra ...string) *sup {
+	t.Helper()
+	s := e.launch(t, extra...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := s.client.Health(hctx)
+		hcancel()
+		if err == nil {
+			return s
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("supervisor exited during start (%v):\n%s", s.exitErr, s.log)
+		case <-ctx.Done():
+			t.Fatalf("supervisor did not answer health within 20 s:\n%s", s.log)
+		case <-time.After(20 * time.Millisecond): // retry period while the process starts
+		}
+	}
+}
+
+func (e env) launch(t *testing.T, extra ...string) *sup {
+	t.Helper()
+	args := append([]string{"--control", e.ctl, "--event", e.evt, "--state-dir", e.state, "--metrics-addr", "",
+		"--log-level", "debug", "--grace", "500ms", "--chunk-merge-interval", "20ms"}, extra...)
+	s := &sup{t: t, log: &syncBuffer{}, dir: e.state, ctl: e.ctl, evt: e.evt, done: make(chan struct{})}
+	s.cmd = exec.Command(binary, args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.exitErr = s.cmd.Wait(); close(s.done) }()
+	s.client = client.New(client.Options{ControlAddress: e.ctl, EventAddress: e.evt, RequestTimeout: 10 * time.Second, MaxReconnectAttempts: 1})
+	t.Cleanup(func() {
+		s.client.Close()
+		select {
+		case <-s.done:
+		default:
+			s.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-s.done:
+			case <-time.After(20 * time.Second):
+				s.cmd.Process.Kill()
+				<-s.done
+			}
+		}
+		if t.Failed() {
+			t.Logf("supervisor log:\n%s", s.log)
+		}
+	})
+	return s
+}
+
+func (s *sup) kill9() {
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// liveInGroup lists non-zombie processes of group pgid, anywhere in the
+// process table (orphans are reparented away from us).
+func liveInGroup(pgid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// killGroups is a last-resort cleanup so that a failing test leaks nothing.
+func killGroups(pgids []int) {
+	for _, g := range pgids {
+		if g > 1 && len(liveInGroup(g)) > 0 {
+			syscall.Kill(-g, syscall.SIGKILL)
+		}
+	}
+}
+
+func readJournal(t *testing.T, path string) *journal.File {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f journal.File
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("journal %s does not parse: %v", path, err)
+	}
+	return &f
+}
+
+// waitJournal waits until the journal satisfies cond (it is written
+// asynchronously after state changes).
+func waitJournal(t *testing.T, path string, what string, cond func(*journal.File) bool) *journal.File {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			var f journal.File
+			if json.Unmarshal(b, &f) == nil && cond(&f) {
+				return &f
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("journal never showed %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // the journal file has no change notification here
+	}
+}
+
+var treeShapes = []string{
+	"sleep 300",
+	"sleep 300 & sleep 300 & wait",
+	"sh -c 'sleep 300 & wait' & sleep 300 & wait",
+	"trap '' TERM; sleep 300 & sleep 300 & wait", // ignores SIGTERM: needs the SIGKILL
+	"while :; do echo tick; sleep 0.05; done",
+}
+
+// TestKill9ThenRestartReapsOrphans: SIGKILL the supervisor with 20 jobs
+// running (shell trees with grandchildren among them); the next run records
+// a fate for every job and leaves no process of any job alive.
+func TestKill9ThenRestartReapsOrphans(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	var pgids []int
+	ids := map[string]int{}
+	for i := 0; i < 20; i++ {
+		j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: treeShapes[i%len(treeShapes)]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgids = append(pgids, j.Pgid)
+		ids[j.JobID] = j.Pgid
+	}
+	t.Cleanup(func() { killGroups(pgids) })
+	jpath := filepath.Join(e.state, "journal.json")
+	waitJournal(t, jpath, "20 running jobs with fingerprints", func(f *journal.File) bool {
+		n := 0
+		for _, r := range f.Jobs {
+			if r.State == "running" && r.StartTicks != 0 && r.BootID != "" {
+				n++
+			}
+		}
+		return n == 20
+	})
+	s.kill9()
+	// The orphans live on after the supervisor's death (the chatty ones
+	// may die of SIGPIPE: their output pipe lost its reader).
+	alive := 0
+	for _, g := range pgids {
+		if len(liveInGroup(g)) > 0 {
+			alive++
+		}
+	}
+	if alive < 16 {
+		t.Fatalf("expected at least the 16 quiet orphaned groups alive after SIGKILL, found %d", alive)
+	}
+	s2 := e.start(t)
+	for _, g := range pgids {
+		if live := liveInGroup(g); len(live) > 0 {
+			t.Errorf("process group %d still has live processes %v after recovery", g, live)
+		}
+	}
+	list, err := s2.client.ListJobs(ctx, protocol.ListJobsArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, j := range list {
+		if _, ok := ids[j.JobID]; !ok {
+			continue
+		}
+		seen++
+		if j.State != protocol.StateExited || j.Reason != protocol.ReasonSupervisorRestart || j.Error == "" {
+			t.Errorf("job %s: state %s reason %s note %q", j.JobID, j.State, j.Reason, j.Error)
+		}
+	}
+	if seen != 20 {
+		t.Fatalf("%d of 20 jobs have a recorded fate", seen)
+	}
+	if n := strings.Count(s2.log.String(), "reconcile: orphan found alive and terminated"); n < 16 {
+		t.Fatalf("%d structured reconcile records of terminated orphans in the log, want >= 16", n)
+	}
+	// The recovered chatty job still offers its output tail to poll.
+	for id, g := range ids {
+		_ = g
+		res, err := s2.client.Poll(ctx, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Job.StdoutBytes > 0 && len(res.Chunks) == 0 {
+			t.Errorf("job %s printed %d bytes but no tail was recovered", id, res.Job.StdoutBytes)
+		}
+	}
+}
+
+// TestPidReuseGuard: a journal record whose pid now belongs to an
+// unrelated process (different start time) leaves that process alone.
+func TestPidReuseGuard(t *testing.T) {
+	e := newEnv(t)
+	victim := exec.Command("sleep", "300")
+	victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+	ticks, err := jobs.ProcStartTicks(victim.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(e.state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pid := victim.Process.Pid
+	doc := &journal.File{InstanceID: "dead-instance", Jobs: []journal.Record{
+		{JobID: "j-reused", Shell: "sleep 300", Pid: pid, Pgid: pid, StartTicks: ticks + 12345, BootID: jobs.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
+		{JobID: "j-otherboot", Shell: "sleep 300", Pid: pid, Pgid: pid, StartTicks: ticks, BootID: "another-boot", State: "running", CreatedAt: time.Now().UnixMilli()},
+		{JobID: "j-gone", Shell: "true", Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running"},
+		{JobID: "j-done", Shell: "true", Pid: 77, State: "exited", Reason: "exit", ExitCode: ptr(0), EndedAt: time.Now().UnixMilli()},
+	}}
+	if err := journal.New(filepath.Join(e.state, "journal.json")).Save(doc); err != nil {
+		t.Fatal(err)
+	}
+	s := e.start(t)
+	if err := syscall.Kill(pid, 0); err != nil || len(liveInGroup(pid)) == 0 {
+		t.Fatalf("the unrelated process %d was touched: %v", pid, err)
+	}
+	ctx := ctxFor(t, 10*time.Second)
+	for id, want := range map[string]string{"j-reused": "unrelated process", "j-otherboot": "unrelated process", "j-gone": "was gone"} {
+		info, err := s.client.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Reason != protocol.ReasonSupervisorRestart || !strings.Contains(info.Error, want) {
+			t.Errorf("%s: reason %s note %q (want %q)", id, info.Reason, info.Error, want)
+		}
+	}
+	info, err := s.client.Status(ctx, "j-done")
+	if err != nil || info.Reason != protocol.ReasonExit {
+		t.Fatalf("a job finished before the crash keeps its fate: %+v %v", info, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestSingleOwner: a second supervisor on the same state directory
+// refuses to start and names the holder; once the first is SIGKILLed, a new
+// one takes over its stale lock.
+func TestSingleOwner(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t)
+	other := e
+	other.ctl = "ipc://" + filepath.Join(e.root, "c2.sock")
+	other.evt = "ipc://" + filepath.Join(e.root, "e2.sock")
+	b := other.launch(t)
+	select {
+	case <-b.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("second supervisor did not exit")
+	}
+	if ee, ok := b.exitErr.(*exec.ExitError); !ok || ee.ExitCode() == 0 {
+		t.Fatalf("second supervisor exit: %v", b.exitErr)
+	}
+	if want := fmt.Sprintf("locked by pid %d", a.cmd.Process.Pid); !strings.Contains(b.log.String(), want) {
+		t.Fatalf("second supervisor's error does not name the holder (%q):\n%s", want, b.log)
+	}
+	a.kill9()
+	c := e.start(t)
+	if _, err := c.client.Health(ctxFor(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCorruptJournal: whatever is in the journal file, the supervisor
+// starts, moves the file aside and says so.
+func TestCorruptJournal(t *testing.T) {
+	valid, _ := json.Marshal(&journal.File{Version: journal.Version, InstanceID: "x", Jobs: []journal.Record{{JobID: "j-1", State: "running", Pid: 5}}})
+	rnd := make([]byte, 4096)
+	for i := range rnd {
+		rnd[i] = byte(rand.IntN(256))
+	}
+	cases := map[string][]byte{
+		"truncated":    valid[:len(valid)/2],
+		"random":       rnd,
+		"wrong shape":  []byte(`{"jobs": {"a": 1}, "surprise": true}`),
+		"array":        []byte(`[1, 2, 3]`),
+		"version":      []byte(`{"version": 99, "jobs": []}`),
+		"empty record": []byte(`{"version": 1, "jobs": [{}]}`),
+	}
+	for name, content := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			if err := os.MkdirAll(e.state, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			jpath := filepath.Join(e.state, "journal.json")
+			if err := os.WriteFile(jpath, content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := e.start(t)
+			moved, _ := filepath.Glob(jpath + ".corrupt-*")
+			if len(moved) != 1 {
+				t.Fatalf("want the journal moved aside once, found %v", moved)
+			}
+			if b, _ := os.ReadFile(moved[0]); !bytes.Equal(b, content) {
+				t.Fatal("moved-aside journal does not hold the original bytes")
+			}
+			if !strings.Contains(s.log.String(), "journal unusable; moved aside") {
+				t.Fatalf("log does not report the corrupt journal:\n%s", s.log)
+			}
+			// And the supervisor works, writing a fresh journal.
+			waitJournal(t, jpath, "a fresh valid journal", func(f *journal.File) bool { return f.Version == journal.Version })
+		})
+	}
+}
+
+// TestSIGTERMWithRunningJobs: SIGTERM with 20 running jobs: exit 0 within
+// the grace plus a small bound, no child survives, and the journal records
+// every job as terminated by the shutdown.
+func TestSIGTERMWithRunningJobs(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	var pgids []int
+	for i := 0; i < 20; i++ {
+		j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: treeShapes[i%len(treeShapes)]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgids = append(pgids, j.Pgid)
+	}
+	t.Cleanup(func() { killGroups(pgids) })
+	start := time.Now()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("supervisor did not exit within 15 s of SIGTERM")
+	}
+	took := time.Since(start)
+	if s.exitErr != nil {
+		t.Fatalf("exit: %v\n%s", s.exitErr, s.log)
+	}
+	if took > 500*time.Millisecond+5*time.Second {
+		t.Fatalf("shutdown took %v (grace 500ms)", took)
+	}
+	for _, g := range pgids {
+		if live := liveInGroup(g); len(live) > 0 {
+			t.Errorf("group %d survived shutdown: %v", g, live)
+		}
+	}
+	f := readJournal(t, filepath.Join(e.state, "journal.json"))
+	n := 0
+	for _, r := range f.Jobs {
+		if r.State == "exited" && r.Reason == string(protocol.ReasonShutdown) {
+			n++
+		}
+	}
+	if n != 20 {
+		t.Fatalf("journal records %d of 20 jobs as ended by the shutdown", n)
+	}
+	t.Logf("shutdown with 20 jobs took %v", took)
+}
+
+// TestSecondSignalForcesFastExit: with a job that ignores SIGTERM and a
+// long grace, a second SIGTERM ends the shutdown at once.
+func TestSecondSignalForcesFastExit(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--grace", "60s")
+	ctx := ctxFor(t, 30*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "trap '' TERM; echo up; while :; do sleep 0.1; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.log.String(), "job kill") {
+		if time.Now().After(deadline) {
+			t.Fatal("shutdown did not start")
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the log line of the first phase
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("second SIGTERM did not force a fast exit")
+	}
+	if live := liveInGroup(j.Pgid); len(live) > 0 {
+		t.Fatalf("job survived a forced shutdown: %v", live)
+	}
+}
+
+// TestKill9DuringJournalWrites: SIGKILL at random moments while the
+// journal is rewritten every 10 ms; the file on disk always parses as a
+// complete journal.
+func TestKill9DuringJournalWrites(t *testing.T) {
+	e := newEnv(t)
+	jpath := filepath.Join(e.state, "journal.json")
+	var pgids []int
+	t.Cleanup(func() { killGroups(pgids) })
+	for i := 0; i < 8; i++ {
+		s := e.start(t, "--journal-flush-interval", "10ms")
+		ctx := ctxFor(t, 20*time.Second)
+		for k := 0; k < 3; k++ {
+			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "while :; do echo line-$RANDOM; sleep 0.002; done"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pgids = append(pgids, j.Pgid)
+		}
+		time.Sleep(time.Duration(20+rand.IntN(150)) * time.Millisecond) // a random moment to crash at
+		s.kill9()
+		f := readJournal(t, jpath)
+		if f.Version != journal.Version {
+			t.Fatalf("iteration %d: journal version %d", i, f.Version)
+		}
+	}
+	// The last run's orphans are reaped by one more start.
+	e.start(t)
+	for _, g := range pgids {
+		if live := liveInGroup(g); len(live) > 0 {
+			t.Errorf("group %d still alive: %v", g, live)
+		}
+	}
+}
