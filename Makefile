@@ -11,6 +11,9 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+	@# The journal crash test once more without -race: the race detector
+	@# slows encoding so much that kills rarely land inside a write.
+	$(GO) test -count=1 -run 'TestCrashSafety' ./internal/journal/
 
 test-short:
 	$(GO) test -short -count=1 ./...

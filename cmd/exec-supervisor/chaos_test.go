@@ -194,7 +194,12 @@ func readJournal(t *testing.T, path string) *journal.File {
 	}
 	var f journal.File
 	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("journal %s does not parse: %v", path, err)
+		ents, _ := os.ReadDir(filepath.Dir(path))
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("journal %s does not parse: %v (%d bytes: %.200q; dir %v)", path, err, len(b), b, names)
 	}
 	return &f
 }
@@ -299,8 +304,8 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Job.StdoutBytes > 0 && len(res.Chunks) == 0 {
-			t.Errorf("job %s printed %d bytes but no tail was recovered", id, res.Job.StdoutBytes)
+		if res.Job.OutputEnd > 0 && len(res.Chunks) == 0 {
+			t.Errorf("job %s had %d bytes of output but no tail was recovered", id, res.Job.OutputEnd)
 		}
 	}
 }
@@ -534,5 +539,47 @@ func TestKill9DuringJournalWrites(t *testing.T) {
 		if live := liveInGroup(g); len(live) > 0 {
 			t.Errorf("group %d still alive: %v", g, live)
 		}
+	}
+}
+
+// TestOrphanedDescendantsOfDeadLeader: the supervisor dies, then the job's
+// leader exits, leaving a background child in the group. The group members
+// recorded by the periodic journal scan prove the group is still the job's,
+// so the next run terminates it.
+func TestOrphanedDescendantsOfDeadLeader(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--journal-flush-interval", "50ms")
+	ctx := ctxFor(t, 30*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 300 & exec sleep 2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the job's group members", func(f *journal.File) bool {
+		for _, r := range f.Jobs {
+			if r.JobID == j.JobID && len(r.Members) >= 2 {
+				return true
+			}
+		}
+		return false
+	})
+	s.kill9()
+	deadline := time.Now().Add(10 * time.Second)
+	for jobs.Identify(j.Pid, 0, "") != jobs.Gone { // the leader (sleep 2) ends on its own
+		if time.Now().After(deadline) {
+			t.Fatal("leader did not exit")
+		}
+		time.Sleep(20 * time.Millisecond) // no notification for a non-child's exit
+	}
+	if len(liveInGroup(j.Pgid)) == 0 {
+		t.Fatal("the background child should still be alive in the group")
+	}
+	s2 := e.start(t)
+	if live := liveInGroup(j.Pgid); len(live) > 0 {
+		t.Fatalf("orphaned descendants %v survived the recovery", live)
+	}
+	info, err := s2.client.Status(ctx, j.JobID)
+	if err != nil || !strings.Contains(info.Error, "descendants were found alive") {
+		t.Fatalf("status: %+v %v", info, err)
 	}
 }

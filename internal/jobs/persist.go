@@ -188,3 +188,58 @@ func TerminateGroup(pgid int, grace time.Duration) (killed bool, err error) {
 	}
 	return true, nil
 }
+
+// ProcID identifies a process across pid reuse.
+type ProcID struct {
+	Pid        int    `json:"pid"`
+	StartTicks uint64 `json:"startTicks"`
+}
+
+// GroupMembers scans the process table once and returns the live members
+// of each of the given process groups.
+func GroupMembers(pgids map[int]bool) map[int][]ProcID {
+	out := map[int][]ProcID{}
+	if len(pgids) == 0 {
+		return out
+	}
+	d, err := os.Open("/proc")
+	if err != nil {
+		return out
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, n := range names {
+		if n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		state, pg, ok := statStateAndPgid(n)
+		if !ok || state == "Z" || state == "X" {
+			continue
+		}
+		pgid, _ := strconv.Atoi(pg)
+		if !pgids[pgid] {
+			continue
+		}
+		pid, _ := strconv.Atoi(n)
+		if ticks, err := ProcStartTicks(pid); err == nil {
+			out[pgid] = append(out[pgid], ProcID{Pid: pid, StartTicks: ticks})
+		}
+	}
+	return out
+}
+
+// ProvesGroup reports whether any of members is alive, is the same process
+// (start time and boot) and is still in group pgid. Such a process proves
+// the group has been in use without a break since it was recorded, so the
+// group number cannot have been reused: the group is the job's.
+func ProvesGroup(pgid int, members []ProcID, bootID string) bool {
+	for _, p := range members {
+		if Identify(p.Pid, p.StartTicks, bootID) != Ours {
+			continue
+		}
+		if _, pg, ok := statStateAndPgid(strconv.Itoa(p.Pid)); ok && pg == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
+}

@@ -86,6 +86,15 @@ type Record struct {
 	// OutputEnd; OutputTailSeq is the seq of its last event.
 	OutputTail    []byte `json:"outputTail,omitempty"`
 	OutputTailSeq uint64 `json:"outputTailSeq,omitempty"`
+	// Members are processes of the job's group (pid and start ticks) seen
+	// at the last periodic scan: proof of ownership if the leader is gone.
+	Members []Member `json:"members,omitempty"`
+}
+
+// Member identifies one process of a job's group.
+type Member struct {
+	Pid        int    `json:"pid"`
+	StartTicks uint64 `json:"startTicks"`
 }
 
 // Finished reports whether the record's job had ended.
@@ -199,7 +208,7 @@ func (j *Journal) Save(doc *File) error {
 		j.Failures.Add(1)
 		return fmt.Errorf("encode journal: %w", err)
 	}
-	if err := os.WriteFile(j.path, b, 0o600); err != nil {
+	if err := WriteFileAtomic(j.path, b); err != nil {
 		j.Failures.Add(1)
 		return err
 	}

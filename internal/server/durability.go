@@ -97,7 +97,21 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 		s.log.Info("reconcile: pid now belongs to another process; not touched", attrs...)
 		return "process was gone (its pid now belongs to an unrelated process, left untouched)"
 	default:
-		if r.Pgid > 1 && syscall.Kill(-r.Pgid, 0) == nil {
+		if r.Pgid > 1 && syscall.Kill(-r.Pgid, 0) == nil && live == jobs.Gone {
+			members := make([]jobs.ProcID, len(r.Members))
+			for i, m := range r.Members {
+				members[i] = jobs.ProcID{Pid: m.Pid, StartTicks: m.StartTicks}
+			}
+			if jobs.ProvesGroup(r.Pgid, members, r.BootID) {
+				killed, err := jobs.TerminateGroup(r.Pgid, s.cfg.Jobs.Grace)
+				s.orphansReconciled.Add(1)
+				if err != nil {
+					s.log.Error("reconcile: orphaned group could not be terminated", append(attrs, "err", err)...)
+					return "job leader was gone; its orphaned process group could not be terminated: " + err.Error()
+				}
+				s.log.Warn("reconcile: leader gone, recorded group members alive; group terminated", append(attrs, "sigkill", killed)...)
+				return "job leader was gone; its orphaned descendants were found alive after the restart and terminated"
+			}
 			s.log.Warn("reconcile: job leader is gone but its process group still has members; ownership cannot be proven, not touched", attrs...)
 			return "process was gone; its process group still had members, left untouched"
 		}
@@ -151,21 +165,28 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-s.journalDirty:
+			s.writeJournal(false)
 		case <-t.C:
+			s.writeJournal(true)
 		}
-		s.writeJournal()
 	}
 }
 
 // writeJournal saves a snapshot of every job. Failures are logged (once
 // per failure streak) and counted; the supervisor keeps running.
-func (s *Server) writeJournal() {
+func (s *Server) writeJournal(periodic bool) {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
 	snaps := s.jobs.Snapshots()
 	doc := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli(), Jobs: make([]journal.Record, 0, len(snaps))}
 	for _, sn := range snaps {
 		doc.Jobs = append(doc.Jobs, s.record(sn))
+	}
+	if periodic {
+		s.scanMembers(snaps)
+	}
+	for i := range doc.Jobs {
+		doc.Jobs[i].Members = s.members[doc.Jobs[i].JobID]
 	}
 	if err := s.journal.Save(doc); err != nil {
 		if !s.journalFailing {
@@ -177,5 +198,30 @@ func (s *Server) writeJournal() {
 	if s.journalFailing {
 		s.log.Info("journal writes recovered", "path", s.journal.Path())
 		s.journalFailing = false
+	}
+}
+
+// scanMembers records the live members of every running job's process
+// group (one scan of the process table). s.journalMu must be held.
+func (s *Server) scanMembers(snaps []jobs.Snapshot) {
+	want := map[int]bool{}
+	byGroup := map[int]string{}
+	for _, sn := range snaps {
+		if sn.Info.State != protocol.StateExited && sn.Info.Pgid > 1 {
+			want[sn.Info.Pgid] = true
+			byGroup[sn.Info.Pgid] = sn.Info.JobID
+		}
+	}
+	found := jobs.GroupMembers(want)
+	s.members = make(map[string][]journal.Member, len(found))
+	for pgid, ps := range found {
+		ms := make([]journal.Member, 0, min(len(ps), 64))
+		for _, p := range ps {
+			if len(ms) == cap(ms) {
+				break // a bounded sample proves ownership as well as all of them
+			}
+			ms = append(ms, journal.Member{Pid: p.Pid, StartTicks: p.StartTicks})
+		}
+		s.members[byGroup[pgid]] = ms
 	}
 }

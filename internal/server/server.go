@@ -60,8 +60,9 @@ type Server struct {
 	journalDirty   chan struct{}
 	stopJournal    chan struct{}
 	journalWG      sync.WaitGroup
-	journalMu      sync.Mutex // serializes writes
-	journalFailing bool       // under journalMu
+	journalMu      sync.Mutex                  // serializes writes
+	journalFailing bool                        // under journalMu
+	members        map[string][]journal.Member // under journalMu: last group scan
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
@@ -140,7 +141,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	// Settle what a previous run left behind before serving anyone.
 	s.recover()
-	s.writeJournal()
+	s.writeJournal(false)
 
 	s.pub.sock = s.evt
 	s.pubWG.Add(1)
@@ -230,7 +231,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.wg.Wait()
 	close(s.stopJournal)
 	s.journalWG.Wait()
-	s.writeJournal()
+	s.writeJournal(false)
 	s.lock.Release()
 	zmqx.RemoveSocketFile(s.cfg.Control)
 	zmqx.RemoveSocketFile(s.cfg.Event)
