@@ -583,3 +583,52 @@ func TestOrphanedDescendantsOfDeadLeader(t *testing.T) {
 		t.Fatalf("status: %+v %v", info, err)
 	}
 }
+
+// TestShutdownWaitMode: with --shutdown wait, SIGTERM lets running jobs
+// finish on their own (reason exit), refuses new spawns meanwhile, then exits 0.
+func TestShutdownWaitMode(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--shutdown", "wait", "--shutdown-timeout", "20s")
+	ctx := ctxFor(t, 30*time.Second)
+	gate := filepath.Join(e.root, "gate")
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "while [ ! -e " + gate + " ]; do sleep 0.02; done; echo finished"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	// While waiting, the supervisor answers but refuses new jobs.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"true"}})
+		if protocol.CodeOf(err) == protocol.CodeShuttingDown {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spawn during shutdown: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // until the signal has been handled
+	}
+	select {
+	case <-s.done:
+		t.Fatal("supervisor exited before its job finished")
+	default:
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("supervisor did not exit after its job finished")
+	}
+	if s.exitErr != nil {
+		t.Fatalf("exit: %v", s.exitErr)
+	}
+	f := readJournal(t, filepath.Join(e.state, "journal.json"))
+	for _, r := range f.Jobs {
+		if r.JobID == j.JobID && (r.Reason != "exit" || r.ExitCode == nil || *r.ExitCode != 0) {
+			t.Fatalf("job recorded as %+v", r)
+		}
+	}
+}

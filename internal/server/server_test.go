@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -584,5 +585,24 @@ func TestStaleSocketAndSecondServer(t *testing.T) {
 	}
 	if err := s2.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second server: %v", err)
+	}
+}
+
+// TestJournalWriteFailuresAreSurvived: a journal that cannot be written is
+// logged and counted; the supervisor keeps serving.
+func TestJournalWriteFailuresAreSurvived(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Journal = filepath.Join(t.TempDir(), "missing-dir", "journal.json")
+	ts := startServer(t, cfg)
+	ctx := ctxT(t, 10*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"echo", "still-works"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _, _ := waitDone(t, ts.client, j.JobID, 10*time.Second); out != "still-works\n" {
+		t.Fatalf("output %q", out)
+	}
+	if ts.journal.Failures.Load() == 0 {
+		t.Fatal("journal failures were not counted")
 	}
 }
