@@ -51,10 +51,11 @@ type Job struct {
 	errMsg   string
 
 	// killing is set by the first kill; killDeadline is when SIGKILL follows.
-	killing      bool
-	pendingKill  Reason // a kill that arrived while Starting
-	killDeadline time.Time
-	killNow      chan struct{} // closed to escalate to SIGKILL at once
+	killing       bool
+	cleanupKilled bool   // SIGKILL was needed (counted once)
+	pendingKill   Reason // a kill that arrived while Starting
+	killDeadline  time.Time
+	killNow       chan struct{} // closed to escalate to SIGKILL at once
 	// leaderExited: the process was reaped; groupGone: its group is empty
 	// too, so the pgid must never be signalled again (it may be reused).
 	leaderExited bool
@@ -464,16 +465,30 @@ func (j *Job) escalateAfterGrace() {
 	case <-j.killNow:
 	}
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	if j.state == Exited {
+		j.mu.Unlock()
 		return
 	}
 	j.m.log.Info("job kill escalated", "job", j.id, "signal", "SIGKILL")
 	if err := j.signalLocked(sigKill); err != nil {
 		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
 	}
-	if h := j.m.hooks.CleanupKill; h != nil {
-		go h("pgid")
+	first := j.markCleanupKillLocked()
+	j.mu.Unlock()
+	j.countCleanupKill(first)
+}
+
+// markCleanupKillLocked records that the job needed SIGKILL and reports
+// whether this is the first time (each job is counted once).
+func (j *Job) markCleanupKillLocked() bool {
+	first := !j.cleanupKilled
+	j.cleanupKilled = true
+	return first
+}
+
+func (j *Job) countCleanupKill(first bool) {
+	if h := j.m.hooks.CleanupKill; h != nil && first {
+		h("pgid")
 	}
 }
 
@@ -544,10 +559,9 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) {
 	if !waitGroupGone(j.pgid, time.Until(deadline), j.killNow) {
 		j.mu.Lock()
 		_ = j.signalLocked(sigKill)
+		first := j.markCleanupKillLocked()
 		j.mu.Unlock()
-		if h := j.m.hooks.CleanupKill; h != nil {
-			h("pgid")
-		}
+		j.countCleanupKill(first)
 		if !waitGroupGone(j.pgid, 5*time.Second, nil) {
 			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
 		}

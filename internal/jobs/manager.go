@@ -378,3 +378,20 @@ func (m *Manager) Close(ctx context.Context) error {
 	})
 	return nil
 }
+
+// RetainedBytes sums the output bytes held in every job's ring buffer.
+func (m *Manager) RetainedBytes() int64 {
+	m.mu.Lock()
+	js := make([]*Job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		js = append(js, j)
+	}
+	m.mu.Unlock()
+	var n int64
+	for _, j := range js {
+		j.mu.Lock()
+		n += int64(j.out.bytes)
+		j.mu.Unlock()
+	}
+	return n
+}

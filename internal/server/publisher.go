@@ -34,6 +34,8 @@ type publisher struct {
 	sendErrs  atomic.Uint64
 
 	now func() time.Time
+	// onPublished, if set, is called for every event sent.
+	onPublished func(protocol.Kind)
 }
 
 func newPublisher(log *slog.Logger, sock zmqx.Socket, hwm int) *publisher {
@@ -175,6 +177,9 @@ func (p *publisher) send(ev protocol.Event) {
 		return
 	}
 	p.published.Add(1)
+	if p.onPublished != nil {
+		p.onPublished(ev.Kind)
+	}
 }
 
 // queued returns the number of events waiting.

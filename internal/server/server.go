@@ -20,12 +20,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -40,8 +37,9 @@ type Server struct {
 	instanceID string
 	startedAt  time.Time
 
-	jobs *jobs.Manager
-	pub  *publisher
+	jobs    *jobs.Manager
+	pub     *publisher
+	metrics *metrics.Metrics
 
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
@@ -111,7 +109,23 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.pub = newPublisher(s.log, nil, s.cfg.EventHWM)
-	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, jobs.WithHooks(jobs.Hooks{Changed: s.markDirty}))
+	s.metrics = s.newMetrics()
+	s.pub.onPublished = func(k protocol.Kind) { s.metrics.EventsPublished.WithLabelValues(string(k)).Inc() }
+	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, jobs.WithHooks(jobs.Hooks{
+		Changed: s.markDirty,
+		Spawned: s.metrics.Spawned.Inc,
+		Finished: func(r protocol.Reason) {
+			s.metrics.Finished.WithLabelValues(string(r)).Inc()
+			switch r {
+			case protocol.ReasonOverallTimeout:
+				s.metrics.Timeouts.WithLabelValues("overall").Inc()
+			case protocol.ReasonNoOutputTimeout:
+				s.metrics.Timeouts.WithLabelValues("no_output").Inc()
+			}
+		},
+		OutputBytes: func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
+		CleanupKill: func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
+	}))
 	defer func() {
 		if err != nil {
 			_ = s.jobs.Close(context.Background())
@@ -153,10 +167,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.journalWG.Add(1)
 	go func() { defer s.journalWG.Done(); s.journalLoop(s.stopJournal) }()
 	if s.httpL != nil {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", s.metrics.Handler())
 		s.httpS = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		s.wg.Add(1)
 		go func() {
@@ -352,10 +364,12 @@ func (s *Server) sendLoop() {
 func (s *Server) handle(body []byte) (out []byte) {
 	start := time.Now()
 	req, err := protocol.DecodeRequest(body, s.cfg.MaxRequestBytes)
-	id := ""
+	id, op := "", protocol.Op("")
 	if req != nil {
-		id = req.ID
+		id, op = req.ID, req.Op
 	}
+	code := "ok"
+	defer func() { s.metrics.ObserveRequest(op, code, time.Since(start)) }()
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("panic in request handler", "op", string(req.Op), "panic", r)
@@ -364,11 +378,14 @@ func (s *Server) handle(body []byte) (out []byte) {
 	}()
 	if err != nil {
 		s.log.Debug("bad request", "err", err)
-		return protocol.ErrorReply(id, toWire(err))
+		pe := toWire(err)
+		code = string(pe.Code)
+		return protocol.ErrorReply(id, pe)
 	}
 	result, err := s.dispatch(req)
 	if err != nil {
 		pe := toWire(err)
+		code = string(pe.Code)
 		s.log.Debug("request failed", "op", string(req.Op), "code", string(pe.Code), "err", pe.Message, "took", time.Since(start))
 		return protocol.ErrorReply(id, pe)
 	}
@@ -436,7 +453,10 @@ func (s *Server) dispatch(req *protocol.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return j.Events(a.FromSeq, a.Limit)
+		res, err := j.Events(a.FromSeq, a.Limit)
+		s.metrics.BackfillReqs.Inc()
+		s.metrics.BackfillEvents.Add(float64(len(res.Events)))
+		return res, err
 	case protocol.OpKill:
 		var a protocol.KillArgs
 		if err := protocol.DecodeArgs(req, &a); err != nil {
@@ -506,4 +526,20 @@ func (s *Server) kill(a protocol.KillArgs) (any, error) {
 		return nil, err
 	}
 	return protocol.KillResult{Job: j.Info(), AlreadyFinished: already}, nil
+}
+
+func (s *Server) newMetrics() *metrics.Metrics {
+	f := func(v func() uint64) func() float64 { return func() float64 { return float64(v()) } }
+	return metrics.New(metrics.Gauges{
+		ActiveJobs:        func() float64 { a, _ := s.jobs.Counts(); return float64(a) },
+		KnownJobs:         func() float64 { _, t := s.jobs.Counts(); return float64(t) },
+		RingBytes:         func() float64 { return float64(s.jobs.RetainedBytes()) },
+		QueueLength:       func() float64 { return float64(s.pub.queued()) },
+		EventsDropped:     f(s.pub.dropped.Load),
+		GapEvents:         f(s.pub.gapEvents.Load),
+		JournalWrites:     f(s.journal.Writes.Load),
+		JournalFailures:   f(s.journal.Failures.Load),
+		JournalCorrupt:    f(s.journalCorrupt.Load),
+		OrphansReconciled: f(s.orphansReconciled.Load),
+	})
 }

@@ -1,0 +1,112 @@
+// Package metrics defines exec-supervisor's Prometheus metrics on a
+// registry of its own (no global state). Names share the prefix
+// exec_supervisor_, carry their unit, and are labelled only with bounded
+// values (never a job id). docs/metrics.md is the reference.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+const ns = "exec_supervisor"
+
+// Metrics holds every collector. The zero value is not usable: use New.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Spawned         prometheus.Counter
+	Finished        *prometheus.CounterVec // reason
+	Timeouts        *prometheus.CounterVec // type: overall, no_output
+	CleanupKills    *prometheus.CounterVec // mode: pgid
+	OutputBytes     *prometheus.CounterVec // stream
+	EventsPublished *prometheus.CounterVec // kind
+	BackfillReqs    prometheus.Counter
+	BackfillEvents  prometheus.Counter
+	Requests        *prometheus.CounterVec   // op, code
+	RequestSeconds  *prometheus.HistogramVec // op
+}
+
+// Gauges are read at scrape time from the running supervisor.
+type Gauges struct {
+	ActiveJobs, KnownJobs, RingBytes, QueueLength  func() float64
+	EventsDropped, GapEvents                       func() float64
+	JournalWrites, JournalFailures, JournalCorrupt func() float64
+	OrphansReconciled                              func() float64
+}
+
+// New builds the collectors and registers them, with the Go and process
+// collectors, on a fresh registry.
+func New(g Gauges) *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help})
+	}
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+	}
+	m.Spawned = c("jobs_spawned_total", "Jobs whose process was started.")
+	m.Finished = cv("jobs_finished_total", "Jobs finished, by termination reason.", "reason")
+	m.Timeouts = cv("job_timeouts_total", "Jobs terminated by a timeout, by type (overall, no_output).", "type")
+	m.CleanupKills = cv("cleanup_kills_total", "SIGKILLs sent to a job's processes after the grace period, by mode (pgid).", "mode")
+	m.OutputBytes = cv("output_bytes_total", "Output bytes read from jobs, by stream.", "stream")
+	m.EventsPublished = cv("events_published_total", "Events sent on the event socket, by kind.", "kind")
+	m.BackfillReqs = c("backfill_requests_total", "subscribe (backfill) requests served.")
+	m.BackfillEvents = c("backfill_events_total", "Events replayed by subscribe requests.")
+	m.Requests = cv("control_requests_total", "Control requests, by op and result code (ok or an error code).", "op", "code")
+	m.RequestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "control_request_duration_seconds", Help: "Control request handling time, by op.",
+		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"op"})
+	gf := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f)
+	}
+	cf := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, f)
+	}
+	m.Registry.MustRegister(
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.Spawned, m.Finished, m.Timeouts, m.CleanupKills, m.OutputBytes, m.EventsPublished,
+		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds,
+		gf("jobs_active", "Jobs not yet exited.", g.ActiveJobs),
+		gf("jobs_known", "Jobs known (running or finished within retention).", g.KnownJobs),
+		gf("ring_buffer_bytes", "Output bytes retained in all jobs' ring buffers.", g.RingBytes),
+		gf("event_queue_length", "Events waiting for the event socket.", g.QueueLength),
+		cf("events_dropped_total", "Events dropped at the high water mark (each announced by a job.gap event).", g.EventsDropped),
+		cf("gap_events_total", "job.gap events published.", g.GapEvents),
+		cf("journal_writes_total", "Successful journal writes.", g.JournalWrites),
+		cf("journal_write_failures_total", "Failed journal writes.", g.JournalFailures),
+		cf("journal_corrupt_total", "Unusable journals moved aside at start.", g.JournalCorrupt),
+		cf("orphans_reconciled_total", "Orphaned job process groups terminated at start.", g.OrphansReconciled),
+	)
+	// Pre-create the label values operators alert on, so they read 0, not absent.
+	for _, r := range []protocol.Reason{protocol.ReasonExit, protocol.ReasonSignal, protocol.ReasonManualCancel,
+		protocol.ReasonOverallTimeout, protocol.ReasonNoOutputTimeout, protocol.ReasonSpawnError,
+		protocol.ReasonSupervisorRestart, protocol.ReasonShutdown} {
+		m.Finished.WithLabelValues(string(r))
+	}
+	m.Timeouts.WithLabelValues("overall")
+	m.Timeouts.WithLabelValues("no_output")
+	m.CleanupKills.WithLabelValues("pgid")
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
+
+// ObserveRequest counts one control request.
+func (m *Metrics) ObserveRequest(op protocol.Op, code string, d time.Duration) {
+	if !op.Known() {
+		op = "unknown" // bounded label values only
+	}
+	m.Requests.WithLabelValues(string(op), code).Inc()
+	m.RequestSeconds.WithLabelValues(string(op)).Observe(d.Seconds())
+}

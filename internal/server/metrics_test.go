@@ -1,0 +1,159 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// scrape fetches /metrics over HTTP and parses it with the Prometheus text parser.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// value returns the value of family name with the given label pairs
+// ("k", "v", ...), or -1 when absent.
+func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+next:
+	for _, m := range f.GetMetric() {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return -1
+}
+
+// TestMetricsAfterScriptedScenario: 3 normal exits, 1 overall timeout, 1
+// no-output timeout, 1 manual cancel, 1 spawn error; every counter equals
+// what happened.
+func TestMetricsAfterScriptedScenario(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MetricsAddr = "127.0.0.1:0"
+	ts := startServer(t, cfg)
+	addr := ts.MetricsAddr().String()
+	ctx := ctxT(t, 30*time.Second)
+	var ids []string
+	spawn := func(a protocol.SpawnArgs) {
+		j, err := ts.client.Spawn(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.JobID)
+	}
+	for i := 0; i < 3; i++ {
+		spawn(protocol.SpawnArgs{Shell: fmt.Sprintf("echo job-%d; echo err >&2", i)})
+	}
+	spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}, TimeoutMs: 100})
+	spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}, NoOutputTimeoutMs: 100})
+	spawn(protocol.SpawnArgs{Shell: "trap '' TERM; echo up; while :; do sleep 0.05; done", GraceMs: 100})
+	cancel := ids[len(ids)-1]
+	if _, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"/nonexistent"}}); protocol.CodeOf(err) != protocol.CodeSpawnError {
+		t.Fatalf("spawn error: %v", err)
+	}
+	// The cancelled job ignores SIGTERM: it needs the SIGKILL after the grace.
+	waitOutput(t, ts, cancel)
+	if _, err := ts.client.Kill(ctx, cancel, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		waitDone(t, ts.client, id, 20*time.Second)
+	}
+	fams := scrape(t, addr)
+	want := []struct {
+		name   string
+		labels []string
+		v      float64
+	}{
+		{"exec_supervisor_jobs_spawned_total", nil, 6},
+		{"exec_supervisor_jobs_finished_total", []string{"reason", "exit"}, 3},
+		{"exec_supervisor_jobs_finished_total", []string{"reason", "overall-timeout"}, 1},
+		{"exec_supervisor_jobs_finished_total", []string{"reason", "no-output-timeout"}, 1},
+		{"exec_supervisor_jobs_finished_total", []string{"reason", "manual-cancel"}, 1},
+		{"exec_supervisor_jobs_finished_total", []string{"reason", "spawn-error"}, 1},
+		{"exec_supervisor_jobs_finished_total", []string{"reason", "signal"}, 0},
+		{"exec_supervisor_job_timeouts_total", []string{"type", "overall"}, 1},
+		{"exec_supervisor_job_timeouts_total", []string{"type", "no_output"}, 1},
+		{"exec_supervisor_cleanup_kills_total", []string{"mode", "pgid"}, 1},
+		{"exec_supervisor_jobs_active", nil, 0},
+		{"exec_supervisor_jobs_known", nil, 7},
+		{"exec_supervisor_output_bytes_total", []string{"stream", "stderr"}, 12},
+		{"exec_supervisor_events_dropped_total", nil, 0},
+		{"exec_supervisor_control_requests_total", []string{"op", "spawn", "code", "ok"}, 6},
+		{"exec_supervisor_control_requests_total", []string{"op", "spawn", "code", "spawn-error"}, 1},
+		{"exec_supervisor_control_requests_total", []string{"op", "kill", "code", "ok"}, 1},
+		{"exec_supervisor_control_request_duration_seconds", []string{"op", "spawn"}, 7},
+		{"exec_supervisor_journal_write_failures_total", nil, 0},
+		{"exec_supervisor_orphans_reconciled_total", nil, 0},
+	}
+	for _, w := range want {
+		if got := value(fams, w.name, w.labels...); got != w.v {
+			t.Errorf("%s%v = %v, want %v", w.name, w.labels, got, w.v)
+		}
+	}
+	// stdout: "job-N\n" x3 + "up\n"
+	if got := value(fams, "exec_supervisor_output_bytes_total", "stream", "stdout"); got != 3*6+3 {
+		t.Errorf("stdout bytes %v", got)
+	}
+	if value(fams, "exec_supervisor_events_published_total", "kind", "job.started") < 6 {
+		t.Errorf("job.started events not counted")
+	}
+	if value(fams, "exec_supervisor_journal_writes_total", nil...) < 1 || value(fams, "process_resident_memory_bytes") <= 0 || value(fams, "go_goroutines") <= 0 {
+		t.Errorf("journal writes, process or Go collectors missing")
+	}
+}
+
+func waitOutput(t *testing.T, ts *testServer, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := ts.client.Status(ctxT(t, 5*time.Second), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.OutputEnd > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no output")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the job's state
+	}
+}
