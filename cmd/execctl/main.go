@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -84,6 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&g.event, "event", envOr("EXEC_SUPERVISOR_EVENT", ""), "event endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_EVENT)")
 	fs.BoolVar(&g.json, "json", false, "print JSON objects with the wire protocol's field names")
 	fs.DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each request to the supervisor")
+	tokenFile := fs.String("token-file", envOr("EXEC_SUPERVISOR_TOKEN_FILE", ""), "token for tcp endpoints (default: env EXEC_SUPERVISOR_TOKEN, else the supervisor's default token file)")
 	fs.Usage = func() { usage(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -102,9 +104,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr, fs)
 		return exitUsage
 	}
+	token := os.Getenv("EXEC_SUPERVISOR_TOKEN")
+	if *tokenFile != "" {
+		t, err := zmqx.ReadToken(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "execctl: --token-file: %v\n", err)
+			return exitUsage
+		}
+		token = t
+	}
 	g.client = client.New(client.Options{
 		ControlAddress: g.control, EventAddress: g.event, RequestTimeout: g.timeout,
-		MaxReconnectAttempts: 1, DialTimeout: 2 * time.Second,
+		MaxReconnectAttempts: 1, DialTimeout: 2 * time.Second, Token: token,
 	})
 	defer g.client.Close()
 	code, err := cmd.Run(ctx, g, rest[1:])

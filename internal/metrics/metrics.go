@@ -31,6 +31,7 @@ type Metrics struct {
 	BackfillEvents  prometheus.Counter
 	Requests        *prometheus.CounterVec   // op, code
 	RequestSeconds  *prometheus.HistogramVec // op
+	ConnRejected    *prometheus.CounterVec   // reason
 }
 
 // Gauges are read at scrape time from the running supervisor.
@@ -60,6 +61,7 @@ func New(g Gauges) *Metrics {
 	m.BackfillReqs = c("backfill_requests_total", "subscribe (backfill) requests served.")
 	m.BackfillEvents = c("backfill_events_total", "Events replayed by subscribe requests.")
 	m.Requests = cv("control_requests_total", "Control requests, by op and result code (ok or an error code).", "op", "code")
+	m.ConnRejected = cv("connections_rejected_total", "Connections refused or cut off by the hardened transport, by reason.", "reason")
 	m.RequestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: ns, Name: "control_request_duration_seconds", Help: "Control request handling time, by op.",
 		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
@@ -73,7 +75,7 @@ func New(g Gauges) *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.Spawned, m.Finished, m.Timeouts, m.CleanupKills, m.OutputBytes, m.EventsPublished,
-		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds,
+		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected,
 		gf("jobs_active", "Jobs not yet exited.", g.ActiveJobs),
 		gf("jobs_known", "Jobs known (running or finished within retention).", g.KnownJobs),
 		gf("ring_buffer_bytes", "Output bytes retained in all jobs' ring buffers.", g.RingBytes),

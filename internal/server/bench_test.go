@@ -127,7 +127,7 @@ func BenchmarkControlRoundTrip(b *testing.B) {
 	defer cancel()
 
 	echoEP := "ipc://" + filepath.Join(filepath.Dir(cfg.Control[len("ipc://"):]), "echo.sock")
-	rep, err := zmqx.Listen(ctx, zmqx.Rep, echoEP)
+	rep, err := zmqx.ListenBare(ctx, zmqx.Rep, echoEP)
 	if err != nil {
 		b.Fatal(err)
 	}

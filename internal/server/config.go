@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -31,6 +30,19 @@ type Config struct {
 	// ShutdownMode is "terminate" (kill running jobs at shutdown) or
 	// "wait" (let them finish, up to ShutdownTimeout, then terminate).
 	ShutdownMode string
+	// TokenFile holds the secret tcp clients authenticate with (ZMTP PLAIN
+	// password); created 0600 on first start when missing. Empty means
+	// <StateDir>/token.
+	TokenFile string
+	// InsecureTCP allows tcp endpoints without authentication.
+	InsecureTCP bool
+	// AllowUIDs and AllowGIDs may connect to ipc endpoints besides our uid.
+	AllowUIDs, AllowGIDs []int
+	// MaxConns bounds connections per socket; HandshakeTimeout and
+	// WriteTimeout bound a peer's handshake and each write to it.
+	MaxConns         int
+	HandshakeTimeout time.Duration
+	WriteTimeout     time.Duration
 	// MetricsAddr is the HTTP address of /metrics; empty disables it.
 	MetricsAddr string
 	// Jobs configures the job manager.
@@ -64,20 +76,28 @@ func DefaultConfig() Config {
 		MaxInFlight:          64,
 		ShutdownTimeout:      15 * time.Second,
 		JournalFlushInterval: 5 * time.Second,
+		MaxConns:             1024,
+		HandshakeTimeout:     5 * time.Second,
+		WriteTimeout:         5 * time.Second,
 		ShutdownMode:         "terminate",
 		LogLevel:             "info",
 		LogFormat:            "text",
 	}
 }
 
-func defaultStateDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "exec-supervisor")
+func defaultStateDir() string { return zmqx.DefaultStateDir() }
+
+// TokenPath returns the effective token file path.
+func (c *Config) TokenPath() string {
+	if c.TokenFile != "" {
+		return c.TokenFile
 	}
-	if h, err := os.UserHomeDir(); err == nil && h != "" && h != "/" {
-		return filepath.Join(h, ".local", "state", "exec-supervisor")
-	}
-	return filepath.Join(zmqx.DefaultRuntimeDir(), "state")
+	return filepath.Join(c.StateDir, "token")
+}
+
+// usesTCP reports whether an endpoint is tcp.
+func (c *Config) usesTCP() bool {
+	return strings.HasPrefix(c.Control, "tcp://") || strings.HasPrefix(c.Event, "tcp://")
 }
 
 // BindFlags registers every option on fs, with c's current values as defaults.
@@ -99,6 +119,13 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest control request accepted")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on graceful shutdown")
 	fs.StringVar(&c.ShutdownMode, "shutdown", c.ShutdownMode, "at shutdown, terminate running jobs, or wait for them (up to --shutdown-timeout)")
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "secret for tcp clients (ZMTP PLAIN password), created 0600 if missing (default: <state-dir>/token)")
+	fs.BoolVar(&c.InsecureTCP, "insecure-tcp-no-auth", c.InsecureTCP, "DANGEROUS: accept tcp clients without authentication (anyone who reaches the port can run commands as this user)")
+	fs.IntSliceVar(&c.AllowUIDs, "allow-uid", c.AllowUIDs, "also accept ipc clients with this uid (repeatable)")
+	fs.IntSliceVar(&c.AllowGIDs, "allow-gid", c.AllowGIDs, "also accept ipc clients with this gid (repeatable)")
+	fs.IntVar(&c.MaxConns, "max-connections", c.MaxConns, "concurrent connections per socket")
+	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "a peer must finish the ZMTP handshake within this")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a peer that does not read for this long is disconnected")
 	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")
 	fs.DurationVar(&c.JournalFlushInterval, "journal-flush-interval", c.JournalFlushInterval, "period of journal writes (it is also written after every state change)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
@@ -135,6 +162,9 @@ func (c *Config) Validate() error {
 		{c.MaxRequestBytes >= 1024 && c.MaxRequestBytes <= protocol.MaxRequestBytes, "--max-request-bytes", fmt.Sprintf("must be 1024..%d", protocol.MaxRequestBytes)},
 		{c.MaxInFlight >= 1, "max in-flight requests", "must be >= 1"},
 		{c.ShutdownTimeout > 0, "--shutdown-timeout", "must be > 0"},
+		{c.MaxConns >= 1 && c.MaxConns <= 100000, "--max-connections", "must be 1..100000"},
+		{c.HandshakeTimeout >= 10*time.Millisecond && c.HandshakeTimeout <= time.Minute, "--handshake-timeout", "must be 10ms..1m"},
+		{c.WriteTimeout >= 10*time.Millisecond && c.WriteTimeout <= time.Minute, "--write-timeout", "must be 10ms..1m"},
 		{c.JournalFlushInterval >= 10*time.Millisecond && c.JournalFlushInterval <= time.Hour, "--journal-flush-interval", "must be 10ms..1h"},
 		{c.ShutdownMode == "terminate" || c.ShutdownMode == "wait", "--shutdown", "must be terminate or wait"},
 	}

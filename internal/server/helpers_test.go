@@ -94,7 +94,7 @@ func startServer(t testing.TB, cfg Config) *testServer {
 		t.Fatal(err)
 	}
 	ts := &testServer{Server: s, cfg: cfg}
-	ts.client = client.New(client.Options{ControlAddress: cfg.Control, EventAddress: cfg.Event, RequestTimeout: 10 * time.Second})
+	ts.client = client.New(client.Options{ControlAddress: cfg.Control, EventAddress: cfg.Event, RequestTimeout: 10 * time.Second, Token: s.token})
 	t.Cleanup(func() {
 		ts.client.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -50,10 +50,19 @@ func TestPythonClientInterop(t *testing.T) {
 			if transport == "tcp" {
 				cfg.Control, cfg.Event = "tcp://127.0.0.1:"+freePort(t), "tcp://127.0.0.1:"+freePort(t)
 			}
-			startServer(t, cfg)
+			ts := startServer(t, cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, py, script, cfg.Control, cfg.Event)
+			if transport == "tcp" {
+				// libzmq PLAIN clients: no token and a wrong token are refused.
+				for _, tok := range []string{"", "wrong-" + ts.token} {
+					out, err := exec.CommandContext(ctx, py, script, cfg.Control, cfg.Event, tok, "--expect-refused").CombinedOutput()
+					if err != nil || !strings.Contains(string(out), "PYCLIENT REFUSED") {
+						t.Fatalf("token %q: %v\n%s", tok, err, out)
+					}
+				}
+			}
+			cmd := exec.CommandContext(ctx, py, script, cfg.Control, cfg.Event, ts.token)
 			cmd.WaitDelay = 5 * time.Second
 			out, err := cmd.CombinedOutput()
 			if err != nil {

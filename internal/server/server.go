@@ -37,6 +37,7 @@ type Server struct {
 	instanceID string
 	startedAt  time.Time
 
+	token   string // tcp password; empty when no tcp endpoint or insecure
 	jobs    *jobs.Manager
 	pub     *publisher
 	metrics *metrics.Metrics
@@ -142,10 +143,23 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	if s.evt, err = zmqx.Listen(s.ctx, zmqx.Pub, s.cfg.Event); err != nil {
+	if s.cfg.usesTCP() {
+		if s.cfg.InsecureTCP {
+			s.log.Warn("INSECURE: tcp endpoints accept clients WITHOUT authentication (--insecure-tcp-no-auth): anyone who can reach them can run commands as this user and read all job output")
+		} else {
+			tok, created, err := loadOrCreateToken(s.cfg.TokenPath())
+			if err != nil {
+				return fmt.Errorf("--token-file: %w", err)
+			}
+			s.token = tok
+			s.log.Info("tcp clients must authenticate with the token (ZMTP PLAIN password)", "tokenFile", s.cfg.TokenPath(), "created", created)
+		}
+	}
+	// Control peers send requests; event peers only subscriptions.
+	if s.evt, err = zmqx.Listen(s.ctx, zmqx.Pub, s.cfg.Event, s.policy(s.cfg.Event, 64<<10)); err != nil {
 		return fmt.Errorf("--event: %w", err)
 	}
-	if s.ctl, err = zmqx.Listen(s.ctx, zmqx.Router, s.cfg.Control); err != nil {
+	if s.ctl, err = zmqx.Listen(s.ctx, zmqx.Router, s.cfg.Control, s.policy(s.cfg.Control, uint64(s.cfg.MaxRequestBytes)+64<<10)); err != nil {
 		return fmt.Errorf("--control: %w", err)
 	}
 	if s.cfg.MetricsAddr != "" {

@@ -373,11 +373,11 @@ func TestMaxJobsAndUnknownJob(t *testing.T) {
 }
 
 // rawCall sends one body over a fresh DEALER (REQ envelope) and returns the reply.
-func rawCall(t *testing.T, endpoint string, frames ...[]byte) *protocol.Reply {
+func rawCall(t *testing.T, ts *testServer, frames ...[]byte) *protocol.Reply {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := zmqx.Dial(ctx, zmqx.Dealer, endpoint, 2*time.Second)
+	s, err := zmqx.DialToken(ctx, zmqx.Dealer, ts.cfg.Control, 2*time.Second, ts.token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func TestMalformedRequests(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rep := rawCall(t, cfg.Control, tc.frames...)
+			rep := rawCall(t, ts, tc.frames...)
 			if rep.OK || rep.Error == nil || rep.Error.Code != tc.code {
 				t.Fatalf("want %s, got %+v", tc.code, rep.Error)
 			}
@@ -466,7 +466,7 @@ func TestREQAndDEALERClients(t *testing.T) {
 			// REQ: one request, one reply, with the REQ envelope.
 			sctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			req, err := zmqx.Dial(sctx, zmqx.Req, cfg.Control, 2*time.Second)
+			req, err := zmqx.DialToken(sctx, zmqx.Req, cfg.Control, 2*time.Second, ts.token)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -487,7 +487,7 @@ func TestREQAndDEALERClients(t *testing.T) {
 			}
 			// Bare DEALER: [body] in, [body] out.
 			body, _ := protocol.EncodeRequest("bare", protocol.OpHealth, nil)
-			if rep := rawCall(t, cfg.Control, body); !rep.OK || rep.ID != "bare" {
+			if rep := rawCall(t, ts, body); !rep.OK || rep.ID != "bare" {
 				t.Fatalf("bare dealer: %+v", rep)
 			}
 			// DEALER via pkg/client: 3 goroutines x 30 requests in flight.

@@ -93,10 +93,12 @@ func newSocket(ctx context.Context, typ zmq4.SocketType, opts ...zmq4.Option) So
 	panic(fmt.Sprintf("zmqx: unsupported socket type %v", typ))
 }
 
-// Listen opens a socket of type typ bound to endpoint. For ipc endpoints a
-// stale socket file left by a dead process is removed first; a live one is
-// an error (another process is serving there).
-func Listen(ctx context.Context, typ zmq4.SocketType, endpoint string) (Socket, error) {
+// Listen opens a socket of type typ bound to endpoint, behind the hardened
+// transport with policy p (nil means the defaults: NULL mechanism, own uid
+// only on ipc). For ipc endpoints a stale socket file left by a dead
+// process is removed first; a live one is an error (another process is
+// serving there).
+func Listen(ctx context.Context, typ zmq4.SocketType, endpoint string, p *Policy) (Socket, error) {
 	scheme, addr, err := Split(endpoint)
 	if err != nil {
 		return nil, err
@@ -113,8 +115,21 @@ func Listen(ctx context.Context, typ zmq4.SocketType, endpoint string) (Socket, 
 			return nil, fmt.Errorf("create directory of %s: %w", endpoint, err)
 		}
 	}
-	s := newSocket(ctx, typ)
-	if err := s.Listen(endpoint); err != nil {
+	if p == nil {
+		p = &Policy{}
+	}
+	pol := *p
+	pol.fill()
+	engineEP, err := registerHardened(scheme, addr, &pol)
+	if err != nil {
+		return nil, err
+	}
+	var opts []zmq4.Option
+	if pol.Token != "" {
+		opts = append(opts, zmq4.WithSecurity(plainServer(pol.Token)))
+	}
+	s := newSocket(ctx, typ, opts...)
+	if err := s.Listen(engineEP); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("listen on %s: %w", endpoint, err)
 	}
@@ -151,13 +166,23 @@ func removeStaleSocket(path string) error {
 // Dial opens a socket of type typ connected to endpoint, failing after
 // timeout when nothing answers. It never reconnects by itself.
 func Dial(ctx context.Context, typ zmq4.SocketType, endpoint string, timeout time.Duration) (Socket, error) {
+	return DialToken(ctx, typ, endpoint, timeout, "")
+}
+
+// DialToken is Dial authenticating with ZMTP PLAIN and token when token is
+// not empty.
+func DialToken(ctx context.Context, typ zmq4.SocketType, endpoint string, timeout time.Duration, token string) (Socket, error) {
 	if _, _, err := Split(endpoint); err != nil {
 		return nil, err
 	}
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	s := newSocket(ctx, typ, zmq4.WithDialerTimeout(timeout), zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false))
+	opts := []zmq4.Option{zmq4.WithDialerTimeout(timeout), zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false)}
+	if token != "" {
+		opts = append(opts, zmq4.WithSecurity(PlainClient(token)))
+	}
+	s := newSocket(ctx, typ, opts...)
 	if err := s.Dial(endpoint); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
@@ -222,4 +247,57 @@ func EnsurePrivateDir(dir string) error {
 		return fmt.Errorf("%s has mode %o; it must be 0700 (chmod 700 %s)", dir, fi.Mode().Perm(), dir)
 	}
 	return nil
+}
+
+// ListenBare opens a plain zmq4 socket without the hardened transport. It
+// exists for benchmark baselines only; never serve clients with it.
+func ListenBare(ctx context.Context, typ zmq4.SocketType, endpoint string) (Socket, error) {
+	s := newSocket(ctx, typ)
+	if err := s.Listen(endpoint); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("listen on %s: %w", endpoint, err)
+	}
+	return s, nil
+}
+
+// DefaultStateDir is the default state directory:
+// $XDG_STATE_HOME/exec-supervisor, else ~/.local/state/exec-supervisor, else
+// <DefaultRuntimeDir>/state.
+func DefaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "exec-supervisor")
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" && h != "/" {
+		return filepath.Join(h, ".local", "state", "exec-supervisor")
+	}
+	return filepath.Join(DefaultRuntimeDir(), "state")
+}
+
+// DefaultTokenFile is where the supervisor keeps its tcp token by default.
+func DefaultTokenFile() string { return filepath.Join(DefaultStateDir(), "token") }
+
+// ReadToken reads a token file, refusing symlinks and files readable by
+// others.
+func ReadToken(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("token file %s has mode %o; it must not be accessible to others (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", fmt.Errorf("read token %s: %w", path, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || len(tok) > 255 {
+		return "", fmt.Errorf("token file %s must hold 1..255 bytes", path)
+	}
+	return tok, nil
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,18 @@ type Options struct {
 	MaxReconnectAttempts int
 	// DialTimeout bounds one connection attempt; 0 means 2 s.
 	DialTimeout time.Duration
+	// Token authenticates tcp connections (ZMTP PLAIN password). Empty
+	// means: read the supervisor's default token file
+	// (~/.local/state/exec-supervisor/token) when an endpoint is tcp.
+	Token string
+}
+
+// token returns the token to use for endpoint ("" for ipc).
+func (o *Options) tokenFor(endpoint string) string {
+	if !strings.HasPrefix(endpoint, "tcp://") {
+		return ""
+	}
+	return o.Token
 }
 
 func (o *Options) fill() {
@@ -60,6 +73,11 @@ func (o *Options) fill() {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 2 * time.Second
+	}
+	if o.Token == "" && (strings.HasPrefix(o.ControlAddress, "tcp://") || strings.HasPrefix(o.EventAddress, "tcp://")) {
+		if tok, err := zmqx.ReadToken(zmqx.DefaultTokenFile()); err == nil {
+			o.Token = tok
+		}
 	}
 }
 
@@ -157,7 +175,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 			}
 		}
 		sctx, cancel := context.WithCancel(context.Background())
-		sock, err := zmqx.Dial(sctx, zmqx.Dealer, c.opts.ControlAddress, c.opts.DialTimeout)
+		sock, err := zmqx.DialToken(sctx, zmqx.Dealer, c.opts.ControlAddress, c.opts.DialTimeout, c.opts.tokenFor(c.opts.ControlAddress))
 		if err != nil {
 			cancel()
 			lastErr = err

@@ -39,7 +39,7 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 	subOK := false
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
-	sub, err := zmqx.Dial(sctx, zmqx.Sub, c.opts.EventAddress, c.opts.DialTimeout)
+	sub, err := zmqx.DialToken(sctx, zmqx.Sub, c.opts.EventAddress, c.opts.DialTimeout, c.opts.tokenFor(c.opts.EventAddress))
 	if err == nil {
 		err = errors.Join(
 			sub.SetOption(zmqx.OptionSubscribe, protocol.JobTopic(jobID)),

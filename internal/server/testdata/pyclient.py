@@ -57,8 +57,16 @@ def log(msg):
     print("pyclient: " + msg, flush=True)
 
 
+# PLAIN password for tcp endpoints (ZMTP PLAIN; the user name is ignored by
+# the supervisor), from the optional third argument.
+TOKEN = None
+
+
 def new_socket(ctx, typ, endpoint):
     s = ctx.socket(typ)
+    if TOKEN is not None:
+        s.setsockopt(zmq.PLAIN_USERNAME, b"exec-supervisor")
+        s.setsockopt(zmq.PLAIN_PASSWORD, TOKEN.encode())
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.RCVTIMEO, TIMEOUT_MS)
     s.setsockopt(zmq.SNDTIMEO, TIMEOUT_MS)
@@ -307,9 +315,27 @@ def main(control, event):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        print("usage: pyclient.py CONTROL_ENDPOINT EVENT_ENDPOINT", file=sys.stderr)
+    if len(sys.argv) not in (3, 4, 5):
+        print("usage: pyclient.py CONTROL_ENDPOINT EVENT_ENDPOINT [TOKEN [--expect-refused]]", file=sys.stderr)
         sys.exit(2)
+    if len(sys.argv) >= 4 and sys.argv[3] != "":
+        TOKEN = sys.argv[3]
+    if len(sys.argv) == 5:
+        # Authentication must fail: a health request gets no reply.
+        c = zmq.Context()
+        s = new_socket(c, zmq.REQ, sys.argv[1])
+        s.setsockopt(zmq.RCVTIMEO, 1500)
+        s.send(pack({"v": 2, "id": "x", "op": "health"}))
+        try:
+            s.recv()
+            print("PYCLIENT FAIL: an unauthenticated client got a reply", file=sys.stderr)
+            sys.exit(1)
+        except zmq.Again:
+            print("PYCLIENT REFUSED", flush=True)
+            sys.exit(0)
+        finally:
+            s.close(linger=0)
+            c.term()
     try:
         main(sys.argv[1], sys.argv[2])
     except Failure as e:

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+)
+
+// loadOrCreateToken returns the tcp token, creating the token file (0600,
+// never through a symlink) with 32 random bytes when it does not exist.
+func loadOrCreateToken(path string) (tok string, created bool, err error) {
+	tok, err = zmqx.ReadToken(path)
+	if err == nil {
+		return tok, false, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", false, fmt.Errorf("create token directory: %w", err)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", false, fmt.Errorf("generate token: %w", err)
+	}
+	tok = hex.EncodeToString(b[:])
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return "", false, fmt.Errorf("create token file: %w", err)
+	}
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		f.Close()
+		os.Remove(path)
+		return "", false, fmt.Errorf("write token file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", false, fmt.Errorf("write token file: %w", err)
+	}
+	return tok, true, nil
+}
+
+// policy returns the transport policy of one endpoint: tcp requires the
+// token (unless explicitly insecure); ipc checks peer credentials.
+func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
+	p := &zmqx.Policy{
+		AllowUIDs: s.cfg.AllowUIDs, AllowGIDs: s.cfg.AllowGIDs,
+		HandshakeTimeout: s.cfg.HandshakeTimeout, WriteTimeout: s.cfg.WriteTimeout,
+		MaxFrameBytes: maxFrame, MaxConns: s.cfg.MaxConns,
+		OnReject: func(reason string) { s.metrics.ConnRejected.WithLabelValues(reason).Inc() },
+		Log:      func(msg string, args ...any) { s.log.Warn(msg, append(args, "endpoint", endpoint)...) },
+	}
+	if strings.HasPrefix(endpoint, "tcp://") && !s.cfg.InsecureTCP {
+		p.Token = s.token
+	}
+	return p
+}

@@ -1,0 +1,513 @@
+package zmqx
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
+)
+
+// Policy is how a hardened listener treats its peers. Zero values mean the
+// documented defaults.
+type Policy struct {
+	// Token, when set, requires ZMTP PLAIN with this password (any user
+	// name) on every connection; without it the NULL mechanism is used.
+	Token string
+	// AllowUIDs and AllowGIDs extend who may connect to an ipc endpoint,
+	// besides the supervisor's own uid (checked with SO_PEERCRED).
+	AllowUIDs, AllowGIDs []int
+	// HandshakeTimeout bounds the greeting and security handshake; 0 means 5 s.
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds every write to a peer; a peer that does not read
+	// for this long is disconnected. 0 means 5 s.
+	WriteTimeout time.Duration
+	// MaxFrameBytes bounds any frame a peer may send, checked before the
+	// engine allocates it. 0 means 2 MiB.
+	MaxFrameBytes uint64
+	// MaxConns bounds concurrent connections (and pending handshakes); 0 means 1024.
+	MaxConns int
+	// OnReject, if set, is called with a short reason whenever a
+	// connection is refused or cut off (for metrics).
+	OnReject func(reason string)
+	// Log, if set, receives one line per rejection.
+	Log func(msg string, args ...any)
+}
+
+func (p *Policy) fill() {
+	if p.HandshakeTimeout <= 0 {
+		p.HandshakeTimeout = 5 * time.Second
+	}
+	if p.WriteTimeout <= 0 {
+		p.WriteTimeout = 5 * time.Second
+	}
+	if p.MaxFrameBytes == 0 {
+		p.MaxFrameBytes = 2 << 20
+	}
+	if p.MaxConns <= 0 {
+		p.MaxConns = 1024
+	}
+}
+
+func (p *Policy) mechanism() string {
+	if p.Token != "" {
+		return string(zmq4.PlainSecurity)
+	}
+	return string(zmq4.NullSecurity)
+}
+
+func (p *Policy) reject(reason string, remote string, err error) {
+	if p.OnReject != nil {
+		p.OnReject(reason)
+	}
+	if p.Log != nil {
+		p.Log("connection rejected", "reason", reason, "remote", remote, "err", err)
+	}
+}
+
+// hardenedTransport is registered with zmq4 under a scheme of its own for
+// each listener, so that each carries its own policy.
+type hardenedTransport struct {
+	network string // tcp or unix
+	policy  *Policy
+}
+
+var schemeSeq atomic.Uint64
+
+func (t *hardenedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+	return d.DialContext(ctx, t.network, addr)
+}
+
+func (t *hardenedTransport) Addr(ep string) (string, error) {
+	return transport.New(t.network).Addr(ep)
+}
+
+func (t *hardenedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	inner, err := net.Listen(t.network, addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &hardenedListener{inner: inner, policy: t.policy, ready: make(chan net.Conn), done: make(chan struct{})}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+// hardenedListener accepts raw connections in its own loop, checks the
+// peer, and runs the start of the ZMTP handshake (greeting and the first
+// security command) in a goroutine per connection under a deadline. Only
+// connections that got that far are handed to the engine's accept loop,
+// so a silent or hostile peer never blocks anyone else.
+type hardenedListener struct {
+	inner  net.Listener
+	policy *Policy
+	ready  chan net.Conn
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+	conns  atomic.Int64
+}
+
+func (l *hardenedListener) Addr() net.Addr { return l.inner.Addr() }
+
+func (l *hardenedListener) Close() error {
+	var err error
+	l.once.Do(func() {
+		close(l.done)
+		err = l.inner.Close()
+	})
+	return err
+}
+
+// Accept returns the next connection that passed the pre-handshake.
+func (l *hardenedListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-l.done:
+		// Park instead of failing: the engine's accept loop spins on
+		// errors until its context ends, which happens right after.
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *hardenedListener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		raw, err := l.inner.Accept()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and friends: back off briefly rather than spin.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		remote := raw.RemoteAddr().String()
+		if n := l.conns.Add(1); n > int64(l.policy.MaxConns) {
+			l.conns.Add(-1)
+			raw.Close()
+			l.policy.reject("too-many-connections", remote, nil)
+			continue
+		}
+		if uc, ok := raw.(*net.UnixConn); ok {
+			if err := l.checkPeer(uc); err != nil {
+				l.conns.Add(-1)
+				raw.Close()
+				l.policy.reject("peer-credentials", remote, err)
+				continue
+			}
+		}
+		go l.preHandshake(raw, remote)
+	}
+}
+
+// checkPeer accepts the supervisor's own uid and the allowed uids/gids.
+func (l *hardenedListener) checkPeer(c *net.UnixConn) error {
+	sc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := sc.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("SO_PEERCRED: %w", cerr)
+	}
+	if int(cred.Uid) == os.Geteuid() {
+		return nil
+	}
+	for _, u := range l.policy.AllowUIDs {
+		if int(cred.Uid) == u {
+			return nil
+		}
+	}
+	for _, g := range l.policy.AllowGIDs {
+		if int(cred.Gid) == g {
+			return nil
+		}
+	}
+	return fmt.Errorf("peer pid %d uid %d gid %d is not allowed", cred.Pid, cred.Uid, cred.Gid)
+}
+
+const (
+	greetingLen  = 64
+	signatureLen = 10
+	flagMore     = 0x01
+	flagLong     = 0x02
+	flagCommand  = 0x04
+)
+
+// preHandshake reads the peer's greeting and first command under the
+// handshake deadline, answering the signature itself (libzmq peers wait for
+// it before sending the rest). PLAIN credentials are checked here, so only
+// authenticated peers reach the engine.
+func (l *hardenedListener) preHandshake(raw net.Conn, remote string) {
+	fail := func(reason string, err error) {
+		raw.Close()
+		l.conns.Add(-1)
+		l.policy.reject(reason, remote, err)
+	}
+	_ = raw.SetReadDeadline(time.Now().Add(l.policy.HandshakeTimeout))
+	_ = raw.SetWriteDeadline(time.Now().Add(l.policy.HandshakeTimeout))
+	buf := make([]byte, greetingLen, greetingLen+64)
+	if _, err := io.ReadFull(raw, buf[:signatureLen]); err != nil {
+		fail("handshake-timeout-or-eof", err)
+		return
+	}
+	if buf[0] != 0xFF || buf[9]&0x01 != 0x01 {
+		fail("bad-signature", nil)
+		return
+	}
+	// Answer with our whole greeting at once: libzmq sends its version
+	// byte only after our signature and the rest only after our version;
+	// zmq4 peers wait for all 64 bytes. The engine's own greeting is
+	// swallowed (see hardenedConn.Write).
+	if _, err := raw.Write(l.greeting()); err != nil {
+		fail("handshake-write", err)
+		return
+	}
+	if _, err := io.ReadFull(raw, buf[signatureLen:]); err != nil {
+		fail("handshake-timeout-or-eof", err)
+		return
+	}
+	if buf[10] < 3 {
+		fail("old-zmtp-version", fmt.Errorf("ZMTP %d.%d", buf[10], buf[11]))
+		return
+	}
+	mech := strings.TrimRight(string(buf[12:32]), "\x00")
+	if mech != l.policy.mechanism() {
+		l.sendErrorCmd(raw, "security mechanism "+l.policy.mechanism()+" required")
+		fail("wrong-mechanism", fmt.Errorf("peer offered %q", mech))
+		return
+	}
+	// The first command: READY (NULL) or HELLO (PLAIN).
+	var hdr [9]byte
+	if _, err := io.ReadFull(raw, hdr[:2]); err != nil {
+		fail("handshake-timeout-or-eof", err)
+		return
+	}
+	if hdr[0]&flagCommand == 0 {
+		fail("protocol-violation", errors.New("first frame is not a command"))
+		return
+	}
+	hlen := 2
+	size := uint64(hdr[1])
+	if hdr[0]&flagLong != 0 {
+		if _, err := io.ReadFull(raw, hdr[2:9]); err != nil {
+			fail("handshake-timeout-or-eof", err)
+			return
+		}
+		hlen = 9
+		size = binary.BigEndian.Uint64(hdr[1:9])
+	}
+	if size > 4096 {
+		fail("frame-too-large", fmt.Errorf("handshake command of %d bytes", size))
+		return
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(raw, body); err != nil {
+		fail("handshake-timeout-or-eof", err)
+		return
+	}
+	name, rest := cmdName(body)
+	if l.policy.Token != "" {
+		if name != zmq4.CmdHello || !plainBodyOK(rest, l.policy.Token) {
+			l.sendErrorCmd(raw, "authentication failed")
+			fail("auth-failed", nil)
+			return
+		}
+	} else if name != zmq4.CmdReady {
+		fail("protocol-violation", fmt.Errorf("expected READY, got %q", name))
+		return
+	}
+	pre := append(append(buf, hdr[:hlen]...), body...)
+	c := &hardenedConn{Conn: raw, l: l, replay: pre, skipWrite: greetingLen}
+	c.parser = frameParser{max: l.policy.MaxFrameBytes, finalCmd: zmq4.CmdReady}
+	if l.policy.Token != "" {
+		c.parser.finalCmd = zmq4.CmdInitiate
+	}
+	select {
+	case l.ready <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+// greeting is our greeting as the engine would send it: signature, ZMTP
+// 3.0, our mechanism, as-server 0, zero filler.
+func (l *hardenedListener) greeting() []byte {
+	g := make([]byte, greetingLen)
+	g[0], g[9] = 0xFF, 0x7F
+	g[10], g[11] = 3, 0
+	copy(g[12:32], l.policy.mechanism())
+	return g
+}
+
+// sendErrorCmd sends a ZMTP ERROR command (after our greeting), so that a
+// refused libzmq peer learns why.
+func (l *hardenedListener) sendErrorCmd(raw net.Conn, reason string) {
+	if len(reason) > 255 {
+		reason = reason[:255]
+	}
+	body := append([]byte{byte(len(zmq4.CmdError))}, zmq4.CmdError...)
+	body = append(append(body, byte(len(reason))), reason...)
+	_, _ = raw.Write(append([]byte{flagCommand, byte(len(body))}, body...))
+}
+
+func cmdName(body []byte) (string, []byte) {
+	if len(body) == 0 || int(body[0]) > len(body)-1 {
+		return "", nil
+	}
+	n := int(body[0])
+	return string(body[1 : 1+n]), body[1+n:]
+}
+
+// hardenedConn is what the engine sees: it replays the pre-read handshake
+// bytes, swallows the signature the engine writes (already sent), enforces
+// the frame size limit on everything the peer sends before the engine can
+// allocate for it, bounds every write, and turns any violation or write
+// timeout into a closed connection.
+type hardenedConn struct {
+	net.Conn
+	l         *hardenedListener
+	replay    []byte
+	skipWrite int
+	parser    frameParser
+	closeOnce sync.Once
+	wmu       sync.Mutex
+}
+
+func (c *hardenedConn) Read(p []byte) (int, error) {
+	var n int
+	if len(c.replay) > 0 {
+		n = copy(p, c.replay)
+		c.replay = c.replay[n:]
+	} else {
+		var err error
+		n, err = c.Conn.Read(p)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.l.policy.reject("handshake-timeout-or-eof", c.RemoteAddr().String(), err)
+				c.Close()
+				return 0, io.EOF
+			}
+			if n == 0 {
+				return 0, err
+			}
+		}
+	}
+	if err := c.parser.feed(p[:n]); err != nil {
+		c.l.policy.reject("frame-too-large", c.RemoteAddr().String(), err)
+		c.Close()
+		return 0, io.EOF
+	}
+	if c.parser.handshakeDone && !c.parser.deadlineCleared {
+		c.parser.deadlineCleared = true
+		_ = c.Conn.SetReadDeadline(time.Time{})
+	}
+	return n, nil
+}
+
+func (c *hardenedConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	total := len(p)
+	if c.skipWrite > 0 {
+		k := min(c.skipWrite, len(p))
+		c.skipWrite -= k
+		p = p[k:]
+		if len(p) == 0 {
+			return total, nil
+		}
+	}
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.l.policy.WriteTimeout))
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.l.policy.reject("slow-peer-write-timeout", c.RemoteAddr().String(), err)
+		}
+		c.Close()
+		// io.EOF makes the engine drop the connection (a timeout would not).
+		return total - len(p) + n, io.EOF
+	}
+	return total, nil
+}
+
+func (c *hardenedConn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		err = c.Conn.Close()
+		c.l.conns.Add(-1)
+	})
+	return err
+}
+
+// frameParser follows the ZMTP 3 byte stream a peer sends: the 64-byte
+// greeting, then frames (flags, 1- or 8-byte size, body). It rejects a
+// frame larger than max as soon as its size is known, and notices the
+// command that ends the peer's side of the handshake.
+type frameParser struct {
+	max             uint64
+	finalCmd        string
+	pos             uint64 // bytes of the greeting consumed
+	hdr             [9]byte
+	hdrN, hdrLen    int
+	remain          uint64 // body bytes left in the current frame
+	isCmd           bool
+	name            []byte // start of a command body (name length + name)
+	handshakeDone   bool
+	deadlineCleared bool
+}
+
+func (f *frameParser) feed(b []byte) error {
+	for len(b) > 0 {
+		if f.pos < greetingLen {
+			k := min(uint64(len(b)), greetingLen-f.pos)
+			f.pos += k
+			b = b[k:]
+			continue
+		}
+		if f.remain > 0 {
+			k := min(uint64(len(b)), f.remain)
+			if f.isCmd && !f.handshakeDone && len(f.name) < 64 {
+				f.name = append(f.name, b[:min(k, uint64(64-len(f.name)))]...)
+				if len(f.name) > 0 && len(f.name) > int(f.name[0]) && string(f.name[1:1+int(f.name[0])]) == f.finalCmd {
+					f.handshakeDone = true
+				}
+			}
+			f.remain -= k
+			b = b[k:]
+			continue
+		}
+		// Frame header.
+		if f.hdrN == 0 {
+			f.hdr[0] = b[0]
+			f.hdrN = 1
+			f.hdrLen = 2
+			if b[0]&flagLong != 0 {
+				f.hdrLen = 9
+			}
+			b = b[1:]
+			continue
+		}
+		k := min(len(b), f.hdrLen-f.hdrN)
+		copy(f.hdr[f.hdrN:], b[:k])
+		f.hdrN += k
+		b = b[k:]
+		if f.hdrN < f.hdrLen {
+			continue
+		}
+		size := uint64(f.hdr[1])
+		if f.hdrLen == 9 {
+			size = binary.BigEndian.Uint64(f.hdr[1:9])
+		}
+		if size > f.max {
+			return fmt.Errorf("peer announced a frame of %d bytes; the limit is %d", size, f.max)
+		}
+		f.isCmd = f.hdr[0]&flagCommand != 0
+		f.name = f.name[:0]
+		f.remain = size
+		f.hdrN = 0
+	}
+	return nil
+}
+
+// registerHardened registers a transport for one listener and returns the
+// endpoint to give the engine.
+func registerHardened(scheme, addr string, p *Policy) (string, error) {
+	network := "tcp"
+	if scheme == "ipc" {
+		network = "unix"
+	}
+	name := fmt.Sprintf("es%s%d", scheme, schemeSeq.Add(1))
+	if err := zmq4.RegisterTransport(name, &hardenedTransport{network: network, policy: p}); err != nil {
+		return "", fmt.Errorf("register hardened transport: %w", err)
+	}
+	return name + "://" + addr, nil
+}
