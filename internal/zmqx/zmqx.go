@@ -120,6 +120,14 @@ func Listen(ctx context.Context, typ zmq4.SocketType, endpoint string, p *Policy
 	}
 	pol := *p
 	pol.fill()
+	switch typ {
+	case Router:
+		pol.peerTypes = []string{"REQ", "DEALER", "ROUTER"}
+	case Pub:
+		pol.peerTypes = []string{"SUB", "XSUB"}
+	case Rep:
+		pol.peerTypes = []string{"REQ", "DEALER"}
+	}
 	engineEP, err := registerHardened(scheme, addr, &pol)
 	if err != nil {
 		return nil, err
