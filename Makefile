@@ -20,7 +20,7 @@ test-short:
 
 # Benchmarks, each printed with its same-run baseline.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/ ./internal/zmqx/
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }

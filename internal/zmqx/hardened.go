@@ -361,6 +361,8 @@ type hardenedConn struct {
 	parser    frameParser
 	closeOnce sync.Once
 	wmu       sync.Mutex
+	// deadlineSet is when the write deadline was last moved (under wmu).
+	deadlineSet time.Time
 }
 
 func (c *hardenedConn) Read(p []byte) (int, error) {
@@ -411,7 +413,13 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 			return total, nil
 		}
 	}
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.l.policy.WriteTimeout))
+	// Move the deadline forward at most every quarter timeout: a peer that
+	// reads nothing is still cut off after 3/4 to 4/4 of WriteTimeout, and
+	// fast paths skip the timer update.
+	if now := time.Now(); now.Sub(c.deadlineSet) > c.l.policy.WriteTimeout/4 {
+		_ = c.Conn.SetWriteDeadline(now.Add(c.l.policy.WriteTimeout))
+		c.deadlineSet = now
+	}
 	n, err := c.Conn.Write(p)
 	if err != nil {
 		var ne net.Error
