@@ -18,6 +18,7 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -630,5 +631,79 @@ func TestShutdownWaitMode(t *testing.T) {
 		if r.JobID == j.JobID && (r.Reason != "exit" || r.ExitCode == nil || *r.ExitCode != 0) {
 			t.Fatalf("job recorded as %+v", r)
 		}
+	}
+}
+
+// rssKiB reads VmRSS and VmHWM (peak) of pid.
+func rssKiB(pid int) (rss, hwm int64) {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			switch f[0] {
+			case "VmRSS:":
+				rss = v
+			case "VmHWM:":
+				hwm = v
+			}
+		}
+	}
+	return rss, hwm
+}
+
+// TestSlowSubscriberRSS: a subscriber that never reads while a job prints
+// 100 MB is disconnected; a follower still gets every byte; the
+// supervisor's peak RSS stays under 256 MiB (ring 2 MiB per job, event
+// queue 1000 events, 8 MiB per subscriber queue, plus the runtime).
+func TestSlowSubscriberRSS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100 MB of output: skipped with -short")
+	}
+	e := newEnv(t)
+	s := e.start(t, "--write-timeout", "500ms", "--ring-buffer", "2097152")
+	ctx := ctxFor(t, 120*time.Second)
+	slow, err := zmqx.Dial(ctx, zmqx.Sub, e.evt, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if err := slow.SetOption(zmqx.OptionSubscribe, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, before := rssKiB(s.cmd.Process.Pid)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "head -c 104857600 /dev/zero"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, lost int64
+	err = s.client.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
+		switch ev.Kind {
+		case protocol.KindStdout:
+			var p protocol.OutputPayload
+			if err := ev.DecodePayload(&p); err != nil {
+				return err
+			}
+			got += int64(len(p.Data))
+		case protocol.KindGap:
+			lost++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, peak := rssKiB(s.cmd.Process.Pid)
+	t.Logf("supervisor RSS peak %d MiB (before the job: %d MiB); follower got %d bytes, %d gap reports", peak>>10, before>>10, got, lost)
+	if peak > 256<<10 {
+		t.Fatalf("supervisor RSS peaked at %d MiB (bound 256 MiB)", peak>>10)
+	}
+	// With a 2 MiB ring a slow follower may lose output, but it must be
+	// told: what it got plus what the gaps cover is everything.
+	if got != 100<<20 && lost == 0 {
+		t.Fatalf("follower got %d of %d bytes without a gap report", got, 100<<20)
+	}
+	if !strings.Contains(s.log.String(), "slow-subscriber") && !strings.Contains(s.log.String(), "slow-peer-write-timeout") {
+		t.Fatalf("the never-reading subscriber was not cut off:\n%s", s.log)
 	}
 }

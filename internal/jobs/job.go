@@ -727,11 +727,13 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	res := protocol.SubscribeResult{Job: j.infoLocked(), Events: []protocol.Event{}}
+	size := 0
 	add := func(ev protocol.Event) bool {
-		if len(res.Events) >= limit {
+		if len(res.Events) >= limit || (len(res.Events) > 0 && size+len(ev.Payload) > protocol.MaxSubscribeBytes) {
 			res.More = true
 			return false
 		}
+		size += len(ev.Payload)
 		res.Events = append(res.Events, ev)
 		return true
 	}

@@ -40,9 +40,12 @@ type Config struct {
 	AllowUIDs, AllowGIDs []int
 	// MaxConns bounds connections per socket; HandshakeTimeout and
 	// WriteTimeout bound a peer's handshake and each write to it.
-	MaxConns         int
-	HandshakeTimeout time.Duration
-	WriteTimeout     time.Duration
+	MaxConns int
+	// SubscriberQueueBytes bounds the events waiting for one subscriber;
+	// a subscriber that falls further behind is disconnected.
+	SubscriberQueueBytes int
+	HandshakeTimeout     time.Duration
+	WriteTimeout         time.Duration
 	// MetricsAddr is the HTTP address of /metrics; empty disables it.
 	MetricsAddr string
 	// Jobs configures the job manager.
@@ -77,6 +80,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:      15 * time.Second,
 		JournalFlushInterval: 5 * time.Second,
 		MaxConns:             1024,
+		SubscriberQueueBytes: 8 << 20,
 		HandshakeTimeout:     5 * time.Second,
 		WriteTimeout:         5 * time.Second,
 		ShutdownMode:         "terminate",
@@ -124,6 +128,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.IntSliceVar(&c.AllowUIDs, "allow-uid", c.AllowUIDs, "also accept ipc clients with this uid (repeatable)")
 	fs.IntSliceVar(&c.AllowGIDs, "allow-gid", c.AllowGIDs, "also accept ipc clients with this gid (repeatable)")
 	fs.IntVar(&c.MaxConns, "max-connections", c.MaxConns, "concurrent connections per socket")
+	fs.IntVar(&c.SubscriberQueueBytes, "subscriber-queue-bytes", c.SubscriberQueueBytes, "events waiting for one subscriber before it is disconnected as too slow")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "a peer must finish the ZMTP handshake within this")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a peer that does not read for this long is disconnected")
 	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")
@@ -163,6 +168,7 @@ func (c *Config) Validate() error {
 		{c.MaxInFlight >= 1, "max in-flight requests", "must be >= 1"},
 		{c.ShutdownTimeout > 0, "--shutdown-timeout", "must be > 0"},
 		{c.MaxConns >= 1 && c.MaxConns <= 100000, "--max-connections", "must be 1..100000"},
+		{c.SubscriberQueueBytes >= 64<<10 && c.SubscriberQueueBytes <= 1<<30, "--subscriber-queue-bytes", "must be 65536..1073741824"},
 		{c.HandshakeTimeout >= 10*time.Millisecond && c.HandshakeTimeout <= time.Minute, "--handshake-timeout", "must be 10ms..1m"},
 		{c.WriteTimeout >= 10*time.Millisecond && c.WriteTimeout <= time.Minute, "--write-timeout", "must be 10ms..1m"},
 		{c.JournalFlushInterval >= 10*time.Millisecond && c.JournalFlushInterval <= time.Hour, "--journal-flush-interval", "must be 10ms..1h"},

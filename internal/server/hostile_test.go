@@ -103,8 +103,8 @@ func readyBody(sockType string) []byte {
 	return prop("Socket-Type", sockType)
 }
 
-// nullHandshake completes a ZMTP NULL handshake as a DEALER on c.
-func nullHandshake(t *testing.T, c net.Conn) {
+// nullHandshake completes a ZMTP NULL handshake on c as a socket of type typ.
+func nullHandshake(t *testing.T, c net.Conn, typ string) {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	if _, err := c.Write(greeting("NULL")); err != nil {
@@ -114,7 +114,7 @@ func nullHandshake(t *testing.T, c net.Conn) {
 	if _, err := io.ReadFull(c, g[:]); err != nil {
 		t.Fatalf("read server greeting: %v", err)
 	}
-	if _, err := c.Write(command("READY", readyBody("DEALER"))); err != nil {
+	if _, err := c.Write(command("READY", readyBody(typ))); err != nil {
 		t.Fatal(err)
 	}
 	var hdr [2]byte
@@ -160,35 +160,40 @@ func TestHostileFrames(t *testing.T) {
 				binary.BigEndian.PutUint64(h[1:], size)
 				return h
 			}
-			attacks := map[string]func(c net.Conn){
-				"1 TiB frame after handshake": func(c net.Conn) { nullHandshake(t, c); c.Write(huge(1 << 40)) },
-				"64 MiB frame after handshake": func(c net.Conn) {
-					nullHandshake(t, c)
+			typ := map[string]string{cfg.Control: "DEALER", cfg.Event: "SUB"}
+			attacks := map[string]func(c net.Conn, ep string){
+				"1 TiB frame after handshake": func(c net.Conn, ep string) { nullHandshake(t, c, typ[ep]); c.Write(huge(1 << 40)) },
+				"64 MiB frame after handshake": func(c net.Conn, ep string) {
+					nullHandshake(t, c, typ[ep])
 					c.Write(huge(64 << 20))
 					c.Write(make([]byte, 1<<20))
 				},
-				"1 TiB command during handshake": func(c net.Conn) {
+				"1 TiB command during handshake": func(c net.Conn, _ string) {
 					c.Write(greeting("NULL"))
 					c.Write([]byte{0x06, 0, 0, 1, 0, 0, 0, 0, 0})
 				},
-				"random bytes": func(c net.Conn) {
+				"random bytes": func(c net.Conn, _ string) {
 					b := make([]byte, 4096)
 					rand.Read(b)
 					b[0] = 0x00 // not a signature
 					c.Write(b)
 				},
-				"random bytes after a valid signature": func(c net.Conn) {
+				"random bytes after a valid signature": func(c net.Conn, _ string) {
 					b := make([]byte, 4096)
 					rand.Read(b)
 					c.Write(append(greeting("NULL")[:10], b...))
 				},
-				"truncated greeting": func(c net.Conn) { c.Write(greeting("NULL")[:20]) },
-				"wrong mechanism":    func(c net.Conn) { c.Write(greeting("CURVE")) },
+				"truncated greeting": func(c net.Conn, _ string) { c.Write(greeting("NULL")[:20]) },
+				"wrong mechanism":    func(c net.Conn, _ string) { c.Write(greeting("CURVE")) },
+				"wrong socket type": func(c net.Conn, ep string) {
+					c.Write(greeting("NULL"))
+					c.Write(command("READY", readyBody("PUSH")))
+				},
 			}
 			for name, attack := range attacks {
 				for _, ep := range []string{cfg.Control, cfg.Event} {
 					c := dialRaw(t, ep)
-					attack(c)
+					attack(c, ep)
 					expectClosed(t, c, 3*time.Second)
 				}
 				t.Logf("%s: connection closed", name)
@@ -299,7 +304,7 @@ func TestDealerFloodNeverReading(t *testing.T) {
 	ts := startServer(t, cfg)
 	id := witness(t, ts, 150)
 	c := dialRaw(t, cfg.Control)
-	nullHandshake(t, c)
+	nullHandshake(t, c, "DEALER")
 	body, _ := protocol.EncodeRequest("flood", protocol.OpStatus, nil)
 	msg := append([]byte{0x01, 0x00}, append([]byte{0x00, byte(len(body))}, body...)...)
 	if len(body) > 255 {

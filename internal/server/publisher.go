@@ -17,7 +17,7 @@ import (
 // dropped without a gap event and a counter.
 type publisher struct {
 	log  *slog.Logger
-	sock zmqx.Socket
+	sock sender
 	hwm  int
 
 	mu      sync.Mutex
@@ -38,7 +38,10 @@ type publisher struct {
 	onPublished func(protocol.Kind)
 }
 
-func newPublisher(log *slog.Logger, sock zmqx.Socket, hwm int) *publisher {
+// sender is the event socket as the publisher sees it.
+type sender interface{ Send(zmqx.Msg) error }
+
+func newPublisher(log *slog.Logger, sock sender, hwm int) *publisher {
 	return &publisher{log: log, sock: sock, hwm: hwm, gaps: map[string][]protocol.SeqRange{}, wake: make(chan struct{}, 1), now: time.Now}
 }
 

@@ -45,7 +45,7 @@ type Server struct {
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
 	ctl    zmqx.Socket
-	evt    zmqx.Socket
+	evt    *zmqx.Publisher
 	httpL  net.Listener
 	httpS  *http.Server
 
@@ -156,7 +156,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 	}
 	// Control peers send requests; event peers only subscriptions.
-	if s.evt, err = zmqx.Listen(s.ctx, zmqx.Pub, s.cfg.Event, s.policy(s.cfg.Event, 64<<10)); err != nil {
+	if s.evt, err = zmqx.ListenPub(s.ctx, s.cfg.Event, s.policy(s.cfg.Event, 64<<10), s.cfg.SubscriberQueueBytes); err != nil {
 		return fmt.Errorf("--event: %w", err)
 	}
 	if s.ctl, err = zmqx.Listen(s.ctx, zmqx.Router, s.cfg.Control, s.policy(s.cfg.Control, uint64(s.cfg.MaxRequestBytes)+64<<10)); err != nil {

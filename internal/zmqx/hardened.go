@@ -116,8 +116,11 @@ type hardenedListener struct {
 	ready  chan net.Conn
 	done   chan struct{}
 	once   sync.Once
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // accept loop and pre-handshakes
 	conns  atomic.Int64
+
+	pmu     sync.Mutex
+	pending map[net.Conn]struct{} // connections in pre-handshake
 }
 
 func (l *hardenedListener) Addr() net.Addr { return l.inner.Addr() }
@@ -127,6 +130,11 @@ func (l *hardenedListener) Close() error {
 	l.once.Do(func() {
 		close(l.done)
 		err = l.inner.Close()
+		l.pmu.Lock()
+		for c := range l.pending {
+			c.Close()
+		}
+		l.pmu.Unlock()
 	})
 	return err
 }
@@ -179,7 +187,28 @@ func (l *hardenedListener) acceptLoop() {
 				continue
 			}
 		}
-		go l.preHandshake(raw, remote)
+		l.pmu.Lock()
+		select {
+		case <-l.done:
+			l.pmu.Unlock()
+			raw.Close()
+			l.conns.Add(-1)
+			return
+		default:
+		}
+		if l.pending == nil {
+			l.pending = map[net.Conn]struct{}{}
+		}
+		l.pending[raw] = struct{}{}
+		l.pmu.Unlock()
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			l.preHandshake(raw, remote)
+			l.pmu.Lock()
+			delete(l.pending, raw)
+			l.pmu.Unlock()
+		}()
 	}
 }
 
@@ -413,22 +442,29 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 			return total, nil
 		}
 	}
-	// Move the deadline forward at most every quarter timeout: a peer that
-	// reads nothing is still cut off after 3/4 to 4/4 of WriteTimeout, and
-	// fast paths skip the timer update.
-	if now := time.Now(); now.Sub(c.deadlineSet) > c.l.policy.WriteTimeout/4 {
-		_ = c.Conn.SetWriteDeadline(now.Add(c.l.policy.WriteTimeout))
-		c.deadlineSet = now
-	}
-	n, err := c.Conn.Write(p)
-	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			c.l.policy.reject("slow-peer-write-timeout", c.RemoteAddr().String(), err)
+	// The peer must make progress: each chunk gets WriteTimeout. The
+	// deadline moves at most every quarter timeout, so small writes on the
+	// fast path skip the timer update; a peer that reads nothing is cut off
+	// after 3/4 to 4/4 of WriteTimeout.
+	written := total - len(p)
+	for len(p) > 0 {
+		chunk := p[:min(len(p), 256<<10)]
+		if now := time.Now(); now.Sub(c.deadlineSet) > c.l.policy.WriteTimeout/4 {
+			_ = c.Conn.SetWriteDeadline(now.Add(c.l.policy.WriteTimeout))
+			c.deadlineSet = now
 		}
-		c.Close()
-		// io.EOF makes the engine drop the connection (a timeout would not).
-		return total - len(p) + n, io.EOF
+		n, err := c.Conn.Write(chunk)
+		written += n
+		p = p[n:]
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.l.policy.reject("slow-peer-write-timeout", c.RemoteAddr().String(), err)
+			}
+			c.Close()
+			// io.EOF makes the engine drop the connection (a timeout would not).
+			return written, io.EOF
+		}
 	}
 	return total, nil
 }

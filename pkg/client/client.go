@@ -32,8 +32,8 @@ type Options struct {
 	ControlAddress string
 	// EventAddress is the event endpoint; "" means the private default.
 	EventAddress string
-	// RequestTimeout bounds a request when its context has no earlier
-	// deadline; 0 means 30 s.
+	// RequestTimeout bounds each request (an earlier context deadline
+	// wins); 0 means 30 s.
 	RequestTimeout time.Duration
 	// ReconnectInterval is the pause between connection attempts; 0 means 1 s.
 	ReconnectInterval time.Duration
@@ -246,11 +246,9 @@ func (c *Client) readLoop(cn *conn) {
 // Call sends op with args and decodes the result into result (which may be
 // nil). Server errors are returned as *protocol.Error.
 func (c *Client) Call(ctx context.Context, op protocol.Op, args, result any) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
-		defer cancel()
-	}
+	// RequestTimeout bounds every request; an earlier ctx deadline wins.
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
 	id := c.prefix + strconv.FormatUint(c.nextID.Add(1), 36)
 	body, err := protocol.EncodeRequest(id, op, args)
 	if err != nil {

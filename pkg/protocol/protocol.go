@@ -150,6 +150,9 @@ const (
 	MaxPollBytes = 4 << 20
 	// MaxSubscribeEvents is the most events one subscribe reply carries.
 	MaxSubscribeEvents = 10000
+	// MaxSubscribeBytes is about the most output one subscribe reply
+	// carries (at least one event is always returned).
+	MaxSubscribeBytes = 8 << 20
 )
 
 // Error is an error with a stable code, as carried in a reply.

@@ -1,0 +1,394 @@
+package zmqx
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Publisher is a ZMTP 3 PUB socket of our own, on the hardened listener.
+// Unlike the engine's PUB (one unbounded queue, one subscriber at a time),
+// every subscriber has its own writer and a queue bounded in bytes: a
+// subscriber that falls that far behind is disconnected (and counted), so
+// it can neither grow memory nor slow anyone else. It reconnects and
+// recovers what it missed with the subscribe op.
+type Publisher struct {
+	l        *hardenedListener
+	policy   *Policy
+	maxQueue int
+
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// ListenPub opens a Publisher on endpoint (tcp or ipc) with policy p;
+// each subscriber may have up to queueBytes of unsent messages.
+func ListenPub(ctx context.Context, endpoint string, p *Policy, queueBytes int) (*Publisher, error) {
+	scheme, addr, err := Split(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	network := "tcp"
+	if scheme == "ipc" {
+		network = "unix"
+		if err := removeStaleSocket(addr); err != nil {
+			return nil, err
+		}
+		if dir := filepath.Dir(addr); dir == DefaultRuntimeDir() {
+			if err := EnsurePrivateDir(dir); err != nil {
+				return nil, err
+			}
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create directory of %s: %w", endpoint, err)
+		}
+	}
+	if p == nil {
+		p = &Policy{}
+	}
+	pol := *p
+	pol.fill()
+	pol.peerTypes = []string{"SUB", "XSUB"}
+	inner, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", endpoint, err)
+	}
+	if scheme == "ipc" {
+		_ = os.Chmod(addr, 0o600)
+	}
+	if queueBytes <= 0 {
+		queueBytes = 16 << 20
+	}
+	l := &hardenedListener{inner: inner, policy: &pol, ready: make(chan net.Conn), done: make(chan struct{})}
+	pub := &Publisher{l: l, policy: &pol, maxQueue: queueBytes, subs: map[*subscriber]struct{}{}}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	pub.wg.Add(1)
+	go pub.acceptLoop()
+	return pub, nil
+}
+
+// Addr returns the bound address.
+func (p *Publisher) Addr() net.Addr { return p.l.Addr() }
+
+// Subscribers returns the number of connected subscribers.
+func (p *Publisher) Subscribers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.subs)
+}
+
+// Close disconnects every subscriber and stops listening.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	err := p.l.Close()
+	p.l.wg.Wait()
+	for _, s := range subs {
+		s.close()
+	}
+	p.wg.Wait()
+	return err
+}
+
+func (p *Publisher) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		hc := c.(*hardenedConn)
+		hc.skipWrite = 0 // we write our own frames; the greeting was sent already
+		p.wg.Add(1)
+		go p.serve(hc)
+	}
+}
+
+// serve completes the handshake and runs the subscriber's reader; its
+// writer runs alongside.
+func (p *Publisher) serve(c *hardenedConn) {
+	defer p.wg.Done()
+	if err := p.handshake(c); err != nil {
+		p.policy.reject("handshake", c.RemoteAddr().String(), err)
+		c.Close()
+		return
+	}
+	s := &subscriber{c: c, pub: p, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	p.subs[s] = struct{}{}
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go s.writeLoop()
+	s.readLoop()
+	s.close()
+}
+
+// handshake finishes what the listener started: the peer's first command
+// (READY for NULL, HELLO for PLAIN) is waiting in c's replay buffer.
+func (p *Publisher) handshake(c *hardenedConn) error {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(p.policy.HandshakeTimeout))
+	var greeting [greetingLen]byte // replayed: the listener checked it
+	if _, err := io.ReadFull(c, greeting[:]); err != nil {
+		return err
+	}
+	flags, body, err := readFrame(c)
+	if err != nil {
+		return err
+	}
+	if flags&flagCommand == 0 {
+		return errors.New("expected a command")
+	}
+	if p.policy.Token != "" {
+		// HELLO was verified by the listener: WELCOME, then INITIATE.
+		if err := writeCommand(c, zmq4.CmdWelcome, nil); err != nil {
+			return err
+		}
+		flags, body, err = readFrame(c)
+		if err != nil {
+			return err
+		}
+		if name, _ := cmdName(body); flags&flagCommand == 0 || name != zmq4.CmdInitiate {
+			return fmt.Errorf("expected INITIATE, got %q", name)
+		}
+	}
+	if !c.parser.handshakeDone {
+		return errors.New("peer's final handshake command was not accepted")
+	}
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	return writeCommand(c, zmq4.CmdReady, metadata("Socket-Type", "PUB"))
+}
+
+func metadata(kv ...string) []byte {
+	var b []byte
+	for i := 0; i+1 < len(kv); i += 2 {
+		b = append(b, byte(len(kv[i])))
+		b = append(b, kv[i]...)
+		var l [4]byte
+		binary.BigEndian.PutUint32(l[:], uint32(len(kv[i+1])))
+		b = append(append(b, l[:]...), kv[i+1]...)
+	}
+	return b
+}
+
+func writeCommand(w io.Writer, name string, body []byte) error {
+	b := append([]byte{byte(len(name))}, name...)
+	_, err := w.Write(encodeFrame(flagCommand, append(b, body...)))
+	return err
+}
+
+func encodeFrame(flags byte, body []byte) []byte {
+	if len(body) > 255 {
+		h := make([]byte, 9, 9+len(body))
+		h[0] = flags | flagLong
+		binary.BigEndian.PutUint64(h[1:], uint64(len(body)))
+		return append(h, body...)
+	}
+	return append([]byte{flags, byte(len(body))}, body...)
+}
+
+// readFrame reads one frame; the hardened connection has already bounded
+// its size by the time the header is complete.
+func readFrame(r io.Reader) (byte, []byte, error) {
+	var hdr [9]byte
+	if _, err := io.ReadFull(r, hdr[:2]); err != nil {
+		return 0, nil, err
+	}
+	size := uint64(hdr[1])
+	if hdr[0]&flagLong != 0 {
+		if _, err := io.ReadFull(r, hdr[2:9]); err != nil {
+			return 0, nil, err
+		}
+		size = binary.BigEndian.Uint64(hdr[1:9])
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, nil, err
+	}
+	return hdr[0], body, nil
+}
+
+// Send queues msg for every subscriber whose subscriptions match its first
+// frame. It never blocks: a subscriber whose queue would exceed its bound
+// is disconnected instead.
+func (p *Publisher) Send(msg Msg) error {
+	if len(msg.Frames) == 0 {
+		return errors.New("empty message")
+	}
+	var wire []byte
+	for i, f := range msg.Frames {
+		var fl byte
+		if i < len(msg.Frames)-1 {
+			fl = flagMore
+		}
+		wire = append(wire, encodeFrame(fl, f)...)
+	}
+	topic := msg.Frames[0]
+	p.mu.Lock()
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range subs {
+		if s.matches(topic) {
+			s.enqueue(wire)
+		}
+	}
+	return nil
+}
+
+type subscriber struct {
+	c   *hardenedConn
+	pub *Publisher
+
+	mu     sync.Mutex
+	topics [][]byte
+	queue  [][]byte
+	queued int
+	closed bool
+	wake   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+func (s *subscriber) matches(topic []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.topics {
+		if bytes.HasPrefix(topic, t) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *subscriber) enqueue(wire []byte) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if s.queued+len(wire) > s.pub.maxQueue {
+		s.mu.Unlock()
+		s.pub.policy.reject("slow-subscriber", s.c.RemoteAddr().String(),
+			fmt.Errorf("more than %d bytes of events waiting", s.pub.maxQueue))
+		s.close()
+		return
+	}
+	s.queue = append(s.queue, wire)
+	s.queued += len(wire)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *subscriber) close() {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.queue, s.queued = nil, 0
+		s.mu.Unlock()
+		close(s.done)
+		s.c.Close()
+		s.pub.mu.Lock()
+		delete(s.pub.subs, s)
+		s.pub.mu.Unlock()
+	})
+}
+
+func (s *subscriber) writeLoop() {
+	defer s.pub.wg.Done()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.wake:
+		}
+		for {
+			s.mu.Lock()
+			if len(s.queue) == 0 || s.closed {
+				s.mu.Unlock()
+				break
+			}
+			batch := s.queue
+			s.queue = nil
+			s.queued = 0
+			s.mu.Unlock()
+			for _, w := range batch {
+				if _, err := s.c.Write(w); err != nil {
+					s.close()
+					return
+				}
+			}
+		}
+	}
+}
+
+// readLoop applies subscriptions: a message frame starting with 1
+// (subscribe) or 0 (cancel), or the ZMTP 3.1 SUBSCRIBE/CANCEL commands.
+func (s *subscriber) readLoop() {
+	for {
+		flags, body, err := readFrame(s.c)
+		if err != nil {
+			return
+		}
+		var sub bool
+		var topic []byte
+		switch {
+		case flags&flagCommand != 0:
+			name, rest := cmdName(body)
+			switch name {
+			case "SUBSCRIBE":
+				sub, topic = true, rest
+			case "CANCEL":
+				topic = rest
+			default:
+				continue // PING and friends: nothing to do
+			}
+		case len(body) > 0 && (body[0] == 0 || body[0] == 1):
+			sub, topic = body[0] == 1, body[1:]
+		default:
+			continue
+		}
+		s.mu.Lock()
+		if sub {
+			s.topics = append(s.topics, append([]byte(nil), topic...))
+		} else {
+			for i, t := range s.topics {
+				if bytes.Equal(t, topic) {
+					s.topics = append(s.topics[:i], s.topics[i+1:]...)
+					break
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
