@@ -469,6 +469,37 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 	return total, nil
 }
 
+// writeBuffers writes bufs with one writev where possible, under the same
+// progress deadline as Write (it is used only by our own Publisher, which
+// writes no greeting, so skipWrite is 0).
+func (c *hardenedConn) writeBuffers(bufs net.Buffers) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for len(bufs) > 0 {
+		if now := time.Now(); now.Sub(c.deadlineSet) > c.l.policy.WriteTimeout/4 {
+			_ = c.Conn.SetWriteDeadline(now.Add(c.l.policy.WriteTimeout))
+			c.deadlineSet = now
+		}
+		// Bound one writev so that the deadline is refreshed on progress.
+		var chunk net.Buffers
+		n := 0
+		for len(bufs) > 0 && n < 1<<20 {
+			chunk = append(chunk, bufs[0])
+			n += len(bufs[0])
+			bufs = bufs[1:]
+		}
+		if _, err := chunk.WriteTo(c.Conn); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.l.policy.reject("slow-peer-write-timeout", c.RemoteAddr().String(), err)
+			}
+			c.Close()
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *hardenedConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {

@@ -240,13 +240,25 @@ func (p *Publisher) Send(msg Msg) error {
 	if len(msg.Frames) == 0 {
 		return errors.New("empty message")
 	}
-	var wire []byte
+	// Headers are built once; frames are not copied (writev), so the
+	// caller must not modify them after Send.
+	wire := make(net.Buffers, 0, 2*len(msg.Frames))
+	size := 0
 	for i, f := range msg.Frames {
 		var fl byte
 		if i < len(msg.Frames)-1 {
 			fl = flagMore
 		}
-		wire = append(wire, encodeFrame(fl, f)...)
+		if len(f) > 255 {
+			h := make([]byte, 9)
+			h[0] = fl | flagLong
+			binary.BigEndian.PutUint64(h[1:], uint64(len(f)))
+			wire = append(wire, h)
+		} else {
+			wire = append(wire, []byte{fl, byte(len(f))})
+		}
+		wire = append(wire, f)
+		size += 9 + len(f)
 	}
 	topic := msg.Frames[0]
 	p.mu.Lock()
@@ -257,7 +269,7 @@ func (p *Publisher) Send(msg Msg) error {
 	p.mu.Unlock()
 	for _, s := range subs {
 		if s.matches(topic) {
-			s.enqueue(wire)
+			s.enqueue(wire, size)
 		}
 	}
 	return nil
@@ -269,7 +281,7 @@ type subscriber struct {
 
 	mu     sync.Mutex
 	topics [][]byte
-	queue  [][]byte
+	queue  []net.Buffers
 	queued int
 	closed bool
 	wake   chan struct{}
@@ -288,13 +300,13 @@ func (s *subscriber) matches(topic []byte) bool {
 	return false
 }
 
-func (s *subscriber) enqueue(wire []byte) {
+func (s *subscriber) enqueue(wire net.Buffers, size int) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return
 	}
-	if s.queued+len(wire) > s.pub.maxQueue {
+	if s.queued+size > s.pub.maxQueue {
 		s.mu.Unlock()
 		s.pub.policy.reject("slow-subscriber", s.c.RemoteAddr().String(),
 			fmt.Errorf("more than %d bytes of events waiting", s.pub.maxQueue))
@@ -302,7 +314,7 @@ func (s *subscriber) enqueue(wire []byte) {
 		return
 	}
 	s.queue = append(s.queue, wire)
-	s.queued += len(wire)
+	s.queued += size
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -342,11 +354,13 @@ func (s *subscriber) writeLoop() {
 			s.queue = nil
 			s.queued = 0
 			s.mu.Unlock()
+			var all net.Buffers
 			for _, w := range batch {
-				if _, err := s.c.Write(w); err != nil {
-					s.close()
-					return
-				}
+				all = append(all, w...)
+			}
+			if err := s.c.writeBuffers(all); err != nil {
+				s.close()
+				return
 			}
 		}
 	}
