@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -146,6 +147,9 @@ func report(g *globals, name string, err error) int {
 			fmt.Fprintf(g.stderr, "  hint: %s\n", ue.hint)
 		}
 		return exitUsage
+	case errors.As(err, &ce) && strings.Contains(err.Error(), "authentication failed"):
+		fmt.Fprintf(g.stderr, "execctl %s: the supervisor refused our token (authentication failed)\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n", name)
+		return exitUnreachable
 	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
 		addr := g.client.Options().ControlAddress
 		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: is the supervisor running? start one with: exec-supervisor --control %s --event %s\n",
