@@ -3,6 +3,7 @@ package jobs
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"syscall"
 	"time"
@@ -47,17 +48,34 @@ func (j *Job) Snapshot() Snapshot {
 	return s
 }
 
-// Snapshots returns every job's persistent state, oldest first.
-func (m *Manager) Snapshots() []Snapshot {
+// Snapshots returns the persistent state of every job not finished and
+// of the maxFinished most recently finished ones (all when maxFinished < 0).
+func (m *Manager) Snapshots(maxFinished int) []Snapshot {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))
 	for _, j := range m.jobs {
 		js = append(js, j)
 	}
 	m.mu.Unlock()
+	type fin struct {
+		j   *Job
+		end time.Time
+	}
+	var done []fin
 	out := make([]Snapshot, 0, len(js))
 	for _, j := range js {
+		if end, ok := j.finishedAt(); ok {
+			done = append(done, fin{j, end})
+			continue
+		}
 		out = append(out, j.Snapshot())
+	}
+	if maxFinished >= 0 && len(done) > maxFinished {
+		sort.Slice(done, func(a, b int) bool { return done[a].end.After(done[b].end) })
+		done = done[:maxFinished]
+	}
+	for _, f := range done {
+		out = append(out, f.j.Snapshot())
 	}
 	return out
 }

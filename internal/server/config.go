@@ -27,6 +27,9 @@ type Config struct {
 	// JournalFlushInterval is the period of journal writes besides the
 	// ones that follow every state change.
 	JournalFlushInterval time.Duration
+	// JournalMaxFinished bounds the finished jobs kept in the journal (the
+	// most recent ones); running jobs are always kept.
+	JournalMaxFinished int
 	// ShutdownMode is "terminate" (kill running jobs at shutdown) or
 	// "wait" (let them finish, up to ShutdownTimeout, then terminate).
 	ShutdownMode string
@@ -79,6 +82,7 @@ func DefaultConfig() Config {
 		MaxInFlight:          64,
 		ShutdownTimeout:      15 * time.Second,
 		JournalFlushInterval: 5 * time.Second,
+		JournalMaxFinished:   1000,
 		MaxConns:             1024,
 		SubscriberQueueBytes: 8 << 20,
 		HandshakeTimeout:     5 * time.Second,
@@ -132,6 +136,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "a peer must finish the ZMTP handshake within this")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a peer that does not read for this long is disconnected")
 	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")
+	fs.IntVar(&c.JournalMaxFinished, "journal-max-finished", c.JournalMaxFinished, "most recently finished jobs kept in the journal (running jobs are always kept)")
 	fs.DurationVar(&c.JournalFlushInterval, "journal-flush-interval", c.JournalFlushInterval, "period of journal writes (it is also written after every state change)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
@@ -171,6 +176,7 @@ func (c *Config) Validate() error {
 		{c.SubscriberQueueBytes >= 64<<10 && c.SubscriberQueueBytes <= 1<<30, "--subscriber-queue-bytes", "must be 65536..1073741824"},
 		{c.HandshakeTimeout >= 10*time.Millisecond && c.HandshakeTimeout <= time.Minute, "--handshake-timeout", "must be 10ms..1m"},
 		{c.WriteTimeout >= 10*time.Millisecond && c.WriteTimeout <= time.Minute, "--write-timeout", "must be 10ms..1m"},
+		{c.JournalMaxFinished >= 0 && c.JournalMaxFinished <= 1000000, "--journal-max-finished", "must be 0..1000000"},
 		{c.JournalFlushInterval >= 10*time.Millisecond && c.JournalFlushInterval <= time.Hour, "--journal-flush-interval", "must be 10ms..1h"},
 		{c.ShutdownMode == "terminate" || c.ShutdownMode == "wait", "--shutdown", "must be terminate or wait"},
 	}

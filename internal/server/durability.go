@@ -166,18 +166,32 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 			return
 		case <-s.journalDirty:
 			s.writeJournal(false)
+			// Coalesce bursts: changes arriving now are written together
+			// after a short pause, bounding the write rate.
+			pause := time.NewTimer(journalMinInterval)
+			select {
+			case <-stop:
+				pause.Stop()
+				return
+			case <-pause.C:
+			}
 		case <-t.C:
 			s.writeJournal(true)
 		}
 	}
 }
 
+// journalMinInterval is the shortest time between two journal writes
+// triggered by state changes: a change reaches the disk within about this
+// long, and a burst of spawns costs one write per interval.
+const journalMinInterval = 25 * time.Millisecond
+
 // writeJournal saves a snapshot of every job. Failures are logged (once
 // per failure streak) and counted; the supervisor keeps running.
 func (s *Server) writeJournal(periodic bool) {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
-	snaps := s.jobs.Snapshots()
+	snaps := s.jobs.Snapshots(s.cfg.JournalMaxFinished)
 	doc := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli(), Jobs: make([]journal.Record, 0, len(snaps))}
 	for _, sn := range snaps {
 		doc.Jobs = append(doc.Jobs, s.record(sn))
