@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -70,6 +71,10 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	shell := fs.String("shell", "", "run this command string with /bin/sh -c")
 	labels := fs.StringArray("label", nil, "K=V label (repeatable)")
 	session := fs.String("session", "", "session id to group jobs")
+	usePty := fs.Bool("pty", false, "run on a pseudo-terminal (drive it with write, send-keys, resize)")
+	rows := fs.Uint16("rows", 0, "terminal rows with --pty (default 24)")
+	cols := fs.Uint16("cols", 0, "terminal columns with --pty (default 80)")
+	stdin := fs.Bool("stdin", false, "keep the job's stdin open for 'execctl write' (default: /dev/null)")
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
@@ -93,6 +98,10 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	}
 	if *clearEnv {
 		a.EnvMode = protocol.EnvReplace
+	}
+	a.Stdin = *stdin
+	if *usePty {
+		a.Pty = &protocol.PtyArgs{Rows: *rows, Cols: *cols}
 	}
 	job, err := g.client.Spawn(ctx, a)
 	if pe := (*protocol.Error)(nil); errors.As(err, &pe) && pe.Code == protocol.CodeSpawnError && (*wait || *follow) {
@@ -583,4 +592,103 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		return exitFailed, nil
 	}
 	return exitOK, nil
+}
+
+// WriteCommand sends input to a job.
+type WriteCommand struct{}
+
+// Synopsis implements command.
+func (*WriteCommand) Synopsis() string {
+	return "send input to a job's stdin or terminal: write JOB DATA|- [--eof] [--no-newline]"
+}
+
+// Run implements command.
+func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("write", g)
+	eof := fs.Bool("eof", false, "then close stdin (pipe jobs) or send Ctrl-D (pty jobs)")
+	raw := fs.BoolP("no-newline", "n", false, "do not append a newline to DATA")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() < 1 || fs.NArg() > 2 {
+		return 0, &usageError{msg: "want JOB and DATA (or - to read standard input)", hint: "execctl write JOB 'ls -l'   or   echo hi | execctl write JOB -"}
+	}
+	id := fs.Arg(0)
+	var data []byte
+	switch {
+	case fs.NArg() == 1 && !*eof:
+		return 0, &usageError{msg: "nothing to write", hint: "give DATA, - for standard input, or --eof"}
+	case fs.NArg() == 2 && fs.Arg(1) == "-":
+		b, err := io.ReadAll(io.LimitReader(g.stdin, protocol.MaxWriteBytes+1))
+		if err != nil {
+			return 0, err
+		}
+		if len(b) > protocol.MaxWriteBytes {
+			return 0, &usageError{msg: fmt.Sprintf("standard input is over %d bytes", protocol.MaxWriteBytes)}
+		}
+		data = b
+	case fs.NArg() == 2:
+		data = []byte(fs.Arg(1))
+		if !*raw {
+			data = append(data, '\n')
+		}
+	}
+	res, err := g.client.Write(ctx, id, data, *eof)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, res)
+	}
+	return exitOK, nil
+}
+
+// SendKeysCommand sends named keys to a PTY job.
+type SendKeysCommand struct{}
+
+// Synopsis implements command.
+func (*SendKeysCommand) Synopsis() string {
+	return "send keys to a pty job: send-keys JOB KEY... (Enter, Tab, Up, C-c, F1, ...)"
+}
+
+// Run implements command.
+func (*SendKeysCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("send-keys", g)
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() < 2 {
+		return 0, &usageError{msg: "want JOB and at least one KEY", hint: "execctl send-keys JOB C-c   (keys: Enter Tab Escape Up Down Left Right Home End PageUp PageDown Delete Backspace F1..F12 C-a..C-z)"}
+	}
+	for _, k := range fs.Args()[1:] {
+		if _, err := client.KeyBytes(k); err != nil {
+			return 0, &usageError{msg: err.Error()}
+		}
+	}
+	return exitOK, g.client.SendKeys(ctx, fs.Arg(0), fs.Args()[1:]...)
+}
+
+// ResizeCommand resizes a PTY job's terminal.
+type ResizeCommand struct{}
+
+// Synopsis implements command.
+func (*ResizeCommand) Synopsis() string { return "resize a pty job's terminal: resize JOB ROWS COLS" }
+
+// Run implements command.
+func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("resize", g)
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() != 3 {
+		return 0, &usageError{msg: "want JOB ROWS COLS", hint: "execctl resize JOB 40 120"}
+	}
+	var r, c uint16
+	if _, err := fmt.Sscan(fs.Arg(1), &r); err != nil || r == 0 {
+		return 0, &usageError{msg: fmt.Sprintf("ROWS %q is not a positive number", fs.Arg(1))}
+	}
+	if _, err := fmt.Sscan(fs.Arg(2), &c); err != nil || c == 0 {
+		return 0, &usageError{msg: fmt.Sprintf("COLS %q is not a positive number", fs.Arg(2))}
+	}
+	return exitOK, g.client.Resize(ctx, fs.Arg(0), r, c)
 }

@@ -41,6 +41,7 @@ type globals struct {
 	json           bool
 	timeout        time.Duration
 	stdout, stderr io.Writer
+	stdin          io.Reader
 	client         *client.Client
 }
 
@@ -52,17 +53,20 @@ type command interface {
 }
 
 var commands = map[string]command{
-	"spawn":  &SpawnCommand{},
-	"poll":   &PollCommand{},
-	"kill":   &KillCommand{},
-	"status": &StatusCommand{},
-	"list":   &ListCommand{},
-	"health": &HealthCommand{},
-	"logs":   &LogsCommand{},
-	"remove": &RemoveCommand{},
+	"spawn":     &SpawnCommand{},
+	"poll":      &PollCommand{},
+	"kill":      &KillCommand{},
+	"status":    &StatusCommand{},
+	"list":      &ListCommand{},
+	"health":    &HealthCommand{},
+	"logs":      &LogsCommand{},
+	"remove":    &RemoveCommand{},
+	"write":     &WriteCommand{},
+	"send-keys": &SendKeysCommand{},
+	"resize":    &ResizeCommand{},
 }
 
-var order = []string{"spawn", "poll", "logs", "kill", "status", "list", "remove", "health"}
+var order = []string{"spawn", "poll", "logs", "write", "send-keys", "resize", "kill", "status", "list", "remove", "health"}
 
 // usageError is a command-line mistake; Hint says how to do it right.
 type usageError struct{ msg, hint string }
@@ -72,13 +76,13 @@ func (e *usageError) Error() string { return e.msg }
 func usage(w io.Writer, fs *pflag.FlagSet) {
 	fmt.Fprintf(w, "usage: execctl [global flags] COMMAND [flags] [args]\n\ncommands:\n")
 	for _, name := range order {
-		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].Synopsis())
+		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].Synopsis())
 	}
 	fmt.Fprintf(w, "\nglobal flags:\n%s\nRun 'execctl COMMAND --help' for a command's flags.\n", fs.FlagUsages())
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := &globals{stdout: stdout, stderr: stderr}
+	g := &globals{stdout: stdout, stderr: stderr, stdin: os.Stdin}
 	fs := pflag.NewFlagSet("execctl", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.SetInterspersed(false)

@@ -1,6 +1,8 @@
 package jobs
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,10 +12,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 const sigKill = syscall.SIGKILL
+
+// Terminal sequences that turn bracketed paste on and off.
+var bpOn, bpOff = []byte("\x1b[?2004h"), []byte("\x1b[?2004l")
 
 // Signals with a meaning for Kill.
 const (
@@ -74,6 +81,16 @@ type Job struct {
 
 	readers sync.WaitGroup
 	rfiles  []*os.File
+
+	// isPTY jobs run in their own session on a terminal: ptmx is its
+	// master side (read for output, written for input). Pipe jobs spawned
+	// with stdin have stdin, the write end of their stdin pipe.
+	isPTY      bool
+	ptmx       *os.File
+	stdin      *os.File
+	rows, cols uint16
+	bracketed  bool
+	wmu        sync.Mutex // serializes writes
 }
 
 // Reason is a termination reason (an alias of the wire type).
@@ -220,6 +237,12 @@ func (j *Job) start() error {
 		for _, f := range files.parent {
 			f.Close()
 		}
+		j.mu.Lock()
+		if j.stdin != nil {
+			j.stdin.Close()
+			j.stdin = nil
+		}
+		j.mu.Unlock()
 		j.failSpawn(err)
 		return err
 	}
@@ -278,7 +301,21 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 			return nil, files, fmt.Errorf("working directory %q is not a directory", j.spec.Cwd)
 		}
 	}
+	if j.spec.Pty != nil {
+		return j.preparePTY(path, argv, env)
+	}
 	stdin := j.m.devNull
+	if j.spec.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, files, fmt.Errorf("create stdin pipe: %w", err)
+		}
+		files.child = append(files.child, r)
+		j.mu.Lock()
+		j.stdin = w
+		j.mu.Unlock()
+		stdin = r
+	}
 	var outs [2]*os.File
 	for i := range outs {
 		r, w, err := os.Pipe()
@@ -299,6 +336,48 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 	}
 	if stdin != nil {
 		cmd.Stdin = stdin // else os/exec opens /dev/null itself
+	}
+	return cmd, files, nil
+}
+
+// preparePTY sets up a terminal: the child gets the slave side as stdin,
+// stdout and stderr, in a session of its own with it as controlling tty.
+func (j *Job) preparePTY(path string, argv, env []string) (*exec.Cmd, procFiles, error) {
+	var files procFiles
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		return nil, files, fmt.Errorf("open pty: %w", err)
+	}
+	rows, cols := j.spec.Pty.Rows, j.spec.Pty.Cols
+	if rows == 0 {
+		rows = 24
+	}
+	if cols == 0 {
+		cols = 80
+	}
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+		ptmx.Close()
+		tty.Close()
+		return nil, files, fmt.Errorf("size pty: %w", err)
+	}
+	// TERM: an explicit env entry wins, else pty.term, else xterm-256color
+	// (over whatever the supervisor inherited).
+	if _, explicit := j.spec.Env["TERM"]; !explicit {
+		term := j.spec.Pty.Term
+		if term == "" {
+			term = "xterm-256color"
+		}
+		env = append(env, "TERM="+term)
+	}
+	j.mu.Lock() // the job is already visible to status and the journal
+	j.isPTY, j.ptmx, j.rows, j.cols = true, ptmx, rows, cols
+	j.mu.Unlock()
+	files.child = []*os.File{tty}
+	files.parent = []*os.File{ptmx}
+	cmd := &exec.Cmd{
+		Path: path, Args: argv, Env: env, Dir: j.spec.Cwd,
+		Stdin: tty, Stdout: tty, Stderr: tty,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0},
 	}
 	return cmd, files, nil
 }
@@ -343,6 +422,13 @@ func (j *Job) output(i int, p []byte) {
 	j.streamN[i] += int64(len(p))
 	if j.idleT != nil && j.state != Exited {
 		j.idleT.Reset(j.noOutput)
+	}
+	if j.isPTY {
+		// Track whether the program asked for bracketed paste (within one
+		// read; a sequence split across reads is missed).
+		if on, off := bytes.LastIndex(p, bpOn), bytes.LastIndex(p, bpOff); on >= 0 || off >= 0 {
+			j.bracketed = on > off
+		}
 	}
 	j.pending[i] = append(j.pending[i], p...)
 	if len(j.pending[i]) >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
@@ -510,7 +596,20 @@ func (j *Job) signalLocked(sig syscall.Signal) error {
 	if j.groupGone || j.pgid <= 1 {
 		return nil
 	}
+	if j.isPTY {
+		// A terminal session may hold several process groups (job control).
+		return signalSession(j.pgid, sig)
+	}
 	return signalGroup(j.pgid, sig)
+}
+
+// scopeAlive reports whether anything of the job still runs: its process
+// group, or for a PTY job its whole session.
+func (j *Job) scopeAlive() bool {
+	if j.isPTY {
+		return sessionAlive(j.pgid)
+	}
+	return groupAlive(j.pgid)
 }
 
 // waitLoop is the only place that waits for the process. It then clears
@@ -545,7 +644,7 @@ func (j *Job) waitLoop() {
 // clearGroup terminates descendants that outlived the leader: a job owns
 // its whole process group, and nothing it started may live on unowned.
 func (j *Job) clearGroup(killing bool, deadline time.Time) {
-	if !groupAlive(j.pgid) {
+	if !j.scopeAlive() {
 		j.markGroupGone()
 		return
 	}
@@ -556,13 +655,13 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) {
 		j.mu.Unlock()
 		deadline = j.m.now().Add(j.grace)
 	}
-	if !waitGroupGone(j.pgid, time.Until(deadline), j.killNow) {
+	if !waitGone(j.scopeAlive, time.Until(deadline), j.killNow) {
 		j.mu.Lock()
 		_ = j.signalLocked(sigKill)
 		first := j.markCleanupKillLocked()
 		j.mu.Unlock()
 		j.countCleanupKill(first)
-		if !waitGroupGone(j.pgid, 5*time.Second, nil) {
+		if !waitGone(j.scopeAlive, 5*time.Second, nil) {
 			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
 		}
 	}
@@ -576,13 +675,19 @@ func (j *Job) markGroupGone() {
 }
 
 // waitGroupGone waits until group pgid is empty, for at most d or until
-// stop is closed. There is no kernel notification for an empty group, so
-// it checks with a short, growing period.
+// stop is closed.
 func waitGroupGone(pgid int, d time.Duration, stop <-chan struct{}) bool {
+	return waitGone(func() bool { return groupAlive(pgid) }, d, stop)
+}
+
+// waitGone waits until alive reports false, for at most d or until stop
+// is closed. There is no kernel notification for an empty process group,
+// so it checks with a short, growing period.
+func waitGone(alive func() bool, d time.Duration, stop <-chan struct{}) bool {
 	deadline := time.Now().Add(d)
 	period := time.Millisecond
 	for {
-		if !groupAlive(pgid) {
+		if !alive() {
 			return true
 		}
 		left := time.Until(deadline)
@@ -594,7 +699,7 @@ func waitGroupGone(pgid int, d time.Duration, stop <-chan struct{}) bool {
 		case <-t.C:
 		case <-stop:
 			t.Stop()
-			return !groupAlive(pgid)
+			return !alive()
 		}
 		period = min(period*2, 50*time.Millisecond)
 	}
@@ -622,6 +727,14 @@ func (j *Job) drain() {
 }
 
 func (j *Job) finalize(ws syscall.WaitStatus) {
+	j.wmu.Lock()
+	j.mu.Lock()
+	if j.stdin != nil {
+		j.stdin.Close()
+		j.stdin = nil
+	}
+	j.mu.Unlock()
+	j.wmu.Unlock()
 	j.mu.Lock()
 	for i := range j.pending {
 		j.flushLocked(i)
@@ -685,6 +798,8 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		TimeoutMs: j.timeout.Milliseconds(), NoOutputTimeoutMs: j.noOutput.Milliseconds(),
 		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1],
 		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
+		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed,
+		StdinOpen: j.state != Exited && (j.stdin != nil || j.isPTY),
 	}
 	if j.state == Exited {
 		info.Reason = j.reason
@@ -777,4 +892,67 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 		add(*j.exitEv)
 	}
 	return res, nil
+}
+
+// Write sends data to the job's stdin pipe or terminal, then (eof) closes
+// stdin or sends the terminal's EOF character. A program that does not
+// read gets WriteTimeout: the bytes written so far are reported.
+func (j *Job) Write(data []byte, eof bool) (int, error) {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	j.mu.Lock()
+	state, f, isPTY := j.state, j.stdin, j.isPTY
+	if isPTY {
+		f = j.ptmx
+	}
+	j.mu.Unlock()
+	if state == Exited {
+		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited; nothing reads its input", j.id)
+	}
+	if f == nil {
+		if j.spec.Stdin {
+			return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s's stdin was closed (eof)", j.id)
+		}
+		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no stdin: spawn it with stdin: true (or pty)", j.id)
+	}
+	_ = f.SetWriteDeadline(time.Now().Add(writeTimeout))
+	n, err := f.Write(data)
+	if err == nil && eof {
+		if isPTY {
+			_, err = f.Write([]byte{4}) // VEOF, Ctrl-D
+		} else {
+			err = f.Close()
+			j.mu.Lock()
+			j.stdin = nil
+			j.mu.Unlock()
+		}
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, protocol.Errorf(protocol.CodeInvalidArgument, "job %s is not reading its input: %d of %d bytes written in %v", j.id, n, len(data), writeTimeout)
+		}
+		return n, fmt.Errorf("write to job %s: %w", j.id, err)
+	}
+	return n, nil
+}
+
+// writeTimeout bounds one write op to a job's input.
+const writeTimeout = 2 * time.Second
+
+// Resize changes a PTY job's terminal size; the kernel sends SIGWINCH to
+// its foreground process group.
+func (j *Job) Resize(rows, cols uint16) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.isPTY {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no terminal (spawn it with pty)", j.id)
+	}
+	if j.state == Exited {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited", j.id)
+	}
+	if err := pty.Setsize(j.ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+		return fmt.Errorf("resize job %s: %w", j.id, err)
+	}
+	j.rows, j.cols = rows, cols
+	return nil
 }

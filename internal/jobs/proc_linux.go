@@ -103,3 +103,57 @@ func BootID() string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// sessionMembers returns the process groups of live processes in session
+// sid (a PTY job's shell may put its own jobs in groups of their own).
+func sessionGroups(sid int) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	want := strconv.Itoa(sid)
+	seen := map[int]bool{}
+	var out []int
+	for _, n := range names {
+		if n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + n + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		// f[0] state, f[2] pgrp, f[3] session
+		if len(f) < 4 || f[3] != want || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if pg, err := strconv.Atoi(f[2]); err == nil && !seen[pg] {
+			seen[pg] = true
+			out = append(out, pg)
+		}
+	}
+	return out
+}
+
+// sessionAlive reports whether session sid has a live process.
+func sessionAlive(sid int) bool { return sid > 1 && len(sessionGroups(sid)) > 0 }
+
+// signalSession sends sig to every process group of session sid.
+func signalSession(sid int, sig syscall.Signal) error {
+	if sid <= 1 {
+		return fmt.Errorf("refusing to signal session %d", sid)
+	}
+	var first error
+	for _, pg := range sessionGroups(sid) {
+		if err := signalGroup(pg, sig); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -471,6 +471,34 @@ func (s *Server) dispatch(req *protocol.Request) (any, error) {
 		s.metrics.BackfillReqs.Inc()
 		s.metrics.BackfillEvents.Add(float64(len(res.Events)))
 		return res, err
+	case protocol.OpWrite:
+		var a protocol.WriteArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		j, err := s.jobs.Get(a.JobID)
+		if err != nil {
+			return nil, err
+		}
+		n, err := j.Write(a.Data, a.EOF)
+		if err != nil {
+			return nil, err
+		}
+		return protocol.WriteResult{Written: n, Job: j.Info()}, nil
+	case protocol.OpResize:
+		var a protocol.ResizeArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		j, err := s.jobs.Get(a.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if err := j.Resize(a.Rows, a.Cols); err != nil {
+			return nil, err
+		}
+		info := j.Info()
+		return protocol.StatusResult{Job: &info}, nil
 	case protocol.OpKill:
 		var a protocol.KillArgs
 		if err := protocol.DecodeArgs(req, &a); err != nil {

@@ -241,6 +241,14 @@ func (a *SpawnArgs) Validate() error {
 			return Errorf(CodeInvalidArgument, "%s is %d; the limit is %d (7 days)", name, v, int64(MaxTimeoutMs))
 		}
 	}
+	if a.Pty != nil {
+		if a.Stdin {
+			return Errorf(CodeInvalidArgument, "stdin and pty exclude each other (a pty job's input is its terminal)")
+		}
+		if len(a.Pty.Term) > 64 || strings.ContainsAny(a.Pty.Term, "\x00=") {
+			return Errorf(CodeInvalidArgument, "pty.term must be at most 64 bytes without NUL or '='")
+		}
+	}
 	if len(a.Labels) > MaxLabels {
 		return Errorf(CodeTooLarge, "%d labels; the limit is %d", len(a.Labels), MaxLabels)
 	}
@@ -299,6 +307,31 @@ func (a *SubscribeArgs) Validate() error {
 	}
 	if a.Limit < 0 {
 		return Errorf(CodeInvalidArgument, "limit is negative (%d)", a.Limit)
+	}
+	return nil
+}
+
+// Validate checks write arguments.
+func (a *WriteArgs) Validate() error {
+	if err := validJobID(a.JobID); err != nil {
+		return err
+	}
+	if len(a.Data) > MaxWriteBytes {
+		return Errorf(CodeTooLarge, "write of %d bytes; the limit is %d", len(a.Data), MaxWriteBytes)
+	}
+	if len(a.Data) == 0 && !a.EOF {
+		return Errorf(CodeInvalidArgument, "write needs data or eof")
+	}
+	return nil
+}
+
+// Validate checks resize arguments.
+func (a *ResizeArgs) Validate() error {
+	if err := validJobID(a.JobID); err != nil {
+		return err
+	}
+	if a.Rows == 0 || a.Cols == 0 || a.Rows > 10000 || a.Cols > 10000 {
+		return Errorf(CodeInvalidArgument, "rows and cols must be 1..10000 (got %dx%d)", a.Rows, a.Cols)
 	}
 	return nil
 }

@@ -48,6 +48,43 @@ type SpawnArgs struct {
 	Labels map[string]string `msgpack:"labels,omitempty" json:"labels,omitempty"`
 	// SessionID groups jobs of one caller session; echoed in status.
 	SessionID string `msgpack:"sessionId,omitempty" json:"sessionId,omitempty"`
+	// Stdin keeps a pipe to the job's stdin open for the write op; without
+	// it (and without Pty) stdin is /dev/null.
+	Stdin bool `msgpack:"stdin,omitempty" json:"stdin,omitempty"`
+	// Pty runs the job on a pseudo-terminal (its own session, the terminal
+	// as its controlling tty); stdout and stderr both arrive as job.stdout.
+	Pty *PtyArgs `msgpack:"pty,omitempty" json:"pty,omitempty"`
+}
+
+// PtyArgs sizes a job's terminal. Zero Rows/Cols mean 24x80; empty Term
+// means xterm-256color (an explicit TERM in Env wins).
+type PtyArgs struct {
+	Rows uint16 `msgpack:"rows,omitempty" json:"rows,omitempty"`
+	Cols uint16 `msgpack:"cols,omitempty" json:"cols,omitempty"`
+	Term string `msgpack:"term,omitempty" json:"term,omitempty"`
+}
+
+// WriteArgs are the arguments of OpWrite.
+type WriteArgs struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+	// Data goes to the job's stdin pipe or terminal.
+	Data []byte `msgpack:"data,omitempty" json:"data,omitempty"`
+	// EOF, after Data: closes a pipe job's stdin; sends the terminal's EOF
+	// character (Ctrl-D) to a PTY job.
+	EOF bool `msgpack:"eof,omitempty" json:"eof,omitempty"`
+}
+
+// WriteResult is the result of OpWrite.
+type WriteResult struct {
+	Written int     `msgpack:"written" json:"written"`
+	Job     JobInfo `msgpack:"job" json:"job"`
+}
+
+// ResizeArgs are the arguments of OpResize.
+type ResizeArgs struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+	Rows  uint16 `msgpack:"rows" json:"rows"`
+	Cols  uint16 `msgpack:"cols" json:"cols"`
 }
 
 // Env modes of SpawnArgs.EnvMode.
@@ -147,6 +184,13 @@ type JobInfo struct {
 	OutputEnd    int64 `msgpack:"outputEnd" json:"outputEnd"`
 	// LastSeq is the seq of the job's newest event.
 	LastSeq uint64 `msgpack:"lastSeq" json:"lastSeq"`
+	// Pty jobs report their terminal size and whether the program turned
+	// bracketed paste on; StdinOpen says the write op can still reach stdin.
+	Pty            bool   `msgpack:"pty,omitempty" json:"pty,omitempty"`
+	Rows           uint16 `msgpack:"rows,omitempty" json:"rows,omitempty"`
+	Cols           uint16 `msgpack:"cols,omitempty" json:"cols,omitempty"`
+	BracketedPaste bool   `msgpack:"bracketedPaste,omitempty" json:"bracketedPaste,omitempty"`
+	StdinOpen      bool   `msgpack:"stdinOpen,omitempty" json:"stdinOpen,omitempty"`
 }
 
 // Finished reports whether the job has reached StateExited.

@@ -22,10 +22,12 @@ const (
 	OpListJobs  Op = "list-jobs"
 	OpRemove    Op = "remove"
 	OpSubscribe Op = "subscribe"
+	OpWrite     Op = "write"
+	OpResize    Op = "resize"
 )
 
 // Ops lists every operation the server understands, in documentation order.
-var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe}
+var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {
@@ -146,6 +148,8 @@ const (
 	MaxIDBytes = 128
 	// MaxTimeoutMs is the largest timeout accepted (7 days).
 	MaxTimeoutMs = 7 * 24 * 3600 * 1000
+	// MaxWriteBytes is the most data one write request carries.
+	MaxWriteBytes = 256 << 10
 	// MaxPollBytes is the most output one poll reply carries.
 	MaxPollBytes = 4 << 20
 	// MaxSubscribeEvents is the most events one subscribe reply carries.

@@ -1,0 +1,217 @@
+package server
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// waitForOutput polls a job's output until it contains want.
+func waitForOutput(t *testing.T, ts *testServer, id, want string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		res, err := ts.client.Poll(ctxT(t, 5*time.Second), id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		for _, c := range res.Chunks {
+			b.Write(c.Data)
+		}
+		if strings.Contains(b.String(), want) {
+			return b.String()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("output of %s never contained %q; got %q", id, want, b.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's output
+	}
+}
+
+// TestPTYAndPipeParity runs the same lifecycle table for pipe and PTY jobs.
+func TestPTYAndPipeParity(t *testing.T) {
+	for _, mode := range []string{"pipe", "pty"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := testConfig(t)
+			ts := startServer(t, cfg)
+			ctx := ctxT(t, 60*time.Second)
+			spawn := func(a protocol.SpawnArgs) protocol.JobInfo {
+				t.Helper()
+				if mode == "pty" {
+					a.Pty = &protocol.PtyArgs{Rows: 30, Cols: 100}
+				}
+				j, err := ts.client.Spawn(ctx, a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if j.Pty != (mode == "pty") {
+					t.Fatalf("pty flag %v in mode %s", j.Pty, mode)
+				}
+				return j
+			}
+			t.Run("direct-exit", func(t *testing.T) {
+				j := spawn(protocol.SpawnArgs{Shell: "echo out-$((6*7)); exit 5"})
+				out, _, exit, _ := waitDone(t, ts.client, j.JobID, 10*time.Second)
+				if !strings.Contains(out, "out-42") || exit.Reason != protocol.ReasonExit || *exit.ExitCode != 5 {
+					t.Fatalf("out %q exit %+v", out, exit)
+				}
+				requireGroupGone(t, j.Pgid)
+			})
+			t.Run("manual-cancel-tree", func(t *testing.T) {
+				j := spawn(protocol.SpawnArgs{Shell: "sleep 300 & sleep 300 & echo up; wait", GraceMs: 300})
+				waitForOutput(t, ts, j.JobID, "up", 10*time.Second)
+				if _, err := ts.client.Kill(ctx, j.JobID, ""); err != nil {
+					t.Fatal(err)
+				}
+				_, _, exit, _ := waitDone(t, ts.client, j.JobID, 10*time.Second)
+				if exit.Reason != protocol.ReasonManualCancel {
+					t.Fatalf("exit %+v", exit)
+				}
+				requireGroupGone(t, j.Pgid)
+			})
+			t.Run("overall-timeout", func(t *testing.T) {
+				j := spawn(protocol.SpawnArgs{Argv: []string{"sleep", "300"}, TimeoutMs: 200})
+				_, _, exit, _ := waitDone(t, ts.client, j.JobID, 10*time.Second)
+				if exit.Reason != protocol.ReasonOverallTimeout {
+					t.Fatalf("exit %+v", exit)
+				}
+				requireGroupGone(t, j.Pgid)
+			})
+			t.Run("no-output-timeout", func(t *testing.T) {
+				j := spawn(protocol.SpawnArgs{Shell: "echo once; exec sleep 300", NoOutputTimeoutMs: 300})
+				_, _, exit, _ := waitDone(t, ts.client, j.JobID, 10*time.Second)
+				if exit.Reason != protocol.ReasonNoOutputTimeout {
+					t.Fatalf("exit %+v", exit)
+				}
+				requireGroupGone(t, j.Pgid)
+			})
+			t.Run("intermittent-output-keeps-watchdog-away", func(t *testing.T) {
+				j := spawn(protocol.SpawnArgs{Shell: "i=0; while [ $i -lt 12 ]; do echo tick; sleep 0.1; i=$((i+1)); done", NoOutputTimeoutMs: 400})
+				out, _, exit, _ := waitDone(t, ts.client, j.JobID, 15*time.Second)
+				if exit.Reason != protocol.ReasonExit || strings.Count(out, "tick") != 12 {
+					t.Fatalf("exit %+v, %d ticks", exit, strings.Count(out, "tick"))
+				}
+			})
+			t.Run("exit-racing-kill", func(t *testing.T) {
+				for i := 0; i < 10; i++ {
+					j := spawn(protocol.SpawnArgs{Argv: []string{"true"}})
+					go ts.client.Kill(ctx, j.JobID, "")
+					_, _, exit, events := waitDone(t, ts.client, j.JobID, 10*time.Second)
+					if exit.Reason != protocol.ReasonExit && exit.Reason != protocol.ReasonManualCancel {
+						t.Fatalf("reason %s", exit.Reason)
+					}
+					n := 0
+					for _, ev := range events {
+						if ev.Kind.Terminal() {
+							n++
+						}
+					}
+					if n != 1 {
+						t.Fatalf("%d terminal events", n)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestPTYInteractiveShell drives sh -i through the client: submit, Ctrl-C,
+// resize observed by stty, Ctrl-D.
+func TestPTYInteractiveShell(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 60*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sh", "-i"}, Pty: &protocol.PtyArgs{Rows: 24, Cols: 80},
+		Env: map[string]string{"PS1": "PROMPT> ", "ENV": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "PROMPT> ", 10*time.Second)
+	if err := ts.client.Submit(ctx, j.JobID, "echo hi-$((40+2))"); err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "hi-42", 10*time.Second)
+	// Ctrl-C interrupts a running command; the shell answers again.
+	if err := ts.client.Submit(ctx, j.JobID, "sleep 30; echo not-interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // let the shell start sleep before the interrupt (a real user's pause)
+	if err := ts.client.SendKeys(ctx, j.JobID, "C-c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.client.Submit(ctx, j.JobID, "echo after-$((1+1))"); err != nil {
+		t.Fatal(err)
+	}
+	out := waitForOutput(t, ts, j.JobID, "after-2", 10*time.Second)
+	// The typed line is echoed once; a second occurrence would be the
+	// command's own output.
+	if strings.Count(out, "not-interrupted") != 1 || !strings.Contains(out, "^C") {
+		t.Fatalf("Ctrl-C did not interrupt: %q", out)
+	}
+	// Resize: the program sees the new size.
+	if err := ts.client.Resize(ctx, j.JobID, 40, 123); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.client.Submit(ctx, j.JobID, "stty size"); err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "40 123", 10*time.Second)
+	info, err := ts.client.Status(ctx, j.JobID)
+	if err != nil || info.Rows != 40 || info.Cols != 123 || !info.StdinOpen {
+		t.Fatalf("status: %+v %v", info, err)
+	}
+	// Ctrl-D ends the shell.
+	if err := ts.client.SendKeys(ctx, j.JobID, "ctrl-d"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, exit, _ := waitDone(t, ts.client, j.JobID, 10*time.Second)
+	if exit.Reason != protocol.ReasonExit {
+		t.Fatalf("exit %+v", exit)
+	}
+	if _, err := ts.client.Write(ctx, j.JobID, []byte("x"), false); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("write to a finished job: %v", err)
+	}
+}
+
+// TestPipeStdin: write and eof reach a pipe job's stdin; jobs without
+// stdin and bad resizes get clear errors.
+func TestPipeStdin(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 20*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"cat"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.client.Write(ctx, j.JobID, []byte("hello "), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.client.Write(ctx, j.JobID, []byte("world\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	out, _, exit, _ := waitDone(t, ts.client, j.JobID, 10*time.Second)
+	if out != "hello world\n" || exit.Reason != protocol.ReasonExit {
+		t.Fatalf("out %q exit %+v", out, exit)
+	}
+	noin, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.client.Kill(ctx, noin.JobID, "SIGKILL")
+	if _, err := ts.client.Write(ctx, noin.JobID, []byte("x"), false); protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "stdin: true") {
+		t.Fatalf("write without stdin: %v", err)
+	}
+	if err := ts.client.Resize(ctx, noin.JobID, 10, 10); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("resize of a pipe job: %v", err)
+	}
+	for _, bad := range []protocol.WriteArgs{{JobID: noin.JobID}, {JobID: noin.JobID, Data: make([]byte, protocol.MaxWriteBytes+1)}} {
+		if err := ts.client.Call(ctx, protocol.OpWrite, &bad, nil); err == nil {
+			t.Fatalf("bad write accepted: %d bytes", len(bad.Data))
+		}
+	}
+	if _, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"true"}, Stdin: true, Pty: &protocol.PtyArgs{}}); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("stdin with pty: %v", err)
+	}
+}

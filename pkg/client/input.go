@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Write sends data to a job's stdin (pipe jobs spawned with Stdin) or
+// terminal (PTY jobs); eof then closes stdin, or sends Ctrl-D to a terminal.
+func (c *Client) Write(ctx context.Context, jobID string, data []byte, eof bool) (protocol.WriteResult, error) {
+	var r protocol.WriteResult
+	err := c.Call(ctx, protocol.OpWrite, &protocol.WriteArgs{JobID: jobID, Data: data, EOF: eof}, &r)
+	return r, err
+}
+
+// Resize changes a PTY job's terminal size (the program gets SIGWINCH).
+func (c *Client) Resize(ctx context.Context, jobID string, rows, cols uint16) error {
+	return c.Call(ctx, protocol.OpResize, &protocol.ResizeArgs{JobID: jobID, Rows: rows, Cols: cols}, nil)
+}
+
+// Keys maps key names (case-insensitive) to the bytes a terminal sends for
+// them. "C-x" (or "Ctrl-x") for any letter x is also accepted by KeyBytes.
+var Keys = map[string]string{
+	"enter": "\r", "return": "\r", "tab": "\t", "backspace": "\x7f", "escape": "\x1b", "esc": "\x1b",
+	"space": " ", "up": "\x1b[A", "down": "\x1b[B", "right": "\x1b[C", "left": "\x1b[D",
+	"home": "\x1b[H", "end": "\x1b[F", "pageup": "\x1b[5~", "pagedown": "\x1b[6~",
+	"insert": "\x1b[2~", "delete": "\x1b[3~",
+	"f1": "\x1bOP", "f2": "\x1bOQ", "f3": "\x1bOR", "f4": "\x1bOS", "f5": "\x1b[15~", "f6": "\x1b[17~",
+	"f7": "\x1b[18~", "f8": "\x1b[19~", "f9": "\x1b[20~", "f10": "\x1b[21~", "f11": "\x1b[23~", "f12": "\x1b[24~",
+	"ctrl-c": "\x03", "ctrl-d": "\x04", "ctrl-z": "\x1a", "ctrl-l": "\x0c", "ctrl-\\": "\x1c",
+}
+
+// KeyBytes returns the bytes for a key name: a name of Keys, or C-x /
+// Ctrl-x for a letter x.
+func KeyBytes(name string) ([]byte, error) {
+	k := strings.ToLower(name)
+	if v, ok := Keys[k]; ok {
+		return []byte(v), nil
+	}
+	for _, p := range []string{"c-", "ctrl-", "ctrl+", "^"} {
+		if rest, ok := strings.CutPrefix(k, p); ok && len(rest) == 1 && rest[0] >= 'a' && rest[0] <= 'z' {
+			return []byte{rest[0] - 'a' + 1}, nil
+		}
+	}
+	names := make([]string, 0, len(Keys))
+	for n := range Keys {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("unknown key %q (known: %s, and C-a..C-z)", name, strings.Join(names, ", "))
+}
+
+// SendKeys sends named keys (see Keys) to a PTY job, in order.
+func (c *Client) SendKeys(ctx context.Context, jobID string, keys ...string) error {
+	var b []byte
+	for _, k := range keys {
+		kb, err := KeyBytes(k)
+		if err != nil {
+			return err
+		}
+		b = append(b, kb...)
+	}
+	_, err := c.Write(ctx, jobID, b, false)
+	return err
+}
+
+// Paste sends text as a paste: wrapped in bracketed-paste markers when the
+// program turned bracketed paste on (JobInfo.BracketedPaste), as is otherwise.
+func (c *Client) Paste(ctx context.Context, jobID, text string) error {
+	info, err := c.Status(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	b := []byte(text)
+	if info.BracketedPaste {
+		b = append(append([]byte("\x1b[200~"), b...), "\x1b[201~"...)
+	}
+	_, err = c.Write(ctx, jobID, b, false)
+	return err
+}
+
+// Submit types text followed by Enter.
+func (c *Client) Submit(ctx context.Context, jobID, text string) error {
+	_, err := c.Write(ctx, jobID, []byte(text+"\r"), false)
+	return err
+}
