@@ -64,9 +64,10 @@ var commands = map[string]command{
 	"write":     &WriteCommand{},
 	"send-keys": &SendKeysCommand{},
 	"resize":    &ResizeCommand{},
+	"attach":    &AttachCommand{},
 }
 
-var order = []string{"spawn", "poll", "logs", "write", "send-keys", "resize", "kill", "status", "list", "remove", "health"}
+var order = []string{"spawn", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "status", "list", "remove", "health"}
 
 // usageError is a command-line mistake; Hint says how to do it right.
 type usageError struct{ msg, hint string }

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// detachKey ends an attach session without touching the job (Ctrl-]).
+const detachKey = 0x1d
+
+// AttachCommand connects the operator's terminal to a PTY job.
+type AttachCommand struct{}
+
+// Synopsis implements command.
+func (*AttachCommand) Synopsis() string {
+	return "interactive session with a pty job (Ctrl-] detaches, the job keeps running): attach JOB"
+}
+
+// Run implements command.
+func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("attach", g)
+	tail := fs.Int64("tail", 4096, "replay this many bytes of recent output first")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	id, err := oneJob(fs)
+	if err != nil {
+		return 0, err
+	}
+	info, err := g.client.Status(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if !info.Pty {
+		return 0, &usageError{msg: fmt.Sprintf("job %s has no terminal", id), hint: "attach works with jobs spawned with --pty; use 'execctl logs -f' and 'execctl write' for others"}
+	}
+	if info.Finished() {
+		return 0, &usageError{msg: fmt.Sprintf("job %s has already ended (%s)", id, info.Reason)}
+	}
+	in, ok := g.stdin.(*os.File)
+	if !ok || !isTerminal(int(in.Fd())) {
+		return 0, &usageError{msg: "attach needs a terminal on standard input", hint: "run it in an interactive shell (or under tmux)"}
+	}
+	restore, err := makeRaw(int(in.Fd()))
+	if err != nil {
+		return 0, fmt.Errorf("attach: raw mode: %w", err)
+	}
+	defer restore()
+	// Read the terminal through a non-blocking duplicate so that the reader
+	// can be stopped (closing it interrupts Read) when the job ends.
+	input, err := pollableDup(int(in.Fd()))
+	if err != nil {
+		return 0, fmt.Errorf("attach: %w", err)
+	}
+	defer func() { _ = unix.SetNonblock(int(in.Fd()), false) }()
+	fmt.Fprintf(g.stderr, "[attached to %s; Ctrl-] detaches]\r\n", id)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Recent output first, then everything new from the seq after it.
+	if *tail > 0 {
+		cur := max(0, info.OutputEnd-*tail)
+		if res, err := g.client.Poll(ctx, id, cur, *tail); err == nil {
+			for _, c := range res.Chunks {
+				g.stdout.Write(c.Data)
+			}
+			info = res.Job
+		}
+	}
+	// Forward the terminal size now and on every SIGWINCH.
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	defer signal.Stop(winch)
+	sendSize := func() {
+		if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
+			_ = g.client.Resize(ctx, id, ws.Row, ws.Col)
+		}
+	}
+	sendSize()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer input.Close()
+	defer cancel()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-winch:
+				sendSize()
+			}
+		}
+	}()
+	detached := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 4096)
+		for {
+			n, err := input.Read(buf)
+			if n > 0 {
+				data := buf[:n]
+				if i := indexByte(data, detachKey); i >= 0 {
+					if i > 0 {
+						_, _ = g.client.Write(ctx, id, data[:i], false)
+					}
+					close(detached)
+					cancel()
+					return
+				}
+				if _, werr := g.client.Write(ctx, id, data, false); werr != nil && ctx.Err() == nil {
+					fmt.Fprintf(g.stderr, "\r\n[input not delivered: %v]\r\n", werr)
+				}
+			}
+			if err != nil || ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	var final protocol.ExitPayload
+	ended := false
+	err = g.client.Follow(ctx, id, info.LastSeq+1, func(ev protocol.Event) error {
+		switch ev.Kind {
+		case protocol.KindStdout, protocol.KindStderr:
+			var p protocol.OutputPayload
+			if err := ev.DecodePayload(&p); err != nil {
+				return err
+			}
+			_, err := g.stdout.Write(p.Data)
+			return err
+		case protocol.KindExited, protocol.KindFailed:
+			ended = true
+			return ev.DecodePayload(&final)
+		}
+		return nil
+	})
+	select {
+	case <-detached:
+		restore()
+		fmt.Fprintf(g.stderr, "\n[detached from %s; it keeps running]\n", id)
+		return exitOK, nil
+	default:
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return 0, err
+	}
+	restore()
+	if ended {
+		fmt.Fprintf(g.stderr, "\n[%s ended: %s]\n", id, final.Reason)
+		return exitCodeOf(final, g, id), nil
+	}
+	return exitOK, nil
+}
+
+// pollableDup duplicates fd in non-blocking mode, so that Go's poller can
+// interrupt reads on it.
+func pollableDup(fd int) (*os.File, error) {
+	d, err := unix.Dup(fd)
+	if err != nil {
+		return nil, fmt.Errorf("dup terminal: %w", err)
+	}
+	if err := unix.SetNonblock(d, true); err != nil {
+		unix.Close(d)
+		return nil, fmt.Errorf("terminal non-blocking: %w", err)
+	}
+	return os.NewFile(uintptr(d), "terminal"), nil
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func isTerminal(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return err == nil
+}
+
+// makeRaw puts the terminal in raw mode (as cfmakeraw) and returns a
+// function that restores it (safe to call twice).
+func makeRaw(fd int) (func(), error) {
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, err
+	}
+	raw := *old
+	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	raw.Oflag &^= unix.OPOST
+	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	raw.Cflag &^= unix.CSIZE | unix.PARENB
+	raw.Cflag |= unix.CS8
+	raw.Cc[unix.VMIN] = 1
+	raw.Cc[unix.VTIME] = 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }) }, nil
+}

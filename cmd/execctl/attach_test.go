@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tmux runs a tmux command on the test's private server socket.
+func tmux(t *testing.T, sock string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "tmux", append([]string{"-S", sock}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tmux %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestAttachUnderTmux drives `execctl attach` in a real terminal: typed
+// input reaches the job, the window size is forwarded, Ctrl-] detaches and
+// leaves the job running.
+func TestAttachUnderTmux(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux not installed (apt-get install -y tmux): attach needs a real terminal to test")
+	}
+	s := startSupervisor(t)
+	dir := shortTempDir(t)
+	bin := filepath.Join(dir, "execctl")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build execctl: %v\n%s", err, out)
+	}
+	id := s.spawnID(t, "--pty", "--", "sh", "-i")
+	sock := filepath.Join(dir, "tmux.sock")
+	cmdline := fmt.Sprintf("%s --control %s --event %s attach %s; echo ATTACH-EXIT=$?; sleep 30", bin, s.control, s.event, id)
+	tmux(t, sock, "new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmdline)
+	t.Cleanup(func() { exec.Command("tmux", "-S", sock, "kill-server").Run() })
+	screen := func() string { return tmux(t, sock, "capture-pane", "-p", "-t", "t") }
+	waitScreen := func(want string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			sc := screen()
+			if strings.Contains(sc, want) {
+				return sc
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("screen never showed %q:\n%s", want, sc)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the terminal's screen
+		}
+	}
+	waitScreen("attached to " + id)
+	tmux(t, sock, "send-keys", "-t", "t", "echo typed-$((20+22))", "Enter")
+	waitScreen("typed-42")
+	// The window's size reaches the job.
+	tmux(t, sock, "send-keys", "-t", "t", "stty size", "Enter")
+	waitScreen("30 100")
+	tmux(t, sock, "resize-window", "-t", "t", "-x", "120", "-y", "40")
+	time.Sleep(200 * time.Millisecond) // let SIGWINCH reach execctl before typing
+	tmux(t, sock, "send-keys", "-t", "t", "stty size", "Enter")
+	waitScreen("40 120")
+	// Ctrl-] detaches; the job is still running.
+	tmux(t, sock, "send-keys", "-t", "t", "C-]")
+	waitScreen("ATTACH-EXIT=0")
+	if st := s.jsonStatus(t, id); st["state"] != "running" {
+		t.Fatalf("job after detach: %v", st)
+	}
+	s.mustCtl(t, "kill", id)
+	_ = os.Remove(sock)
+}
