@@ -237,7 +237,7 @@ var treeShapes = []string{
 // a fate for every job and leaves no process of any job alive.
 func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 	e := newEnv(t)
-	s := e.start(t)
+	s := e.start(t, "--journal-flush-interval", "100ms")
 	ctx := ctxFor(t, 60*time.Second)
 	var pgids []int
 	ids := map[string]int{}
@@ -249,16 +249,46 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 		pgids = append(pgids, j.Pgid)
 		ids[j.JobID] = j.Pgid
 	}
-	t.Cleanup(func() { killGroups(pgids) })
+	// Two PTY jobs whose shells use job control: their background sleeps
+	// sit in process groups of their own, in the job's session.
+	var sessions []int
+	for i := 0; i < 2; i++ {
+		j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "set -m; sleep 300 & sleep 300 & echo bg-started; wait", Pty: &protocol.PtyArgs{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, j.Pgid)
+		ids[j.JobID] = j.Pgid
+	}
+	t.Cleanup(func() {
+		killGroups(pgids)
+		for _, sid := range sessions {
+			for _, g := range groupsOfSession(sid) {
+				syscall.Kill(-g, syscall.SIGKILL)
+			}
+		}
+	})
 	jpath := filepath.Join(e.state, "journal.json")
-	waitJournal(t, jpath, "20 running jobs with fingerprints", func(f *journal.File) bool {
-		n := 0
+	for _, sid := range sessions {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(groupsOfSession(sid)) < 3 { // the shell's group + two job-control groups
+			if time.Now().After(deadline) {
+				t.Fatalf("session %d has groups %v, want 3", sid, groupsOfSession(sid))
+			}
+			time.Sleep(20 * time.Millisecond) // waiting for the shell to start its jobs
+		}
+	}
+	waitJournal(t, jpath, "22 running jobs with fingerprints, PTY sessions with their members", func(f *journal.File) bool {
+		n, ptyOK := 0, 0
 		for _, r := range f.Jobs {
 			if r.State == "running" && r.StartTicks != 0 && r.BootID != "" {
 				n++
 			}
+			if r.Pty && len(r.Members) >= 3 {
+				ptyOK++
+			}
 		}
-		return n == 20
+		return n == 22 && ptyOK == 2
 	})
 	s.kill9()
 	// The orphans live on after the supervisor's death (the chatty ones
@@ -278,6 +308,11 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 			t.Errorf("process group %d still has live processes %v after recovery", g, live)
 		}
 	}
+	for _, sid := range sessions {
+		if gs := groupsOfSession(sid); len(gs) > 0 {
+			t.Errorf("PTY session %d still has live process groups %v after recovery", sid, gs)
+		}
+	}
 	list, err := s2.client.ListJobs(ctx, protocol.ListJobsArgs{})
 	if err != nil {
 		t.Fatal(err)
@@ -292,8 +327,8 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 			t.Errorf("job %s: state %s reason %s note %q", j.JobID, j.State, j.Reason, j.Error)
 		}
 	}
-	if seen != 20 {
-		t.Fatalf("%d of 20 jobs have a recorded fate", seen)
+	if seen != 22 {
+		t.Fatalf("%d of 22 jobs have a recorded fate", seen)
 	}
 	if n := strings.Count(s2.log.String(), "reconcile: orphan found alive and terminated"); n < 16 {
 		t.Fatalf("%d structured reconcile records of terminated orphans in the log, want >= 16", n)
@@ -706,4 +741,29 @@ func TestSlowSubscriberRSS(t *testing.T) {
 	if !strings.Contains(s.log.String(), "slow-subscriber") && !strings.Contains(s.log.String(), "slow-peer-write-timeout") {
 		t.Fatalf("the never-reading subscriber was not cut off:\n%s", s.log)
 	}
+}
+
+// groupsOfSession lists the process groups of live processes in session sid.
+func groupsOfSession(sid int) []int {
+	seen := map[int]bool{}
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 3 && f[3] == strconv.Itoa(sid) && f[0] != "Z" {
+			if g, _ := strconv.Atoi(f[2]); !seen[g] {
+				seen[g] = true
+				out = append(out, g)
+			}
+		}
+	}
+	return out
 }

@@ -94,7 +94,7 @@ func (m *Manager) Restore(s Snapshot) error {
 		out:  newRing(m.cfg.RingBytes), state: Exited, reason: info.Reason, exitCode: info.ExitCode,
 		signal: info.Signal, errMsg: info.Error, pid: info.Pid, pgid: info.Pgid, startTicks: s.StartTicks,
 		timeout: time.Duration(info.TimeoutMs) * time.Millisecond, noOutput: time.Duration(info.NoOutputTimeoutMs) * time.Millisecond,
-		leaderExited: true, groupGone: true, killing: true,
+		leaderExited: true, groupGone: true, killing: true, isPTY: info.Pty,
 	}
 	j.createdAt, j.startedAt, j.endedAt = fromMs(info.CreatedAt), fromMs(info.StartedAt), fromMs(info.EndedAt)
 	j.lastOutputAt, j.updatedAt = fromMs(info.LastOutputAt), m.now()
@@ -185,23 +185,28 @@ func Identify(pid int, startTicks uint64, bootID string) Liveness {
 	return Ours
 }
 
-// TerminateGroup ends process group pgid the way every job ends: SIGTERM,
-// up to grace for the group to empty, then SIGKILL. It reports whether
-// SIGKILL was needed. The caller must know the group is its own.
-func TerminateGroup(pgid int, grace time.Duration) (killed bool, err error) {
+// TerminateGroup ends process group pgid (with session, every process
+// group of session pgid, as for PTY jobs) the way every job ends: SIGTERM,
+// up to grace for it to empty, then SIGKILL. It reports whether SIGKILL was
+// needed. The caller must know the group is its own.
+func TerminateGroup(pgid int, session bool, grace time.Duration) (killed bool, err error) {
 	if pgid <= 1 || pgid == os.Getpid() {
 		return false, fmt.Errorf("refusing to terminate process group %d", pgid)
 	}
-	if err := signalGroup(pgid, syscall.SIGTERM); err != nil {
+	signal, alive := func(sig syscall.Signal) error { return signalGroup(pgid, sig) }, func() bool { return groupAlive(pgid) }
+	if session {
+		signal, alive = func(sig syscall.Signal) error { return signalSession(pgid, sig) }, func() bool { return sessionAlive(pgid) }
+	}
+	if err := signal(syscall.SIGTERM); err != nil {
 		return false, err
 	}
-	if waitGroupGone(pgid, grace, nil) {
+	if waitGone(alive, grace, nil) {
 		return false, nil
 	}
-	if err := signalGroup(pgid, syscall.SIGKILL); err != nil {
+	if err := signal(syscall.SIGKILL); err != nil {
 		return true, err
 	}
-	if !waitGroupGone(pgid, 5*time.Second, nil) {
+	if !waitGone(alive, 5*time.Second, nil) {
 		return true, fmt.Errorf("process group %d survived SIGKILL", pgid)
 	}
 	return true, nil
@@ -214,10 +219,11 @@ type ProcID struct {
 }
 
 // GroupMembers scans the process table once and returns the live members
-// of each of the given process groups.
-func GroupMembers(pgids map[int]bool) map[int][]ProcID {
+// of each of the given process groups, and of each of the given sessions
+// (keyed by session id; for PTY jobs, whose session may hold several groups).
+func GroupMembers(pgids, sessions map[int]bool) map[int][]ProcID {
 	out := map[int][]ProcID{}
-	if len(pgids) == 0 {
+	if len(pgids) == 0 && len(sessions) == 0 {
 		return out
 	}
 	d, err := os.Open("/proc")
@@ -230,34 +236,50 @@ func GroupMembers(pgids map[int]bool) map[int][]ProcID {
 		if n[0] < '0' || n[0] > '9' {
 			continue
 		}
-		state, pg, ok := statStateAndPgid(n)
+		state, pg, sid, ok := procStat(n)
 		if !ok || state == "Z" || state == "X" {
 			continue
 		}
-		pgid, _ := strconv.Atoi(pg)
-		if !pgids[pgid] {
+		key := 0
+		switch {
+		case sessions[sid]:
+			key = sid
+		case pgids[pg]:
+			key = pg
+		default:
 			continue
 		}
 		pid, _ := strconv.Atoi(n)
 		if ticks, err := ProcStartTicks(pid); err == nil {
-			out[pgid] = append(out[pgid], ProcID{Pid: pid, StartTicks: ticks})
+			out[key] = append(out[key], ProcID{Pid: pid, StartTicks: ticks})
 		}
 	}
 	return out
 }
 
 // ProvesGroup reports whether any of members is alive, is the same process
-// (start time and boot) and is still in group pgid. Such a process proves
-// the group has been in use without a break since it was recorded, so the
-// group number cannot have been reused: the group is the job's.
-func ProvesGroup(pgid int, members []ProcID, bootID string) bool {
+// (start time and boot) and is still in group pgid (with session: in
+// session pgid). Such a process proves the group (session) has been in use
+// without a break since it was recorded, so its number cannot have been
+// reused: it is the job's.
+func ProvesGroup(pgid int, session bool, members []ProcID, bootID string) bool {
 	for _, p := range members {
 		if Identify(p.Pid, p.StartTicks, bootID) != Ours {
 			continue
 		}
-		if _, pg, ok := statStateAndPgid(strconv.Itoa(p.Pid)); ok && pg == strconv.Itoa(pgid) {
+		_, pg, sid, ok := procStat(strconv.Itoa(p.Pid))
+		if ok && ((!session && pg == pgid) || (session && sid == pgid)) {
 			return true
 		}
 	}
 	return false
+}
+
+// ScopeAlive reports whether process group pgid (with session: session
+// pgid) has a live process.
+func ScopeAlive(pgid int, session bool) bool {
+	if session {
+		return sessionAlive(pgid)
+	}
+	return groupAlive(pgid)
 }

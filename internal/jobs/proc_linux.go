@@ -157,3 +157,23 @@ func signalSession(sid int, sig syscall.Signal) error {
 	}
 	return first
 }
+
+// procStat reads fields 3 (state), 5 (pgrp) and 6 (session) of
+// /proc/<pid>/stat.
+func procStat(pid string) (state string, pgid, sid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "", 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "", 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return "", 0, 0, false
+	}
+	pgid, _ = strconv.Atoi(f[2])
+	sid, _ = strconv.Atoi(f[3])
+	return f[0], pgid, sid, true
+}

@@ -86,6 +86,8 @@ type Record struct {
 	// OutputEnd; OutputTailSeq is the seq of its last event.
 	OutputTail    []byte `json:"outputTail,omitempty"`
 	OutputTailSeq uint64 `json:"outputTailSeq,omitempty"`
+	// Pty jobs own a whole session (several process groups may be in it).
+	Pty bool `json:"pty,omitempty"`
 	// Members are processes of the job's group (pid and start ticks) seen
 	// at the last periodic scan: proof of ownership if the leader is gone.
 	Members []Member `json:"members,omitempty"`

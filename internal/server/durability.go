@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
@@ -81,7 +80,7 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 	live := jobs.Identify(r.Pid, r.StartTicks, r.BootID)
 	switch live {
 	case jobs.Ours:
-		killed, err := jobs.TerminateGroup(r.Pgid, s.cfg.Jobs.Grace)
+		killed, err := jobs.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)
 		s.orphansReconciled.Add(1)
 		how := "SIGTERM"
 		if killed {
@@ -97,13 +96,13 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 		s.log.Info("reconcile: pid now belongs to another process; not touched", attrs...)
 		return "process was gone (its pid now belongs to an unrelated process, left untouched)"
 	default:
-		if r.Pgid > 1 && syscall.Kill(-r.Pgid, 0) == nil && live == jobs.Gone {
+		if r.Pgid > 1 && jobs.ScopeAlive(r.Pgid, r.Pty) && live == jobs.Gone {
 			members := make([]jobs.ProcID, len(r.Members))
 			for i, m := range r.Members {
 				members[i] = jobs.ProcID{Pid: m.Pid, StartTicks: m.StartTicks}
 			}
-			if jobs.ProvesGroup(r.Pgid, members, r.BootID) {
-				killed, err := jobs.TerminateGroup(r.Pgid, s.cfg.Jobs.Grace)
+			if jobs.ProvesGroup(r.Pgid, r.Pty, members, r.BootID) {
+				killed, err := jobs.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)
 				s.orphansReconciled.Add(1)
 				if err != nil {
 					s.log.Error("reconcile: orphaned group could not be terminated", append(attrs, "err", err)...)
@@ -129,6 +128,7 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 			Reason: protocol.Reason(r.Reason), ExitCode: r.ExitCode, Signal: r.Signal, Error: r.Error,
 			TimeoutMs: r.TimeoutMs, NoOutputTimeoutMs: r.NoOutputMs,
 			StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, OutputEnd: r.OutputEnd, LastSeq: r.LastSeq,
+			Pty: r.Pty,
 		},
 		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq,
 	}
@@ -143,6 +143,7 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: s.instanceID,
 		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
 		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
+		Pty: i.Pty,
 	}
 }
 
@@ -218,15 +219,19 @@ func (s *Server) writeJournal(periodic bool) {
 // scanMembers records the live members of every running job's process
 // group (one scan of the process table). s.journalMu must be held.
 func (s *Server) scanMembers(snaps []jobs.Snapshot) {
-	want := map[int]bool{}
+	groups, sessions := map[int]bool{}, map[int]bool{}
 	byGroup := map[int]string{}
 	for _, sn := range snaps {
 		if sn.Info.State != protocol.StateExited && sn.Info.Pgid > 1 {
-			want[sn.Info.Pgid] = true
+			if sn.Info.Pty {
+				sessions[sn.Info.Pgid] = true
+			} else {
+				groups[sn.Info.Pgid] = true
+			}
 			byGroup[sn.Info.Pgid] = sn.Info.JobID
 		}
 	}
-	found := jobs.GroupMembers(want)
+	found := jobs.GroupMembers(groups, sessions)
 	s.members = make(map[string][]journal.Member, len(found))
 	for pgid, ps := range found {
 		ms := make([]journal.Member, 0, min(len(ps), 64))

@@ -62,7 +62,8 @@ func TestPTYAndPipeParity(t *testing.T) {
 				requireGroupGone(t, j.Pgid)
 			})
 			t.Run("manual-cancel-tree", func(t *testing.T) {
-				j := spawn(protocol.SpawnArgs{Shell: "sleep 300 & sleep 300 & echo up; wait", GraceMs: 300})
+				// A child and a grandchild (sh -c ... &), none may survive.
+				j := spawn(protocol.SpawnArgs{Shell: "sleep 300 & sh -c 'sleep 300 & wait' & echo up; wait", GraceMs: 300})
 				waitForOutput(t, ts, j.JobID, "up", 10*time.Second)
 				if _, err := ts.client.Kill(ctx, j.JobID, ""); err != nil {
 					t.Fatal(err)
@@ -214,4 +215,25 @@ func TestPipeStdin(t *testing.T) {
 	if _, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"true"}, Stdin: true, Pty: &protocol.PtyArgs{}}); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
 		t.Fatalf("stdin with pty: %v", err)
 	}
+}
+
+// TestPTYBracketedPaste: a program that turns bracketed paste on gets
+// pastes wrapped in the paste markers.
+func TestPTYBracketedPaste(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 20*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: `printf '\033[?2004hREADY\n'; stty -echo; exec cat`, Pty: &protocol.PtyArgs{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.client.Kill(ctx, j.JobID, "SIGKILL")
+	waitForOutput(t, ts, j.JobID, "READY", 10*time.Second)
+	info, err := ts.client.Status(ctx, j.JobID)
+	if err != nil || !info.BracketedPaste {
+		t.Fatalf("bracketed paste not detected: %+v %v", info, err)
+	}
+	if err := ts.client.Paste(ctx, j.JobID, "pasted-text\r"); err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "\x1b[200~pasted-text", 10*time.Second)
 }
