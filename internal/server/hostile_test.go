@@ -150,7 +150,7 @@ func TestHostileFrames(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			cfg := hostileConfig(t)
 			if transport == "tcp" {
-				cfg.Control, cfg.Event = "tcp://127.0.0.1:"+freePort(t), "tcp://127.0.0.1:"+freePort(t)
+				cfg.Control, cfg.Event = tcpPair(t)
 				cfg.InsecureTCP = true // raw peers speak NULL; PLAIN is tested separately
 			}
 			ts := startServer(t, cfg)
@@ -338,7 +338,7 @@ func TestDealerFloodNeverReading(t *testing.T) {
 // served; a wrong or missing token never gets a reply.
 func TestPlainAuthGoClient(t *testing.T) {
 	cfg := hostileConfig(t)
-	cfg.Control, cfg.Event = "tcp://127.0.0.1:"+freePort(t), "tcp://127.0.0.1:"+freePort(t)
+	cfg.Control, cfg.Event = tcpPair(t)
 	ts := startServer(t, cfg)
 	if ts.token == "" {
 		t.Fatal("tcp server started without a token")

@@ -48,7 +48,7 @@ func TestPythonClientInterop(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			cfg := testConfig(t)
 			if transport == "tcp" {
-				cfg.Control, cfg.Event = "tcp://127.0.0.1:"+freePort(t), "tcp://127.0.0.1:"+freePort(t)
+				cfg.Control, cfg.Event = tcpPair(t)
 			}
 			ts := startServer(t, cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -458,7 +458,7 @@ func TestREQAndDEALERClients(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			cfg := testConfig(t)
 			if transport == "tcp" {
-				cfg.Control, cfg.Event = "tcp://127.0.0.1:"+freePort(t), "tcp://127.0.0.1:"+freePort(t)
+				cfg.Control, cfg.Event = tcpPair(t)
 			}
 			ts := startServer(t, cfg)
 			ctx := ctxT(t, 20*time.Second)
@@ -522,14 +522,20 @@ func TestREQAndDEALERClients(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
+// tcpPair returns two distinct free tcp endpoints on 127.0.0.1 (both
+// listeners are held open until both ports are known, so they differ).
+func tcpPair(t *testing.T) (string, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var eps []string
+	for i := 0; i < 2; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		eps = append(eps, fmt.Sprintf("tcp://127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port))
 	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	return eps[0], eps[1]
 }
 
 func TestShutdownTerminatesJobs(t *testing.T) {
