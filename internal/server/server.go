@@ -44,12 +44,11 @@ type Server struct {
 
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
-	ctl    zmqx.Socket
+	ctl    *zmqx.Router
 	evt    *zmqx.Publisher
 	httpL  net.Listener
 	httpS  *http.Server
 
-	replies  chan zmqx.Msg
 	inflight chan struct{}
 	draining chan struct{}
 	stopPub  chan struct{}
@@ -85,7 +84,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	_, _ = rand.Read(b[:])
 	s := &Server{
 		cfg: cfg, log: log, instanceID: hex.EncodeToString(b[:]), startedAt: time.Now(),
-		replies: make(chan zmqx.Msg, 256), inflight: make(chan struct{}, cfg.MaxInFlight),
+		inflight: make(chan struct{}, cfg.MaxInFlight),
 		draining: make(chan struct{}), stopPub: make(chan struct{}),
 		journal: journal.New(cfg.JournalPath()), journalDirty: make(chan struct{}, 1), stopJournal: make(chan struct{}),
 	}
@@ -159,7 +158,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.evt, err = zmqx.ListenPub(s.ctx, s.cfg.Event, s.policy(s.cfg.Event, 64<<10), s.cfg.SubscriberQueueBytes); err != nil {
 		return fmt.Errorf("--event: %w", err)
 	}
-	if s.ctl, err = zmqx.Listen(s.ctx, zmqx.Router, s.cfg.Control, s.policy(s.cfg.Control, uint64(s.cfg.MaxRequestBytes)+64<<10)); err != nil {
+	if s.ctl, err = zmqx.ListenRouter(s.ctx, s.cfg.Control, s.policy(s.cfg.Control, uint64(s.cfg.MaxRequestBytes)+64<<10), 0); err != nil {
 		return fmt.Errorf("--control: %w", err)
 	}
 	if s.cfg.MetricsAddr != "" {
@@ -174,9 +173,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.pub.sock = s.evt
 	s.pubWG.Add(1)
 	go func() { defer s.pubWG.Done(); s.pub.run(s.stopPub, 2*time.Second) }()
-	s.wg.Add(3)
+	s.wg.Add(2)
 	go s.recvLoop()
-	go s.sendLoop()
 	go s.heartbeatLoop()
 	s.journalWG.Add(1)
 	go func() { defer s.journalWG.Done(); s.journalLoop(s.stopJournal) }()
@@ -317,23 +315,17 @@ func (s *Server) recvLoop() {
 	for {
 		msg, err := s.ctl.Recv()
 		if err != nil {
-			if s.ctx.Err() != nil {
-				return
-			}
-			s.log.Debug("control recv", "err", err)
+			return // closed
+		}
+		if len(msg.Frames) < 1 {
 			continue
 		}
-		if len(msg.Frames) < 2 {
-			continue // no body at all: nothing to answer
-		}
-		envelope, body := msg.Frames[:1], msg.Frames[1:]
+		envelope, body := [][]byte(nil), msg.Frames
 		if len(body) >= 2 && len(body[0]) == 0 {
-			envelope, body = msg.Frames[:2], body[1:]
+			envelope, body = msg.Frames[:1], body[1:]
 		}
-		env := make([][]byte, len(envelope))
-		copy(env, envelope)
 		if len(body) != 1 {
-			s.reply(env, protocol.ErrorReply("", protocol.Errorf(protocol.CodeBadRequest,
+			s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeBadRequest,
 				"request must be one body frame after the envelope; got %d frames", len(body))))
 			continue
 		}
@@ -343,33 +335,20 @@ func (s *Server) recvLoop() {
 			return
 		}
 		s.reqWG.Add(1)
-		go func(b []byte) {
+		go func(p *zmqx.Peer, env [][]byte, b []byte) {
 			defer s.reqWG.Done()
 			defer func() { <-s.inflight }()
-			s.reply(env, s.handle(b))
-		}(body[0])
+			s.reply(p, env, s.handle(b))
+		}(msg.Peer, envelope, body[0])
 	}
 }
 
-func (s *Server) reply(env [][]byte, body []byte) {
+// reply queues the reply for the peer's own writer: it never waits for a
+// slow peer (one whose queue overflows is disconnected).
+func (s *Server) reply(p *zmqx.Peer, env [][]byte, body []byte) {
 	frames := append(env[:len(env):len(env)], body)
-	select {
-	case s.replies <- zmqx.NewMsg(frames...):
-	case <-s.ctx.Done():
-	}
-}
-
-func (s *Server) sendLoop() {
-	defer s.wg.Done()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case m := <-s.replies:
-			if err := s.ctl.Send(m); err != nil && s.ctx.Err() == nil {
-				s.log.Debug("control send", "err", err)
-			}
-		}
+	if err := s.ctl.Send(p, frames); err != nil && s.ctx.Err() == nil {
+		s.log.Debug("control reply not queued", "err", err)
 	}
 }
 

@@ -8,12 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
-	"time"
-
-	"github.com/go-zeromq/zmq4"
 )
 
 // Publisher is a ZMTP 3 PUB socket of our own, on the hardened listener.
@@ -36,44 +31,14 @@ type Publisher struct {
 // ListenPub opens a Publisher on endpoint (tcp or ipc) with policy p;
 // each subscriber may have up to queueBytes of unsent messages.
 func ListenPub(ctx context.Context, endpoint string, p *Policy, queueBytes int) (*Publisher, error) {
-	scheme, addr, err := Split(endpoint)
+	l, pol, err := listenHardened(endpoint, p, []string{"SUB", "XSUB"})
 	if err != nil {
 		return nil, err
-	}
-	network := "tcp"
-	if scheme == "ipc" {
-		network = "unix"
-		if err := removeStaleSocket(addr); err != nil {
-			return nil, err
-		}
-		if dir := filepath.Dir(addr); dir == DefaultRuntimeDir() {
-			if err := EnsurePrivateDir(dir); err != nil {
-				return nil, err
-			}
-		} else if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("create directory of %s: %w", endpoint, err)
-		}
-	}
-	if p == nil {
-		p = &Policy{}
-	}
-	pol := *p
-	pol.fill()
-	pol.peerTypes = []string{"SUB", "XSUB"}
-	inner, err := net.Listen(network, addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", endpoint, err)
-	}
-	if scheme == "ipc" {
-		_ = os.Chmod(addr, 0o600)
 	}
 	if queueBytes <= 0 {
 		queueBytes = 16 << 20
 	}
-	l := &hardenedListener{inner: inner, policy: &pol, ready: make(chan net.Conn), done: make(chan struct{})}
-	pub := &Publisher{l: l, policy: &pol, maxQueue: queueBytes, subs: map[*subscriber]struct{}{}}
-	l.wg.Add(1)
-	go l.acceptLoop()
+	pub := &Publisher{l: l, policy: pol, maxQueue: queueBytes, subs: map[*subscriber]struct{}{}}
 	pub.wg.Add(1)
 	go pub.acceptLoop()
 	return pub, nil
@@ -129,7 +94,7 @@ func (p *Publisher) acceptLoop() {
 // writer runs alongside.
 func (p *Publisher) serve(c *hardenedConn) {
 	defer p.wg.Done()
-	if err := p.handshake(c); err != nil {
+	if err := handshake(c, p.policy, "PUB"); err != nil {
 		p.policy.reject("handshake", c.RemoteAddr().String(), err)
 		c.Close()
 		return
@@ -147,41 +112,6 @@ func (p *Publisher) serve(c *hardenedConn) {
 	go s.writeLoop()
 	s.readLoop()
 	s.close()
-}
-
-// handshake finishes what the listener started: the peer's first command
-// (READY for NULL, HELLO for PLAIN) is waiting in c's replay buffer.
-func (p *Publisher) handshake(c *hardenedConn) error {
-	_ = c.Conn.SetReadDeadline(time.Now().Add(p.policy.HandshakeTimeout))
-	var greeting [greetingLen]byte // replayed: the listener checked it
-	if _, err := io.ReadFull(c, greeting[:]); err != nil {
-		return err
-	}
-	flags, body, err := readFrame(c)
-	if err != nil {
-		return err
-	}
-	if flags&flagCommand == 0 {
-		return errors.New("expected a command")
-	}
-	if p.policy.Token != "" {
-		// HELLO was verified by the listener: WELCOME, then INITIATE.
-		if err := writeCommand(c, zmq4.CmdWelcome, nil); err != nil {
-			return err
-		}
-		flags, body, err = readFrame(c)
-		if err != nil {
-			return err
-		}
-		if name, _ := cmdName(body); flags&flagCommand == 0 || name != zmq4.CmdInitiate {
-			return fmt.Errorf("expected INITIATE, got %q", name)
-		}
-	}
-	if !c.parser.handshakeDone {
-		return errors.New("peer's final handshake command was not accepted")
-	}
-	_ = c.Conn.SetReadDeadline(time.Time{})
-	return writeCommand(c, zmq4.CmdReady, metadata("Socket-Type", "PUB"))
 }
 
 func metadata(kv ...string) []byte {
@@ -240,26 +170,7 @@ func (p *Publisher) Send(msg Msg) error {
 	if len(msg.Frames) == 0 {
 		return errors.New("empty message")
 	}
-	// Headers are built once; frames are not copied (writev), so the
-	// caller must not modify them after Send.
-	wire := make(net.Buffers, 0, 2*len(msg.Frames))
-	size := 0
-	for i, f := range msg.Frames {
-		var fl byte
-		if i < len(msg.Frames)-1 {
-			fl = flagMore
-		}
-		if len(f) > 255 {
-			h := make([]byte, 9)
-			h[0] = fl | flagLong
-			binary.BigEndian.PutUint64(h[1:], uint64(len(f)))
-			wire = append(wire, h)
-		} else {
-			wire = append(wire, []byte{fl, byte(len(f))})
-		}
-		wire = append(wire, f)
-		size += 9 + len(f)
-	}
+	wire, size := encodeMessage(msg.Frames)
 	topic := msg.Frames[0]
 	p.mu.Lock()
 	subs := make([]*subscriber, 0, len(p.subs))
@@ -406,3 +317,32 @@ func (s *subscriber) readLoop() {
 		s.mu.Unlock()
 	}
 }
+
+// encodeMessage frames a multipart message for writev: headers are built
+// once, frames are not copied (so the caller must not modify them after
+// sending). size is the total on the wire.
+func encodeMessage(frames [][]byte) (net.Buffers, int) {
+	wire := make(net.Buffers, 0, 2*len(frames))
+	size := 0
+	for i, f := range frames {
+		var fl byte
+		if i < len(frames)-1 {
+			fl = flagMore
+		}
+		if len(f) > 255 {
+			h := make([]byte, 9)
+			h[0] = fl | flagLong
+			binary.BigEndian.PutUint64(h[1:], uint64(len(f)))
+			wire = append(wire, h)
+			size += 9
+		} else {
+			wire = append(wire, []byte{fl, byte(len(f))})
+			size += 2
+		}
+		wire = append(wire, f)
+		size += len(f)
+	}
+	return wire, size
+}
+
+func readFull(r io.Reader, b []byte) (int, error) { return io.ReadFull(r, b) }

@@ -1,12 +1,11 @@
-// Package zmqx is the one place that touches the ZeroMQ engine
-// (github.com/go-zeromq/zmq4). It opens listening and dialing sockets,
-// parses endpoints, cleans up stale ipc socket files and resolves the
-// private default endpoints.
-//
-// It deliberately does not expose zmq4's automatic reconnect: zmq4's REQ
-// socket deadlocks with it, so clients recreate sockets themselves. The
-// hardened transport (handshake deadlines, frame limits, peer checks) is
-// built here too, so that callers never talk to zmq4 directly.
+// Package zmqx is the one place that speaks ZeroMQ. Its server side is our
+// own hardened ZMTP 3 implementation: a listener that checks peers
+// (SO_PEERCRED, PLAIN passwords, handshake deadline, frame limits, socket
+// types), a ROUTER and a PUB with a reader and a bounded writer per peer.
+// Its client side wraps github.com/go-zeromq/zmq4 sockets (Dial), without
+// zmq4's automatic reconnect (its REQ socket deadlocks with it), so clients
+// recreate sockets themselves. It also parses endpoints, cleans up stale
+// ipc socket files and resolves the private default endpoints.
 package zmqx
 
 import (
@@ -33,12 +32,12 @@ type Msg = zmq4.Msg
 
 // Socket types used by exec-supervisor.
 const (
-	Router = zmq4.Router
-	Dealer = zmq4.Dealer
-	Pub    = zmq4.Pub
-	Sub    = zmq4.Sub
-	Req    = zmq4.Req
-	Rep    = zmq4.Rep
+	RouterType = zmq4.Router
+	Dealer     = zmq4.Dealer
+	Pub        = zmq4.Pub
+	Sub        = zmq4.Sub
+	Req        = zmq4.Req
+	Rep        = zmq4.Rep
 )
 
 // NewMsg builds a multipart message from frames.
@@ -77,7 +76,7 @@ func Split(endpoint string) (scheme, addr string, err error) {
 func newSocket(ctx context.Context, typ zmq4.SocketType, opts ...zmq4.Option) Socket {
 	opts = append([]zmq4.Option{zmq4.WithLogger(discardLogger())}, opts...)
 	switch typ {
-	case Router:
+	case RouterType:
 		return zmq4.NewRouter(ctx, opts...)
 	case Dealer:
 		return zmq4.NewDealer(ctx, opts...)
@@ -121,7 +120,7 @@ func Listen(ctx context.Context, typ zmq4.SocketType, endpoint string, p *Policy
 	pol := *p
 	pol.fill()
 	switch typ {
-	case Router:
+	case RouterType:
 		pol.peerTypes = []string{"REQ", "DEALER", "ROUTER"}
 	case Pub:
 		pol.peerTypes = []string{"SUB", "XSUB"}

@@ -1,0 +1,319 @@
+package zmqx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Router is a ZMTP 3 ROUTER socket of our own on the hardened listener,
+// for the control plane. Every peer (REQ, DEALER or ROUTER) has a reader
+// and a writer of its own: replies to one peer never wait for another, and
+// a peer whose unsent replies exceed the queue bound is disconnected.
+type Router struct {
+	l        *hardenedListener
+	policy   *Policy
+	maxQueue int
+	in       chan Incoming
+	done     chan struct{}
+
+	mu     sync.Mutex
+	peers  map[*Peer]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Incoming is one message from a peer.
+type Incoming struct {
+	Peer   *Peer
+	Frames [][]byte
+}
+
+// maxMessageFrames bounds the frames of one incoming message.
+const maxMessageFrames = 16
+
+// ListenRouter opens a Router on endpoint with policy p; each peer may have
+// up to queueBytes of unsent replies.
+func ListenRouter(ctx context.Context, endpoint string, p *Policy, queueBytes int) (*Router, error) {
+	l, pol, err := listenHardened(endpoint, p, []string{"REQ", "DEALER", "ROUTER"})
+	if err != nil {
+		return nil, err
+	}
+	if queueBytes <= 0 {
+		queueBytes = 64 << 20
+	}
+	r := &Router{l: l, policy: pol, maxQueue: queueBytes, in: make(chan Incoming, 256), done: make(chan struct{}), peers: map[*Peer]struct{}{}}
+	r.wg.Add(1)
+	go r.acceptLoop()
+	return r, nil
+}
+
+// listenHardened opens a hardened listener without the engine.
+func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedListener, *Policy, error) {
+	scheme, addr, err := Split(endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	network := "tcp"
+	if scheme == "ipc" {
+		network = "unix"
+		if err := removeStaleSocket(addr); err != nil {
+			return nil, nil, err
+		}
+		if dir := filepath.Dir(addr); dir == DefaultRuntimeDir() {
+			if err := EnsurePrivateDir(dir); err != nil {
+				return nil, nil, err
+			}
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("create directory of %s: %w", endpoint, err)
+		}
+	}
+	if p == nil {
+		p = &Policy{}
+	}
+	pol := *p
+	pol.fill()
+	pol.peerTypes = peerTypes
+	inner, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", endpoint, err)
+	}
+	if scheme == "ipc" {
+		_ = os.Chmod(addr, 0o600)
+	}
+	l := &hardenedListener{inner: inner, policy: &pol, ready: make(chan net.Conn), done: make(chan struct{})}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, &pol, nil
+}
+
+// Addr returns the bound address.
+func (r *Router) Addr() net.Addr { return r.l.Addr() }
+
+// Recv returns the next message from any peer.
+func (r *Router) Recv() (Incoming, error) {
+	select {
+	case m := <-r.in:
+		return m, nil
+	case <-r.done:
+		return Incoming{}, net.ErrClosed
+	}
+}
+
+// Send queues frames as one message to peer. It never blocks; a peer past
+// its queue bound is disconnected instead (and an error returned).
+func (r *Router) Send(p *Peer, frames [][]byte) error {
+	return p.send(frames)
+}
+
+// Close disconnects every peer and stops listening.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	close(r.done)
+	peers := make([]*Peer, 0, len(r.peers))
+	for p := range r.peers {
+		peers = append(peers, p)
+	}
+	r.mu.Unlock()
+	err := r.l.Close()
+	r.l.wg.Wait()
+	for _, p := range peers {
+		p.close()
+	}
+	r.wg.Wait()
+	return err
+}
+
+func (r *Router) acceptLoop() {
+	defer r.wg.Done()
+	for {
+		c, err := r.l.Accept()
+		if err != nil {
+			return
+		}
+		hc := c.(*hardenedConn)
+		hc.skipWrite = 0
+		r.wg.Add(1)
+		go r.serve(hc)
+	}
+}
+
+func (r *Router) serve(c *hardenedConn) {
+	defer r.wg.Done()
+	if err := handshake(c, r.policy, "ROUTER"); err != nil {
+		r.policy.reject("handshake", c.RemoteAddr().String(), err)
+		c.Close()
+		return
+	}
+	p := &Peer{c: c, r: r, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		c.Close()
+		return
+	}
+	r.peers[p] = struct{}{}
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go p.writeLoop()
+	p.readLoop()
+	p.close()
+}
+
+// handshake completes the server side of the ZMTP handshake on a
+// connection the hardened listener pre-read (greeting and first command
+// are in its replay buffer): READY for NULL, or WELCOME / INITIATE / READY
+// for PLAIN, announcing sockType.
+func handshake(c *hardenedConn, pol *Policy, sockType string) error {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(pol.HandshakeTimeout))
+	var g [greetingLen]byte
+	if _, err := readFull(c, g[:]); err != nil {
+		return err
+	}
+	flags, body, err := readFrame(c)
+	if err != nil {
+		return err
+	}
+	if flags&flagCommand == 0 {
+		return errors.New("expected a command")
+	}
+	if pol.Token != "" {
+		if err := writeCommand(c, zmq4.CmdWelcome, nil); err != nil {
+			return err
+		}
+		flags, body, err = readFrame(c)
+		if err != nil {
+			return err
+		}
+		if name, _ := cmdName(body); flags&flagCommand == 0 || name != zmq4.CmdInitiate {
+			return fmt.Errorf("expected INITIATE, got %q", name)
+		}
+	}
+	if !c.parser.handshakeDone {
+		return errors.New("peer's final handshake command was not accepted")
+	}
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	return writeCommand(c, zmq4.CmdReady, metadata("Socket-Type", sockType))
+}
+
+// Peer is one connection of a Router.
+type Peer struct {
+	c *hardenedConn
+	r *Router
+
+	mu     sync.Mutex
+	queue  []net.Buffers
+	queued int
+	closed bool
+	wake   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+func (p *Peer) send(frames [][]byte) error {
+	wire, size := encodeMessage(frames)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return net.ErrClosed
+	}
+	if p.queued+size > p.r.maxQueue {
+		p.mu.Unlock()
+		p.r.policy.reject("slow-peer-queue", p.c.RemoteAddr().String(), fmt.Errorf("more than %d bytes of replies waiting", p.r.maxQueue))
+		p.close()
+		return errors.New("peer too slow: disconnected")
+	}
+	p.queue = append(p.queue, wire)
+	p.queued += size
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (p *Peer) close() {
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.queue, p.queued = nil, 0
+		p.mu.Unlock()
+		close(p.done)
+		p.c.Close()
+		p.r.mu.Lock()
+		delete(p.r.peers, p)
+		p.r.mu.Unlock()
+	})
+}
+
+func (p *Peer) writeLoop() {
+	defer p.r.wg.Done()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.wake:
+		}
+		for {
+			p.mu.Lock()
+			if len(p.queue) == 0 || p.closed {
+				p.mu.Unlock()
+				break
+			}
+			batch := p.queue
+			p.queue, p.queued = nil, 0
+			p.mu.Unlock()
+			var all net.Buffers
+			for _, w := range batch {
+				all = append(all, w...)
+			}
+			if err := p.c.writeBuffers(all); err != nil {
+				p.close()
+				return
+			}
+		}
+	}
+}
+
+// readLoop turns frames into messages for the Router's Recv.
+func (p *Peer) readLoop() {
+	var frames [][]byte
+	for {
+		flags, body, err := readFrame(p.c)
+		if err != nil {
+			return
+		}
+		if flags&flagCommand != 0 {
+			continue // PING and the like: nothing to do
+		}
+		frames = append(frames, body)
+		if len(frames) > maxMessageFrames {
+			p.r.policy.reject("protocol-violation", p.c.RemoteAddr().String(), fmt.Errorf("message of more than %d frames", maxMessageFrames))
+			return
+		}
+		if flags&flagMore != 0 {
+			continue
+		}
+		select {
+		case p.r.in <- Incoming{Peer: p, Frames: frames}:
+		case <-p.done:
+			return
+		case <-p.r.done:
+			return
+		}
+		frames = nil
+	}
+}
