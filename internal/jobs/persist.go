@@ -50,7 +50,9 @@ func (j *Job) Snapshot() Snapshot {
 
 // Snapshots returns the persistent state of every job not finished and
 // of the maxFinished most recently finished ones (all when maxFinished < 0).
-func (m *Manager) Snapshots(maxFinished int) []Snapshot {
+// For a finished job whose id skip (if set) reports true, only its id is
+// filled in (the caller has it already): finished jobs never change.
+func (m *Manager) Snapshots(maxFinished int, skip func(id string) bool) []Snapshot {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))
 	for _, j := range m.jobs {
@@ -75,6 +77,10 @@ func (m *Manager) Snapshots(maxFinished int) []Snapshot {
 		done = done[:maxFinished]
 	}
 	for _, f := range done {
+		if skip != nil && skip(f.j.id) {
+			out = append(out, Snapshot{Info: protocol.JobInfo{JobID: f.j.id, State: protocol.StateExited}})
+			continue
+		}
 		out = append(out, f.j.Snapshot())
 	}
 	return out

@@ -218,6 +218,30 @@ func (j *Journal) Save(doc *File) error {
 	return nil
 }
 
+// SaveEncoded replaces the journal atomically with a document made of
+// hdr's fields and jobs, each an already JSON-encoded Record (so that a
+// caller can encode unchanging records once).
+func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
+	var b bytes.Buffer
+	str := func(s string) { e, _ := json.Marshal(s); b.Write(e) }
+	fmt.Fprintf(&b, `{"version":%d,"instanceId":`, Version)
+	str(hdr.InstanceID)
+	fmt.Fprintf(&b, `,"pid":%d,"writtenAt":%d,"jobs":[`, hdr.Pid, hdr.WrittenAt)
+	for i, r := range jobs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(r)
+	}
+	b.WriteString("]}")
+	if err := WriteFileAtomic(j.path, b.Bytes()); err != nil {
+		j.Failures.Add(1)
+		return err
+	}
+	j.Writes.Add(1)
+	return nil
+}
+
 // WriteFileAtomic writes data to path so that path always holds either its
 // old or its new complete content: temp file in the same directory (mode
 // 0600), fsync, rename, fsync of the directory.

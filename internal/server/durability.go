@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"sync"
@@ -192,18 +193,38 @@ const journalMinInterval = 25 * time.Millisecond
 func (s *Server) writeJournal(periodic bool) {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
-	snaps := s.jobs.Snapshots(s.cfg.JournalMaxFinished)
-	doc := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli(), Jobs: make([]journal.Record, 0, len(snaps))}
-	for _, sn := range snaps {
-		doc.Jobs = append(doc.Jobs, s.record(sn))
+	if s.recCache == nil {
+		s.recCache = map[string][]byte{}
 	}
+	snaps := s.jobs.Snapshots(s.cfg.JournalMaxFinished, func(id string) bool { return s.recCache[id] != nil })
 	if periodic {
 		s.scanMembers(snaps)
 	}
-	for i := range doc.Jobs {
-		doc.Jobs[i].Members = s.members[doc.Jobs[i].JobID]
+	// Finished records never change: each is encoded once and reused.
+	encoded := make([][]byte, 0, len(snaps))
+	keep := make(map[string][]byte, len(s.recCache))
+	for _, sn := range snaps {
+		id := sn.Info.JobID
+		if b := s.recCache[id]; b != nil {
+			encoded = append(encoded, b)
+			keep[id] = b
+			continue
+		}
+		r := s.record(sn)
+		r.Members = s.members[id]
+		b, err := json.Marshal(&r)
+		if err != nil {
+			s.log.Error("encode journal record", "job", id, "err", err)
+			continue
+		}
+		encoded = append(encoded, b)
+		if sn.Info.State == protocol.StateExited {
+			keep[id] = b
+		}
 	}
-	if err := s.journal.Save(doc); err != nil {
+	s.recCache = keep
+	hdr := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli()}
+	if err := s.journal.SaveEncoded(hdr, encoded); err != nil {
 		if !s.journalFailing {
 			s.log.Error("journal write failed; will keep retrying", "path", s.journal.Path(), "err", err)
 		}
