@@ -33,52 +33,9 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 	if from == 0 {
 		from = 1
 	}
-	events := make(chan protocol.Event, 256)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	subOK := false
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	sub, err := zmqx.DialToken(sctx, zmqx.Sub, c.opts.EventAddress, c.opts.DialTimeout, c.opts.tokenFor(c.opts.EventAddress))
-	if err == nil {
-		err = errors.Join(
-			sub.SetOption(zmqx.OptionSubscribe, protocol.JobTopic(jobID)),
-			sub.SetOption(zmqx.OptionSubscribe, protocol.TopicHeartbeat))
-		if err != nil {
-			sub.Close()
-		}
-	}
-	if err == nil {
-		subOK = true
-		wg.Add(2)
-		go func() {
-			// zmq4's Recv only returns once the socket is closed.
-			defer wg.Done()
-			<-sctx.Done()
-			sub.Close()
-		}()
-		go func() {
-			defer wg.Done()
-			for {
-				msg, err := sub.Recv()
-				if err != nil {
-					return
-				}
-				if len(msg.Frames) != 2 {
-					continue
-				}
-				ev, err := protocol.DecodeEvent(msg.Frames[1])
-				if err != nil {
-					continue
-				}
-				select {
-				case events <- *ev:
-				case <-sctx.Done():
-					return
-				}
-			}
-		}()
-	}
+	sub := &subscription{c: c, topics: []string{protocol.JobTopic(jobID), protocol.TopicHeartbeat}}
+	defer sub.close()
+	sub.connect(ctx)
 
 	f := follower{c: c, jobID: jobID, next: from, fn: fn}
 	// Backfill first: the subscription is in place, so anything published
@@ -86,10 +43,7 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 	if done, err := f.backfill(ctx); done || err != nil {
 		return err
 	}
-	period := 500 * time.Millisecond
-	if !subOK {
-		period = 100 * time.Millisecond
-	}
+	const period = 250 * time.Millisecond
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	quietSince := time.Now()
@@ -97,7 +51,8 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case ev := <-events:
+		case ev := <-sub.events:
+			sub.heard()
 			if ev.Kind == protocol.KindHeartbeat {
 				var hb protocol.HeartbeatPayload
 				if ev.DecodePayload(&hb) == nil {
@@ -124,15 +79,128 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 			}
 			// ev.Seq < f.next: a duplicate, already delivered.
 		case <-tick.C:
+			// The event connection may have been cut (a slow subscriber is
+			// disconnected by the supervisor) or never established: after
+			// a silence longer than a few heartbeats, connect again and
+			// backfill what was missed.
+			if sub.silentFor() > subSilence {
+				sub.reconnect(ctx)
+			}
 			// Safety net for an event lost between subscription and
-			// backfill, or a dead event connection: check for news.
-			if time.Since(quietSince) >= period {
+			// backfill: check for news when the job has been quiet.
+			if time.Since(quietSince) >= 2*period || !sub.ok() {
 				if done, err := f.backfill(ctx); done || err != nil {
 					return err
 				}
 			}
 		}
 	}
+}
+
+// subSilence is how long an event connection may stay silent (heartbeats
+// come every second by default) before it is reconnected.
+const subSilence = 3 * time.Second
+
+// subscription is a SUB socket that can be reconnected; its events arrive
+// on events. It is owned by one Follow call.
+type subscription struct {
+	c      *Client
+	topics []string
+	events chan protocol.Event
+
+	mu       sync.Mutex
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	lastHear time.Time
+	live     bool
+}
+
+func (s *subscription) connect(ctx context.Context) {
+	if s.events == nil {
+		s.events = make(chan protocol.Event, 256)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.cancel = cancel
+	s.lastHear = time.Now()
+	s.live = false
+	s.mu.Unlock()
+	sub, err := zmqx.DialToken(sctx, zmqx.Sub, s.c.opts.EventAddress, s.c.opts.DialTimeout, s.c.opts.tokenFor(s.c.opts.EventAddress))
+	if err == nil {
+		for _, t := range s.topics {
+			err = errors.Join(err, sub.SetOption(zmqx.OptionSubscribe, t))
+		}
+		if err != nil {
+			sub.Close()
+		}
+	}
+	if err != nil {
+		return // polling through backfill until the next attempt
+	}
+	s.mu.Lock()
+	s.live = true
+	s.mu.Unlock()
+	s.wg.Add(2)
+	go func() {
+		// zmq4's Recv only returns once the socket is closed.
+		defer s.wg.Done()
+		<-sctx.Done()
+		sub.Close()
+	}()
+	go func() {
+		defer s.wg.Done()
+		for {
+			msg, err := sub.Recv()
+			if err != nil {
+				return
+			}
+			if len(msg.Frames) != 2 {
+				continue
+			}
+			ev, err := protocol.DecodeEvent(msg.Frames[1])
+			if err != nil {
+				continue
+			}
+			select {
+			case s.events <- *ev:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+func (s *subscription) heard() {
+	s.mu.Lock()
+	s.lastHear = time.Now()
+	s.mu.Unlock()
+}
+
+func (s *subscription) silentFor() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Since(s.lastHear)
+}
+
+func (s *subscription) ok() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live && time.Since(s.lastHear) < subSilence
+}
+
+func (s *subscription) reconnect(ctx context.Context) {
+	s.close()
+	s.connect(ctx)
+}
+
+func (s *subscription) close() {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
 }
 
 type follower struct {

@@ -1,0 +1,268 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/server"
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+type supervisor struct {
+	*server.Server
+	cfg server.Config
+	c   *client.Client
+}
+
+func start(t *testing.T, tweak func(*server.Config)) *supervisor {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg := server.DefaultConfig()
+	cfg.Control, cfg.Event = "ipc://"+filepath.Join(dir, "c.sock"), "ipc://"+filepath.Join(dir, "e.sock")
+	cfg.StateDir, cfg.MetricsAddr = filepath.Join(dir, "state"), ""
+	cfg.Jobs.MergeInterval = 10 * time.Millisecond
+	cfg.HeartbeatInterval = 200 * time.Millisecond
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(client.Options{ControlAddress: cfg.Control, EventAddress: cfg.Event, RequestTimeout: 10 * time.Second})
+	t.Cleanup(func() {
+		c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	return &supervisor{Server: s, cfg: cfg, c: c}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func readAll(t *testing.T, r io.Reader) (string, error) {
+	t.Helper()
+	var b bytes.Buffer
+	_, err := io.Copy(&b, r)
+	return b.String(), err
+}
+
+// TestDispatcherModesBehaveAlike runs the same job behaviours in origin
+// and zmq mode.
+func TestDispatcherModesBehaveAlike(t *testing.T) {
+	s := start(t, nil)
+	local := client.NewLocal(0)
+	t.Cleanup(func() { local.Close(context.Background()) })
+	for _, mode := range []client.Mode{client.ModeOrigin, client.ModeZMQ} {
+		t.Run(string(mode), func(t *testing.T) {
+			d := client.NewDispatcher(s.c, local)
+			ctx := ctxT(t, 30*time.Second)
+			if err := d.SetMode(ctx, mode); err != nil {
+				t.Fatal(err)
+			}
+			j, err := d.Start(ctx, protocol.SpawnArgs{Shell: "echo out; echo err >&2; exit 3"}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := readAll(t, j.Stdout())
+			if err != nil || out != "out\n" {
+				t.Fatalf("stdout %q %v", out, err)
+			}
+			errs, err := readAll(t, j.Stderr())
+			if err != nil || errs != "err\n" {
+				t.Fatalf("stderr %q %v", errs, err)
+			}
+			exit, err := j.Wait(ctx)
+			if err != nil || exit.Reason != protocol.ReasonExit || *exit.ExitCode != 3 {
+				t.Fatalf("exit %+v %v", exit, err)
+			}
+			j.Close()
+
+			j, err = d.Start(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "30"}}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.Kill(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if exit, err := j.Wait(ctx); err != nil || exit.Reason != protocol.ReasonManualCancel {
+				t.Fatalf("kill: %+v %v", exit, err)
+			}
+			j.Close()
+
+			j, err = d.Start(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "30"}, TimeoutMs: 150}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exit, err := j.Wait(ctx); err != nil || exit.Reason != protocol.ReasonOverallTimeout {
+				t.Fatalf("timeout: %+v %v", exit, err)
+			}
+			j.Close()
+
+			j, err = d.Start(ctx, protocol.SpawnArgs{Argv: []string{"cat"}, Stdin: true}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.Write(ctx, []byte("typed"), true); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := readAll(t, j.Stdout()); err != nil || out != "typed" {
+				t.Fatalf("stdin: %q %v", out, err)
+			}
+			j.Close()
+
+			if _, err := d.Start(ctx, protocol.SpawnArgs{Argv: []string{"/nonexistent"}}, 0); protocol.CodeOf(err) != protocol.CodeSpawnError {
+				t.Fatalf("spawn error: %v", err)
+			}
+		})
+	}
+}
+
+// TestDispatcherSwitching: zmq needs a healthy supervisor; running jobs
+// keep their mode.
+func TestDispatcherSwitching(t *testing.T) {
+	s := start(t, nil)
+	local := client.NewLocal(0)
+	t.Cleanup(func() { local.Close(context.Background()) })
+	ctx := ctxT(t, 30*time.Second)
+	dead := client.New(client.Options{ControlAddress: "ipc:///nonexistent/c.sock", EventAddress: "ipc:///nonexistent/e.sock", RequestTimeout: time.Second, MaxReconnectAttempts: 1})
+	defer dead.Close()
+	d := client.NewDispatcher(dead, local)
+	if err := d.SetMode(ctx, client.ModeZMQ); err == nil || d.Mode() != client.ModeOrigin {
+		t.Fatalf("switch to zmq without a supervisor: %v, mode %s", err, d.Mode())
+	}
+	d = client.NewDispatcher(s.c, local)
+	j, err := d.Start(ctx, protocol.SpawnArgs{Shell: "sleep 0.3; echo origin-done"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetMode(ctx, client.ModeZMQ); err != nil || d.Mode() != client.ModeZMQ {
+		t.Fatalf("switch: %v", err)
+	}
+	if out, _ := readAll(t, j.Stdout()); out != "origin-done\n" {
+		t.Fatalf("origin job after the switch: %q", out)
+	}
+	if _, err := s.c.Status(ctx, j.ID); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Fatalf("an origin job must not be the supervisor's: %v", err)
+	}
+	z, err := d.Start(ctx, protocol.SpawnArgs{Argv: []string{"true"}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.Status(ctx, z.ID); err != nil {
+		t.Fatalf("a zmq job is the supervisor's: %v", err)
+	}
+	z.Close()
+	if err := d.SetMode(ctx, client.ModeOrigin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSlowReaderGetsExplicitLoss: a reader that falls further behind than
+// its buffer loses output and is told so, in band; Wait still returns.
+func TestSlowReaderGetsExplicitLoss(t *testing.T) {
+	s := start(t, nil)
+	ctx := ctxT(t, 30*time.Second)
+	j, err := s.c.Start(ctx, protocol.SpawnArgs{Shell: "head -c 200000 /dev/zero"}, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if exit, err := j.Wait(ctx); err != nil || exit.Reason != protocol.ReasonExit {
+		t.Fatalf("wait without reading: %+v %v", exit, err)
+	}
+	got, err := readAll(t, j.Stdout())
+	var lost *client.OutputLostError
+	if !errors.As(err, &lost) || lost.Reason != "reader-too-slow" {
+		t.Fatalf("want an OutputLostError, got %v after %d bytes", err, len(got))
+	}
+	if len(got) > 4096 {
+		t.Fatalf("buffered %d bytes past the 4096 bound", len(got))
+	}
+	if len(j.Lost()) == 0 {
+		t.Fatal("losses not recorded")
+	}
+}
+
+// TestFollowSurvivesEventSocketCutoff: a follower too slow for its
+// subscriber queue is cut off by the supervisor; Follow reconnects and
+// backfills, and every byte arrives once, in order.
+func TestFollowSurvivesEventSocketCutoff(t *testing.T) {
+	s := start(t, func(c *server.Config) {
+		c.SubscriberQueueBytes = 64 << 10
+		c.Jobs.RingBytes = 64 << 20
+		c.Jobs.MergeMaxBytes = 4096
+		c.MetricsAddr = "127.0.0.1:0"
+	})
+	ctx := ctxT(t, 60*time.Second)
+	var want bytes.Buffer
+	const lines = 400000
+	for i := 0; i < lines; i++ {
+		fmt.Fprintf(&want, "line %06d\n", i)
+	}
+	j, err := s.c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"seq", "-f", "line %06g", "0", fmt.Sprint(lines - 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	slow := true
+	err = s.c.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
+		if ev.Kind == protocol.KindGap {
+			return fmt.Errorf("unexpected loss: %s", ev.Payload)
+		}
+		if ev.Kind == protocol.KindStdout {
+			var p protocol.OutputPayload
+			if err := ev.DecodePayload(&p); err != nil {
+				return err
+			}
+			got.Write(p.Data)
+			if slow && got.Len() < 128<<10 {
+				time.Sleep(20 * time.Millisecond) // a slow consumer, so that the supervisor cuts it off
+			} else {
+				slow = false
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("got %d bytes, want %d", got.Len(), want.Len())
+	}
+	if !strings.HasSuffix(got.String(), "line 399999\n") {
+		t.Fatal("tail missing")
+	}
+	resp, err := http.Get("http://" + s.MetricsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	m, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(m), `exec_supervisor_connections_rejected_total{reason="slow-subscriber"}`) {
+		t.Fatal("the test must make the supervisor cut the follower off, and it did not")
+	}
+}

@@ -1,0 +1,271 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// DefaultJobBufferBytes bounds the unread output a Job holds per stream.
+const DefaultJobBufferBytes = 8 << 20
+
+// OutputLostError says output never reached the reader: either the
+// supervisor no longer retained it (Reason "not-retained") or the reader
+// fell more than the buffer bound behind (Reason "reader-too-slow").
+type OutputLostError struct {
+	JobID  string
+	Stream protocol.Stream
+	Bytes  int64  // bytes lost (0 when unknown)
+	Seqs   string // event seqs lost, when known ("12-40")
+	Reason string
+}
+
+func (e *OutputLostError) Error() string {
+	return fmt.Sprintf("job %s: %d bytes of %s output lost (%s; events %s)", e.JobID, e.Bytes, e.Stream, e.Reason, e.Seqs)
+}
+
+// Job is a handle on a job: its output as io.Readers, its end with Wait.
+// Methods are safe for concurrent use. Output is delivered exactly once and
+// in order; what cannot be delivered surfaces as an *OutputLostError from
+// the stream's Read, after the bytes before it.
+type Job struct {
+	// ID is the job's id.
+	ID string
+
+	b       backend
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when following ended
+	out     [2]*streamBuf
+	exit    protocol.ExitPayload
+	exitErr error
+	mu      sync.Mutex
+	lost    []*OutputLostError
+}
+
+// backend is what a Job needs from where it runs (the supervisor, or this
+// process for the dispatcher's origin mode).
+type backend interface {
+	follow(ctx context.Context, id string, fn FollowFunc) error
+	kill(ctx context.Context, id, signal string) error
+	write(ctx context.Context, id string, data []byte, eof bool) error
+}
+
+type zmqBackend struct{ c *Client }
+
+func (b zmqBackend) follow(ctx context.Context, id string, fn FollowFunc) error {
+	return b.c.Follow(ctx, id, 1, fn)
+}
+func (b zmqBackend) kill(ctx context.Context, id, sig string) error {
+	_, err := b.c.Kill(ctx, id, sig)
+	return err
+}
+func (b zmqBackend) write(ctx context.Context, id string, data []byte, eof bool) error {
+	_, err := b.c.Write(ctx, id, data, eof)
+	return err
+}
+
+// Start spawns a job on the supervisor and follows it. bufferBytes bounds
+// the unread output held per stream (0 means DefaultJobBufferBytes).
+func (c *Client) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes int) (*Job, error) {
+	info, err := c.Spawn(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	return startJob(info.JobID, zmqBackend{c}, bufferBytes), nil
+}
+
+// Open follows an existing job of the supervisor (from its first event).
+func (c *Client) Open(jobID string, bufferBytes int) *Job {
+	return startJob(jobID, zmqBackend{c}, bufferBytes)
+}
+
+func startJob(id string, b backend, bufferBytes int) *Job {
+	if bufferBytes <= 0 {
+		bufferBytes = DefaultJobBufferBytes
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	j := &Job{ID: id, b: b, cancel: cancel, done: make(chan struct{})}
+	for i := range j.out {
+		j.out[i] = newStreamBuf(bufferBytes)
+	}
+	go j.run(ctx)
+	return j
+}
+
+func (j *Job) run(ctx context.Context) {
+	defer close(j.done)
+	err := j.b.follow(ctx, j.ID, func(ev protocol.Event) error {
+		switch ev.Kind {
+		case protocol.KindStdout, protocol.KindStderr:
+			var p protocol.OutputPayload
+			if err := ev.DecodePayload(&p); err != nil {
+				return err
+			}
+			i := 0
+			if ev.Kind == protocol.KindStderr {
+				i = 1
+			}
+			if !j.out[i].put(p.Data) {
+				j.loss(&OutputLostError{JobID: j.ID, Stream: streamOf(i), Bytes: int64(len(p.Data)), Seqs: fmt.Sprint(ev.Seq), Reason: "reader-too-slow"}, i)
+			}
+		case protocol.KindGap:
+			var g protocol.GapPayload
+			_ = ev.DecodePayload(&g)
+			// Which stream the missing events carried is not known: both
+			// readers learn about it.
+			for i := range j.out {
+				j.loss(&OutputLostError{JobID: j.ID, Stream: streamOf(i), Seqs: fmt.Sprintf("%d-%d", g.From, g.To), Reason: "not-retained"}, i)
+			}
+		case protocol.KindExited, protocol.KindFailed:
+			return ev.DecodePayload(&j.exit)
+		}
+		return nil
+	})
+	j.mu.Lock()
+	j.exitErr = err
+	j.mu.Unlock()
+	for _, s := range j.out {
+		s.close(err)
+	}
+}
+
+func streamOf(i int) protocol.Stream {
+	if i == 1 {
+		return protocol.Stderr
+	}
+	return protocol.Stdout
+}
+
+func (j *Job) loss(e *OutputLostError, stream int) {
+	j.mu.Lock()
+	j.lost = append(j.lost, e)
+	j.mu.Unlock()
+	j.out[stream].putErr(e)
+}
+
+// Stdout returns the job's standard output (for PTY jobs: everything).
+func (j *Job) Stdout() io.Reader { return j.out[0] }
+
+// Stderr returns the job's standard error.
+func (j *Job) Stderr() io.Reader { return j.out[1] }
+
+// Lost returns every loss reported so far.
+func (j *Job) Lost() []*OutputLostError {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]*OutputLostError(nil), j.lost...)
+}
+
+// Wait blocks until the job ended (or following failed, or ctx ended) and
+// returns how it ended. It does not need the output to be read.
+func (j *Job) Wait(ctx context.Context) (protocol.ExitPayload, error) {
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return protocol.ExitPayload{}, ctx.Err()
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.exit, j.exitErr
+}
+
+// Kill terminates the job (SIGTERM, grace, SIGKILL to its whole tree).
+func (j *Job) Kill(ctx context.Context) error { return j.b.kill(ctx, j.ID, "") }
+
+// Write sends input to the job (see Client.Write).
+func (j *Job) Write(ctx context.Context, data []byte, eof bool) error {
+	return j.b.write(ctx, j.ID, data, eof)
+}
+
+// Close stops following the job (the job itself keeps running) and
+// releases the readers.
+func (j *Job) Close() error {
+	j.cancel()
+	<-j.done
+	return nil
+}
+
+// streamBuf is a bounded, blocking byte queue with in-band errors.
+type streamBuf struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  []item
+	size   int
+	max    int
+	closed bool
+	err    error // final error (nil: io.EOF)
+}
+
+type item struct {
+	data []byte
+	err  error
+}
+
+func newStreamBuf(max int) *streamBuf {
+	s := &streamBuf{max: max}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// put appends data; false when the reader is too far behind (nothing stored).
+func (s *streamBuf) put(b []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.size+len(b) > s.max {
+		return false
+	}
+	s.items = append(s.items, item{data: b})
+	s.size += len(b)
+	s.cond.Broadcast()
+	return true
+}
+
+func (s *streamBuf) putErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.items = append(s.items, item{err: err})
+	s.cond.Broadcast()
+}
+
+func (s *streamBuf) close(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.err = err
+	}
+	s.cond.Broadcast()
+}
+
+// Read returns buffered output, then an in-band loss error once, then
+// io.EOF (or the error that ended following).
+func (s *streamBuf) Read(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.items) == 0 && !s.closed {
+		s.cond.Wait()
+	}
+	if len(s.items) == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		return 0, io.EOF
+	}
+	it := &s.items[0]
+	if it.err != nil {
+		err := it.err
+		s.items = s.items[1:]
+		return 0, err
+	}
+	n := copy(p, it.data)
+	it.data = it.data[n:]
+	s.size -= n
+	if len(it.data) == 0 {
+		s.items = s.items[1:]
+	}
+	return n, nil
+}
