@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -766,4 +768,46 @@ func groupsOfSession(sid int) []int {
 		}
 	}
 	return out
+}
+
+// TestClientSeesSupervisorRestart: the supervisor is killed -9 and
+// restarted while a client follows a job: the client does not hang and
+// does not report success; the job's recorded fate is readable.
+func TestClientSeesSupervisorRestart(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--heartbeat-interval", "100ms")
+	ctx := ctxFor(t, 60*time.Second)
+	c := client.New(client.Options{ControlAddress: e.ctl, EventAddress: e.evt, RequestTimeout: 2 * time.Second,
+		MaxReconnectAttempts: 10, ReconnectInterval: 200 * time.Millisecond})
+	defer c.Close()
+	j, err := c.Start(ctx, protocol.SpawnArgs{Shell: "echo started; exec sleep 300"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	buf := make([]byte, 8)
+	if _, err := io.ReadFull(j.Stdout(), buf); err != nil || string(buf) != "started\n" {
+		t.Fatalf("first output: %q %v", buf, err)
+	}
+	s.kill9()
+	s2 := e.start(t, "--heartbeat-interval", "100ms")
+	_ = s2
+	// Either the follower notices the new instance (ErrSupervisorRestarted)
+	// or it reads the recovered fate (job.failed, supervisor-restart).
+	exit, err := j.Wait(ctx)
+	t.Logf("client saw: exit %+v, err %v", exit, err)
+	switch {
+	case err != nil && errors.Is(err, client.ErrSupervisorRestarted):
+	case err == nil && exit.Reason == protocol.ReasonSupervisorRestart:
+	default:
+		t.Fatalf("unclear outcome after the restart: exit %+v err %v", exit, err)
+	}
+	info, err := c.Status(ctx, j.ID)
+	if err != nil || info.Reason != protocol.ReasonSupervisorRestart {
+		t.Fatalf("recorded fate: %+v %v", info, err)
+	}
+	t.Cleanup(func() { killGroups([]int{info.Pgid}) })
+	if live := liveInGroup(info.Pgid); len(live) > 0 || !strings.Contains(info.Error, "terminated") {
+		t.Fatalf("the orphan was not terminated (%q); still alive: %v", info.Error, live)
+	}
 }

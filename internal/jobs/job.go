@@ -253,6 +253,15 @@ func (j *Job) start() error {
 	j.pgid = cmd.Process.Pid // Setpgid with Pgid 0: the leader's pid
 	j.startedAt = j.m.now()
 	j.lastOutputAt = j.startedAt
+	// The fingerprint must be in the very first journal record of the job
+	// (written on the transition below): without it a restarted supervisor
+	// could not recognise the orphan. The process cannot have been reaped
+	// yet (only waitLoop reaps), so /proc/<pid> exists.
+	if t, err := ProcStartTicks(j.pid); err == nil {
+		j.startTicks = t
+	} else {
+		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.pid, "err", err)
+	}
 	_ = j.transition(Running)
 	j.startedEv = ptr(j.emitLocked(protocol.KindStarted, protocol.StartedPayload{
 		Pid: j.pid, Pgid: j.pgid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
@@ -617,13 +626,6 @@ func (j *Job) scopeAlive() bool {
 // finalizes the job once.
 func (j *Job) waitLoop() {
 	defer j.m.wg.Done()
-	// The process cannot be reaped before Wait below, so its /proc entry
-	// (a zombie's at worst) is still there: record its fingerprint.
-	if t, err := ProcStartTicks(j.pid); err == nil {
-		j.mu.Lock()
-		j.startTicks = t
-		j.mu.Unlock()
-	}
 	err := j.cmd.Wait()
 	var ws syscall.WaitStatus
 	if j.cmd.ProcessState != nil {

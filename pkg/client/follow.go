@@ -203,6 +203,32 @@ func (s *subscription) close() {
 	s.wg.Wait()
 }
 
+// subscribe fetches events from f.next, riding out a broken connection or
+// a restarting supervisor: up to MaxReconnectAttempts tries,
+// ReconnectInterval apart.
+func (f *follower) subscribe(ctx context.Context) (protocol.SubscribeResult, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := f.c.Subscribe(ctx, f.jobID, f.next, 0)
+		if err == nil || ctx.Err() != nil || attempt >= f.c.opts.MaxReconnectAttempts || !transient(err) {
+			return res, err
+		}
+		t := time.NewTimer(f.c.opts.ReconnectInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		case <-t.C:
+		}
+	}
+}
+
+// transient reports whether err is a connection problem worth a retry
+// (not an answer from the supervisor).
+func transient(err error) bool {
+	var ce *ConnectError
+	return errors.As(err, &ce) || errors.Is(err, context.DeadlineExceeded)
+}
+
 type follower struct {
 	c        *Client
 	jobID    string
@@ -223,7 +249,7 @@ func (f *follower) deliver(ev protocol.Event) (done bool, err error) {
 // ranges as gap events.
 func (f *follower) backfill(ctx context.Context) (bool, error) {
 	for {
-		res, err := f.c.Subscribe(ctx, f.jobID, f.next, 0)
+		res, err := f.subscribe(ctx)
 		if err != nil {
 			return true, fmt.Errorf("follow %s: %w", f.jobID, err)
 		}
@@ -247,7 +273,26 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 			}
 		}
 		if !res.More {
+			if res.Job.Finished() && res.Job.LastSeq < f.next {
+				// The job ended, but its terminal event is numbered below
+				// what we already have: a restarted supervisor recovered it
+				// from its journal, which lags the events. Report its fate.
+				return f.deliver(terminalFrom(res.Job, f.next))
+			}
 			return false, nil
 		}
 	}
+}
+
+// terminalFrom builds the terminal event of a finished job from its info.
+func terminalFrom(info protocol.JobInfo, seq uint64) protocol.Event {
+	kind := protocol.KindFailed
+	if info.Reason == protocol.ReasonExit {
+		kind = protocol.KindExited
+	}
+	ev, _ := protocol.NewEvent(info.JobID, seq, info.EndedAt, kind, protocol.ExitPayload{
+		Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error,
+		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: info.OutputEnd,
+	})
+	return ev
 }
