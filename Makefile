@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: build test test-short bench lint fuzz run clean
+.PHONY: build test test-short soak bench lint fuzz run clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/exec-supervisor ./cmd/execctl
@@ -14,6 +14,10 @@ test:
 	@# The journal crash test once more without -race: the race detector
 	@# slows encoding so much that kills rarely land inside a write.
 	$(GO) test -count=1 -run 'TestCrashSafety' ./internal/journal/
+
+# Long runs: the 200 MB byte-exact delivery test and friends.
+soak:
+	EXEC_SUPERVISOR_SOAK=1 $(GO) test -race -count=1 -timeout 30m -run 'TestByteExact|TestSlowSubscriber' -v ./pkg/client/ ./internal/server/ ./cmd/exec-supervisor/
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -47,7 +47,7 @@ func ListenRouter(ctx context.Context, endpoint string, p *Policy, queueBytes in
 		return nil, err
 	}
 	if queueBytes <= 0 {
-		queueBytes = 64 << 20
+		queueBytes = 128 << 20
 	}
 	r := &Router{l: l, policy: pol, maxQueue: queueBytes, in: make(chan Incoming, 256), done: make(chan struct{}), peers: map[*Peer]struct{}{}}
 	r.wg.Add(1)

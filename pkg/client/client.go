@@ -106,7 +106,15 @@ type Client struct {
 	conn    *conn
 	closed  bool
 	pending map[string]chan *protocol.Reply
+
+	// backfills bounds concurrent subscribe (bulk replay) requests, so
+	// that many followers catching up at once neither flood this client's
+	// memory nor the supervisor's reply queue for this connection.
+	backfills chan struct{}
 }
+
+// maxConcurrentBackfills bounds subscribe requests in flight per Client.
+const maxConcurrentBackfills = 8
 
 // conn is one control socket and its reader goroutine.
 type conn struct {
@@ -120,7 +128,8 @@ func New(opts Options) *Client {
 	opts.fill()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &Client{opts: opts, prefix: hex.EncodeToString(b[:]) + "-", pending: map[string]chan *protocol.Reply{}}
+	return &Client{opts: opts, prefix: hex.EncodeToString(b[:]) + "-", pending: map[string]chan *protocol.Reply{},
+		backfills: make(chan struct{}, maxConcurrentBackfills)}
 }
 
 // Options returns the effective options.
@@ -341,8 +350,15 @@ func (c *Client) Remove(ctx context.Context, jobID string) error {
 	return c.Call(ctx, protocol.OpRemove, &protocol.JobArgs{JobID: jobID}, nil)
 }
 
-// Subscribe fetches retained events of a job from seq from.
+// Subscribe fetches retained events of a job from seq from. At most a few
+// run at once per Client; the others wait their turn (bounded by ctx).
 func (c *Client) Subscribe(ctx context.Context, jobID string, from uint64, limit int) (protocol.SubscribeResult, error) {
+	select {
+	case c.backfills <- struct{}{}:
+		defer func() { <-c.backfills }()
+	case <-ctx.Done():
+		return protocol.SubscribeResult{}, ctx.Err()
+	}
 	var r protocol.SubscribeResult
 	err := c.Call(ctx, protocol.OpSubscribe, &protocol.SubscribeArgs{JobID: jobID, FromSeq: from, Limit: limit}, &r)
 	return r, err

@@ -156,7 +156,7 @@ const (
 	MaxSubscribeEvents = 10000
 	// MaxSubscribeBytes is about the most output one subscribe reply
 	// carries (at least one event is always returned).
-	MaxSubscribeBytes = 8 << 20
+	MaxSubscribeBytes = 4 << 20
 )
 
 // Error is an error with a stable code, as carried in a reply.
