@@ -25,6 +25,7 @@ test-short:
 # Benchmarks, each printed with its same-run baseline.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/ ./internal/zmqx/
+	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/client/
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }

@@ -41,11 +41,29 @@ type Options struct {
 	MaxReconnectAttempts int
 	// DialTimeout bounds one connection attempt; 0 means 2 s.
 	DialTimeout time.Duration
+	// SubscribeMode is how Follow (and Job) get events: SubscribePush (the
+	// zero value: the event socket, with backfill over the control socket)
+	// or SubscribePoll (the control socket only, every PollInterval).
+	SubscribeMode SubscribeMode
+	// PollInterval is the poll period of SubscribePoll; 0 means 100 ms.
+	PollInterval time.Duration
+	// NoAutoBackfill turns off backfilling in push mode: missing events are
+	// then reported as job.gap events to the FollowFunc instead of fetched.
+	NoAutoBackfill bool
 	// Token authenticates tcp connections (ZMTP PLAIN password). Empty
 	// means: read the supervisor's default token file
 	// (~/.local/state/exec-supervisor/token) when an endpoint is tcp.
 	Token string
 }
+
+// SubscribeMode selects how events reach a follower.
+type SubscribeMode string
+
+// Subscribe modes.
+const (
+	SubscribePush SubscribeMode = "push"
+	SubscribePoll SubscribeMode = "poll"
+)
 
 // token returns the token to use for endpoint ("" for ipc).
 func (o *Options) tokenFor(endpoint string) string {
@@ -73,6 +91,12 @@ func (o *Options) fill() {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 2 * time.Second
+	}
+	if o.SubscribeMode == "" {
+		o.SubscribeMode = SubscribePush
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 100 * time.Millisecond
 	}
 	if o.Token == "" && (strings.HasPrefix(o.ControlAddress, "tcp://") || strings.HasPrefix(o.EventAddress, "tcp://")) {
 		if tok, err := zmqx.ReadToken(zmqx.DefaultTokenFile()); err == nil {

@@ -25,7 +25,7 @@ type supervisor struct {
 	c   *client.Client
 }
 
-func start(t *testing.T, tweak func(*server.Config)) *supervisor {
+func start(t testing.TB, tweak func(*server.Config)) *supervisor {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cl-")
 	if err != nil {
@@ -264,5 +264,26 @@ func TestFollowSurvivesEventSocketCutoff(t *testing.T) {
 	m, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(m), `exec_supervisor_connections_rejected_total{reason="slow-subscriber"}`) {
 		t.Fatal("the test must make the supervisor cut the follower off, and it did not")
+	}
+}
+
+// TestPollModeFollows: the same Job API served by control-plane polling.
+func TestPollModeFollows(t *testing.T) {
+	s := start(t, nil)
+	c := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: "ipc:///nonexistent/unused.sock",
+		SubscribeMode: client.SubscribePoll, PollInterval: 20 * time.Millisecond})
+	defer c.Close()
+	ctx := ctxT(t, 20*time.Second)
+	j, err := c.Start(ctx, protocol.SpawnArgs{Shell: "for i in 1 2 3; do echo poll-$i; sleep 0.05; done"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	out, err := readAll(t, j.Stdout())
+	if err != nil || out != "poll-1\npoll-2\npoll-3\n" {
+		t.Fatalf("out %q %v", out, err)
+	}
+	if exit, err := j.Wait(ctx); err != nil || exit.Reason != protocol.ReasonExit {
+		t.Fatalf("exit %+v %v", exit, err)
 	}
 }

@@ -33,11 +33,14 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 	if from == 0 {
 		from = 1
 	}
+	f := follower{c: c, jobID: jobID, next: from, fn: fn}
+	if c.opts.SubscribeMode == SubscribePoll {
+		return f.poll(ctx)
+	}
 	sub := &subscription{c: c, topics: []string{protocol.JobTopic(jobID), protocol.TopicHeartbeat}}
 	defer sub.close()
 	sub.connect(ctx)
 
-	f := follower{c: c, jobID: jobID, next: from, fn: fn}
 	// Backfill first: the subscription is in place, so anything published
 	// from here on reaches us, and anything before is replayed.
 	if done, err := f.backfill(ctx); done || err != nil {
@@ -68,6 +71,20 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 			}
 			quietSince = time.Now()
 			switch {
+			case c.opts.NoAutoBackfill && (ev.Kind == protocol.KindGap || ev.Seq > f.next):
+				// Report the hole instead of filling it.
+				if ev.Kind != protocol.KindGap {
+					gap, _ := protocol.NewEvent(jobID, 0, ev.Ts, protocol.KindGap, protocol.GapPayload{From: f.next, To: ev.Seq - 1, Count: ev.Seq - f.next})
+					if err := fn(gap); err != nil {
+						return err
+					}
+					f.next = ev.Seq
+					if done, err := f.deliver(ev); done || err != nil {
+						return err
+					}
+				} else if err := fn(ev); err != nil {
+					return err
+				}
 			case ev.Kind == protocol.KindGap || ev.Seq > f.next:
 				if done, err := f.backfill(ctx); done || err != nil {
 					return err
@@ -201,6 +218,22 @@ func (s *subscription) close() {
 		cancel()
 	}
 	s.wg.Wait()
+}
+
+// poll follows through the control socket only.
+func (f *follower) poll(ctx context.Context) error {
+	t := time.NewTicker(f.c.opts.PollInterval)
+	defer t.Stop()
+	for {
+		if done, err := f.backfill(ctx); done || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // subscribe fetches events from f.next, riding out a broken connection or

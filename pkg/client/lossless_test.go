@@ -2,11 +2,11 @@ package client_test
 
 import (
 	"context"
-	"os"
 	"crypto/sha256"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
