@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -99,7 +98,12 @@ func (p *Publisher) serve(c *hardenedConn) {
 		c.Close()
 		return
 	}
-	s := &subscriber{c: c, pub: p, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &subscriber{pub: p}
+	s.outQueue = newOutQueue(c, p.maxQueue, "slow-subscriber", func() {
+		p.mu.Lock()
+		delete(p.subs, s)
+		p.mu.Unlock()
+	})
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -109,7 +113,7 @@ func (p *Publisher) serve(c *hardenedConn) {
 	p.subs[s] = struct{}{}
 	p.mu.Unlock()
 	p.wg.Add(1)
-	go s.writeLoop()
+	go func() { defer p.wg.Done(); s.writeLoop() }()
 	s.readLoop()
 	s.close()
 }
@@ -187,94 +191,22 @@ func (p *Publisher) Send(msg Msg) error {
 }
 
 type subscriber struct {
-	c   *hardenedConn
+	*outQueue
 	pub *Publisher
 
-	mu     sync.Mutex
+	tmu    sync.Mutex
 	topics [][]byte
-	queue  []net.Buffers
-	queued int
-	closed bool
-	wake   chan struct{}
-	done   chan struct{}
-	once   sync.Once
 }
 
 func (s *subscriber) matches(topic []byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
 	for _, t := range s.topics {
 		if bytes.HasPrefix(topic, t) {
 			return true
 		}
 	}
 	return false
-}
-
-func (s *subscriber) enqueue(wire net.Buffers, size int) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	if s.queued+size > s.pub.maxQueue {
-		s.mu.Unlock()
-		s.pub.policy.reject("slow-subscriber", s.c.RemoteAddr().String(),
-			fmt.Errorf("more than %d bytes of events waiting", s.pub.maxQueue))
-		s.close()
-		return
-	}
-	s.queue = append(s.queue, wire)
-	s.queued += size
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *subscriber) close() {
-	s.once.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.queue, s.queued = nil, 0
-		s.mu.Unlock()
-		close(s.done)
-		s.c.Close()
-		s.pub.mu.Lock()
-		delete(s.pub.subs, s)
-		s.pub.mu.Unlock()
-	})
-}
-
-func (s *subscriber) writeLoop() {
-	defer s.pub.wg.Done()
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-s.wake:
-		}
-		for {
-			s.mu.Lock()
-			if len(s.queue) == 0 || s.closed {
-				s.mu.Unlock()
-				break
-			}
-			batch := s.queue
-			s.queue = nil
-			s.queued = 0
-			s.mu.Unlock()
-			var all net.Buffers
-			for _, w := range batch {
-				all = append(all, w...)
-			}
-			if err := s.c.writeBuffers(all); err != nil {
-				s.close()
-				return
-			}
-		}
-	}
 }
 
 // readLoop applies subscriptions: a message frame starting with 1
@@ -303,7 +235,7 @@ func (s *subscriber) readLoop() {
 		default:
 			continue
 		}
-		s.mu.Lock()
+		s.tmu.Lock()
 		if sub {
 			s.topics = append(s.topics, append([]byte(nil), topic...))
 		} else {
@@ -314,7 +246,7 @@ func (s *subscriber) readLoop() {
 				}
 			}
 		}
-		s.mu.Unlock()
+		s.tmu.Unlock()
 	}
 }
 

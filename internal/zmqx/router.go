@@ -157,7 +157,12 @@ func (r *Router) serve(c *hardenedConn) {
 		c.Close()
 		return
 	}
-	p := &Peer{c: c, r: r, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &Peer{r: r}
+	p.outQueue = newOutQueue(c, r.maxQueue, "slow-peer-queue", func() {
+		r.mu.Lock()
+		delete(r.peers, p)
+		r.mu.Unlock()
+	})
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -167,7 +172,7 @@ func (r *Router) serve(c *hardenedConn) {
 	r.peers[p] = struct{}{}
 	r.mu.Unlock()
 	r.wg.Add(1)
-	go p.writeLoop()
+	go func() { defer r.wg.Done(); p.writeLoop() }()
 	p.readLoop()
 	p.close()
 }
@@ -210,82 +215,16 @@ func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 
 // Peer is one connection of a Router.
 type Peer struct {
-	c *hardenedConn
+	*outQueue
 	r *Router
-
-	mu     sync.Mutex
-	queue  []net.Buffers
-	queued int
-	closed bool
-	wake   chan struct{}
-	done   chan struct{}
-	once   sync.Once
 }
 
 func (p *Peer) send(frames [][]byte) error {
 	wire, size := encodeMessage(frames)
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return net.ErrClosed
-	}
-	if p.queued+size > p.r.maxQueue {
-		p.mu.Unlock()
-		p.r.policy.reject("slow-peer-queue", p.c.RemoteAddr().String(), fmt.Errorf("more than %d bytes of replies waiting", p.r.maxQueue))
-		p.close()
-		return errors.New("peer too slow: disconnected")
-	}
-	p.queue = append(p.queue, wire)
-	p.queued += size
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	if !p.enqueue(wire, size) {
+		return errors.New("peer disconnected (closed, or too slow to read its replies)")
 	}
 	return nil
-}
-
-func (p *Peer) close() {
-	p.once.Do(func() {
-		p.mu.Lock()
-		p.closed = true
-		p.queue, p.queued = nil, 0
-		p.mu.Unlock()
-		close(p.done)
-		p.c.Close()
-		p.r.mu.Lock()
-		delete(p.r.peers, p)
-		p.r.mu.Unlock()
-	})
-}
-
-func (p *Peer) writeLoop() {
-	defer p.r.wg.Done()
-	for {
-		select {
-		case <-p.done:
-			return
-		case <-p.wake:
-		}
-		for {
-			p.mu.Lock()
-			if len(p.queue) == 0 || p.closed {
-				p.mu.Unlock()
-				break
-			}
-			batch := p.queue
-			p.queue, p.queued = nil, 0
-			p.mu.Unlock()
-			var all net.Buffers
-			for _, w := range batch {
-				all = append(all, w...)
-			}
-			if err := p.c.writeBuffers(all); err != nil {
-				p.close()
-				return
-			}
-		}
-	}
 }
 
 // readLoop turns frames into messages for the Router's Recv.
