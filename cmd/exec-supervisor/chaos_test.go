@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,29 +51,12 @@ func TestMain(m *testing.M) {
 type sup struct {
 	t        *testing.T
 	cmd      *exec.Cmd
-	log      *syncBuffer
+	log      *proctest.Buffer
 	dir      string // state dir
 	ctl, evt string
 	client   *client.Client
 	done     chan struct{}
 	exitErr  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // env is a state dir and endpoints shared by consecutive supervisors.
@@ -118,7 +101,7 @@ func (e env) launch(t *testing.T, extra ...string) *sup {
 	t.Helper()
 	args := append([]string{"--control", e.ctl, "--event", e.evt, "--state-dir", e.state, "--metrics-addr", "",
 		"--log-level", "debug", "--grace", "500ms", "--chunk-merge-interval", "20ms"}, extra...)
-	s := &sup{t: t, log: &syncBuffer{}, dir: e.state, ctl: e.ctl, evt: e.evt, done: make(chan struct{})}
+	s := &sup{t: t, log: &proctest.Buffer{}, dir: e.state, ctl: e.ctl, evt: e.evt, done: make(chan struct{})}
 	s.cmd = exec.Command(binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
@@ -157,33 +140,10 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// liveInGroup lists non-zombie processes of group pgid, anywhere in the
-// process table (orphans are reparented away from us).
-func liveInGroup(pgid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // killGroups is a last-resort cleanup so that a failing test leaks nothing.
 func killGroups(pgids []int) {
 	for _, g := range pgids {
-		if g > 1 && len(liveInGroup(g)) > 0 {
+		if g > 1 && len(proctest.InGroup(g)) > 0 {
 			syscall.Kill(-g, syscall.SIGKILL)
 		}
 	}
@@ -265,7 +225,7 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 	t.Cleanup(func() {
 		killGroups(pgids)
 		for _, sid := range sessions {
-			for _, g := range groupsOfSession(sid) {
+			for _, g := range proctest.GroupsOfSession(sid) {
 				syscall.Kill(-g, syscall.SIGKILL)
 			}
 		}
@@ -273,9 +233,9 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 	jpath := filepath.Join(e.state, "journal.json")
 	for _, sid := range sessions {
 		deadline := time.Now().Add(10 * time.Second)
-		for len(groupsOfSession(sid)) < 3 { // the shell's group + two job-control groups
+		for len(proctest.GroupsOfSession(sid)) < 3 { // the shell's group + two job-control groups
 			if time.Now().After(deadline) {
-				t.Fatalf("session %d has groups %v, want 3", sid, groupsOfSession(sid))
+				t.Fatalf("session %d has groups %v, want 3", sid, proctest.GroupsOfSession(sid))
 			}
 			time.Sleep(20 * time.Millisecond) // waiting for the shell to start its jobs
 		}
@@ -297,7 +257,7 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 	// may die of SIGPIPE: their output pipe lost its reader).
 	alive := 0
 	for _, g := range pgids {
-		if len(liveInGroup(g)) > 0 {
+		if len(proctest.InGroup(g)) > 0 {
 			alive++
 		}
 	}
@@ -306,12 +266,12 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 	}
 	s2 := e.start(t)
 	for _, g := range pgids {
-		if live := liveInGroup(g); len(live) > 0 {
+		if live := proctest.InGroup(g); len(live) > 0 {
 			t.Errorf("process group %d still has live processes %v after recovery", g, live)
 		}
 	}
 	for _, sid := range sessions {
-		if gs := groupsOfSession(sid); len(gs) > 0 {
+		if gs := proctest.GroupsOfSession(sid); len(gs) > 0 {
 			t.Errorf("PTY session %d still has live process groups %v after recovery", sid, gs)
 		}
 	}
@@ -376,7 +336,7 @@ func TestPidReuseGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := e.start(t)
-	if err := syscall.Kill(pid, 0); err != nil || len(liveInGroup(pid)) == 0 {
+	if err := syscall.Kill(pid, 0); err != nil || len(proctest.InGroup(pid)) == 0 {
 		t.Fatalf("the unrelated process %d was touched: %v", pid, err)
 	}
 	ctx := ctxFor(t, 10*time.Second)
@@ -499,7 +459,7 @@ func TestSIGTERMWithRunningJobs(t *testing.T) {
 		t.Fatalf("shutdown took %v (grace 500ms)", took)
 	}
 	for _, g := range pgids {
-		if live := liveInGroup(g); len(live) > 0 {
+		if live := proctest.InGroup(g); len(live) > 0 {
 			t.Errorf("group %d survived shutdown: %v", g, live)
 		}
 	}
@@ -541,7 +501,7 @@ func TestSecondSignalForcesFastExit(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("second SIGTERM did not force a fast exit")
 	}
-	if live := liveInGroup(j.Pgid); len(live) > 0 {
+	if live := proctest.InGroup(j.Pgid); len(live) > 0 {
 		t.Fatalf("job survived a forced shutdown: %v", live)
 	}
 }
@@ -574,7 +534,7 @@ func TestKill9DuringJournalWrites(t *testing.T) {
 	// The last run's orphans are reaped by one more start.
 	e.start(t)
 	for _, g := range pgids {
-		if live := liveInGroup(g); len(live) > 0 {
+		if live := proctest.InGroup(g); len(live) > 0 {
 			t.Errorf("group %d still alive: %v", g, live)
 		}
 	}
@@ -609,11 +569,11 @@ func TestOrphanedDescendantsOfDeadLeader(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // no notification for a non-child's exit
 	}
-	if len(liveInGroup(j.Pgid)) == 0 {
+	if len(proctest.InGroup(j.Pgid)) == 0 {
 		t.Fatal("the background child should still be alive in the group")
 	}
 	s2 := e.start(t)
-	if live := liveInGroup(j.Pgid); len(live) > 0 {
+	if live := proctest.InGroup(j.Pgid); len(live) > 0 {
 		t.Fatalf("orphaned descendants %v survived the recovery", live)
 	}
 	info, err := s2.client.Status(ctx, j.JobID)
@@ -745,31 +705,6 @@ func TestSlowSubscriberRSS(t *testing.T) {
 	}
 }
 
-// groupsOfSession lists the process groups of live processes in session sid.
-func groupsOfSession(sid int) []int {
-	seen := map[int]bool{}
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 3 && f[3] == strconv.Itoa(sid) && f[0] != "Z" {
-			if g, _ := strconv.Atoi(f[2]); !seen[g] {
-				seen[g] = true
-				out = append(out, g)
-			}
-		}
-	}
-	return out
-}
-
 // TestClientSeesSupervisorRestart: the supervisor is killed -9 and
 // restarted while a client follows a job: the client does not hang and
 // does not report success; the job's recorded fate is readable.
@@ -807,7 +742,7 @@ func TestClientSeesSupervisorRestart(t *testing.T) {
 		t.Fatalf("recorded fate: %+v %v", info, err)
 	}
 	t.Cleanup(func() { killGroups([]int{info.Pgid}) })
-	if live := liveInGroup(info.Pgid); len(live) > 0 || !strings.Contains(info.Error, "terminated") {
+	if live := proctest.InGroup(info.Pgid); len(live) > 0 || !strings.Contains(info.Error, "terminated") {
 		t.Fatalf("the orphan was not terminated (%q); still alive: %v", info.Error, live)
 	}
 }

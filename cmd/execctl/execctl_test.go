@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,37 +20,12 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		if kids := childPids(os.Getpid()); len(kids) > 0 {
+		if kids := proctest.Children(os.Getpid()); len(kids) > 0 {
 			fmt.Fprintf(os.Stderr, "FAIL: test left child processes behind: %v\n", kids)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-// childPids lists live (non-zombie) children of pid.
-func childPids(pid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 2 && f[1] == strconv.Itoa(pid) && f[0] != "Z" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // shortTempDir returns a fresh directory with a short path (unix socket
@@ -107,30 +80,12 @@ func startSupervisor(t *testing.T) *supervisor {
 	return &supervisor{control: cfg.Control, event: cfg.Event, dir: dir}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // execctl runs the CLI in-process and returns its exit code and output.
 func execctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb proctest.Buffer
 	code = run(ctx, args, &out, &errb)
 	return code, out.String(), errb.String()
 }
@@ -428,7 +383,7 @@ func TestLogs(t *testing.T) {
 			// Not execctl/mustCtl: t.Fatal must not run off the test goroutine.
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			var out, errb syncBuffer
+			var out, errb proctest.Buffer
 			code := run(ctx, append(s.globals(), "logs", "-f", id), &out, &errb)
 			done <- result{code, out.String(), errb.String()}
 		}()

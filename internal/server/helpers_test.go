@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,37 +21,12 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		if kids := childPids(os.Getpid()); len(kids) > 0 {
+		if kids := proctest.Children(os.Getpid()); len(kids) > 0 {
 			fmt.Fprintf(os.Stderr, "FAIL: test left child processes behind: %v\n", kids)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-// childPids lists live (non-zombie) children of pid.
-func childPids(pid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 2 && f[1] == strconv.Itoa(pid) && f[0] != "Z" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // testServer is a supervisor serving on private ipc endpoints of a test.
@@ -157,32 +132,10 @@ func requireGroupGone(t *testing.T, pgid int) {
 		t.Fatalf("bad pgid %d", pgid)
 	}
 	if err := syscall.Kill(-pgid, 0); err == nil {
-		if live := pidsInGroup(pgid); len(live) > 0 {
+		if live := proctest.InGroup(pgid); len(live) > 0 {
 			t.Fatalf("process group %d still has live members %v", pgid, live)
 		}
 	}
-}
-
-// pidsInGroup lists processes whose pgid is pgid.
-func pidsInGroup(pgid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // eventually polls cond until it holds or d passes (for state with no

@@ -66,11 +66,14 @@ type Server struct {
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
 
-	wg      sync.WaitGroup // control loops, heartbeat
-	pubWG   sync.WaitGroup // publisher
-	reqWG   sync.WaitGroup // request handlers
-	closeMu sync.Mutex
-	closed  bool
+	wg    sync.WaitGroup // control loops, heartbeat
+	pubWG sync.WaitGroup // publisher
+	reqWG sync.WaitGroup // request handlers
+	reqMu sync.Mutex     // guards reqStopped and reqWG.Add
+	// reqStopped: Close is waiting for handlers; new requests get shutting-down.
+	reqStopped bool
+	closeMu    sync.Mutex
+	closed     bool
 }
 
 // New validates cfg and builds a server; nothing listens until Start.
@@ -244,6 +247,9 @@ func (s *Server) Close(ctx context.Context) error {
 		s.log.Error("jobs did not all finish in time", "err", jerr)
 	}
 	// Let in-flight requests finish and their replies go out.
+	s.reqMu.Lock()
+	s.reqStopped = true
+	s.reqMu.Unlock()
 	waitCtx(ctx, &s.reqWG)
 	close(s.stopPub)
 	s.pubWG.Wait()
@@ -335,7 +341,17 @@ func (s *Server) recvLoop() {
 		case <-s.ctx.Done():
 			return
 		}
+		// Close waits for handlers; once it has started waiting, no new
+		// handler may be added (a WaitGroup must not grow during Wait).
+		s.reqMu.Lock()
+		if s.reqStopped {
+			s.reqMu.Unlock()
+			<-s.inflight
+			s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down")))
+			continue
+		}
 		s.reqWG.Add(1)
+		s.reqMu.Unlock()
 		go func(p *zmqx.Peer, env [][]byte, b []byte) {
 			defer s.reqWG.Done()
 			defer func() { <-s.inflight }()

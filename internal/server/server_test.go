@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"net"
 	"os"
 	"path/filepath"
@@ -107,7 +108,7 @@ func TestManualCancelKillsWholeTree(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no output from the tree")
 	}
-	if n := len(pidsInGroup(job.Pgid)); n < 4 {
+	if n := len(proctest.InGroup(job.Pgid)); n < 4 {
 		t.Fatalf("want shell + 3 descendants in the group, got %d", n)
 	}
 	res, err := ts.client.Kill(ctx, job.JobID, "")
