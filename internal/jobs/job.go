@@ -439,6 +439,10 @@ func (j *Job) output(i int, p []byte) {
 			j.bracketed = on > off
 		}
 	}
+	if j.pending[i] == nil && len(p) >= 16<<10 {
+		// Busy stream: room for a whole event at once, not doubling steps.
+		j.pending[i] = make([]byte, 0, max(j.m.cfg.MergeMaxBytes, len(p)))
+	}
 	j.pending[i] = append(j.pending[i], p...)
 	if len(j.pending[i]) >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
 		j.flushLocked(i)
@@ -470,8 +474,15 @@ func (j *Job) flushLocked(i int) {
 		n := min(len(p), j.m.cfg.MergeMaxBytes)
 		data := p[:n:n]
 		p = p[n:]
-		ev := j.emitLocked(streams[i].Kind(), protocol.OutputPayload{Offset: j.offset, Data: data})
-		j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: data}, ts: ev.Ts})
+		// One copy of the output: the event's encoded payload, whose tail
+		// the ring's chunk aliases (the pending buffer is then released).
+		j.seq++
+		ev := protocol.NewOutputEvent(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, data)
+		if j.m.sink != nil {
+			j.m.sink.Publish(ev)
+		}
+		stored := ev.Payload[len(ev.Payload)-n:]
+		j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload})
 		j.offset += int64(n)
 	}
 }
@@ -881,9 +892,9 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 			if c.Seq < from {
 				continue
 			}
-			ev, err := protocol.NewEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), protocol.OutputPayload{Offset: c.Offset, Data: c.Data})
-			if err != nil {
-				return res, fmt.Errorf("replay event %d: %w", c.Seq, err)
+			ev := protocol.Event{V: protocol.Version, JobID: j.id, Seq: c.Seq, Ts: c.ts, Kind: c.Stream.Kind(), Payload: c.payload}
+			if ev.Payload == nil { // a chunk restored from the journal
+				ev = protocol.NewOutputEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), c.Offset, c.Data)
 			}
 			if !add(ev) {
 				return res, nil

@@ -6,6 +6,9 @@ import "github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 type chunk struct {
 	protocol.Chunk
 	ts int64
+	// payload is the event's encoded payload (Data aliases its tail), kept
+	// for replay without re-encoding; nil for chunks restored from a journal.
+	payload []byte
 }
 
 // ring retains a job's most recent output chunks up to max bytes of data,

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -39,7 +38,9 @@ type publisher struct {
 }
 
 // sender is the event socket as the publisher sees it.
-type sender interface{ Send(zmqx.Msg) error }
+type sender interface {
+	SendParts(topic []byte, parts ...[]byte) error
+}
 
 func newPublisher(log *slog.Logger, sock sender, hwm int) *publisher {
 	return &publisher{log: log, sock: sock, hwm: hwm, gaps: map[string][]protocol.SeqRange{}, wake: make(chan struct{}, 1), now: time.Now}
@@ -165,16 +166,17 @@ func (p *publisher) flush(budget time.Duration) {
 }
 
 func (p *publisher) send(ev protocol.Event) {
-	body, err := protocol.Marshal(&ev)
-	if err != nil {
-		p.log.Error("encode event", "err", err)
-		return
-	}
 	topic := protocol.TopicHeartbeat
 	if ev.Kind != protocol.KindHeartbeat {
 		topic = protocol.JobTopic(ev.JobID)
 	}
-	if err := p.sock.Send(zmqx.NewMsg([]byte(topic), body)); err != nil {
+	// The event's payload is sent as it is (no copy), after its header.
+	hdr := protocol.AppendEventHeader(make([]byte, 0, 64+len(ev.JobID)), &ev)
+	payload := ev.Payload
+	if payload == nil {
+		payload = []byte{0xc0}
+	}
+	if err := p.sock.SendParts([]byte(topic), hdr, payload); err != nil {
 		p.sendErrs.Add(1)
 		p.log.Debug("publish event", "err", err)
 		return

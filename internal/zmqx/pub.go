@@ -167,6 +167,44 @@ func readFrame(r io.Reader) (byte, []byte, error) {
 	return hdr[0], body, nil
 }
 
+// SendParts queues a two-frame message [topic, body] where body is the
+// concatenation of parts, without copying them (writev). The parts must
+// not be modified afterwards.
+func (p *Publisher) SendParts(topic []byte, parts ...[]byte) error {
+	n := 0
+	for _, b := range parts {
+		n += len(b)
+	}
+	var th, bh []byte
+	th = append(th, flagMore, byte(len(topic)))
+	if len(topic) > 255 {
+		return errors.New("topic longer than 255 bytes")
+	}
+	if n > 255 {
+		bh = make([]byte, 9)
+		bh[0] = flagLong
+		binary.BigEndian.PutUint64(bh[1:], uint64(n))
+	} else {
+		bh = []byte{0, byte(n)}
+	}
+	wire := make(net.Buffers, 0, 3+len(parts))
+	wire = append(wire, th, topic, bh)
+	wire = append(wire, parts...)
+	size := len(th) + len(topic) + len(bh) + n
+	p.mu.Lock()
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range subs {
+		if s.matches(topic) {
+			s.enqueue(wire, size)
+		}
+	}
+	return nil
+}
+
 // Send queues msg for every subscriber whose subscriptions match its first
 // frame. It never blocks: a subscriber whose queue would exceed its bound
 // is disconnected instead.

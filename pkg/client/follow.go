@@ -174,7 +174,8 @@ func (s *subscription) connect(ctx context.Context) {
 			if len(msg.Frames) != 2 {
 				continue
 			}
-			ev, err := protocol.DecodeEvent(msg.Frames[1])
+			// The frame is ours alone: decode without copying the payload.
+			ev, err := protocol.DecodeEventNoCopy(msg.Frames[1])
 			if err != nil {
 				continue
 			}

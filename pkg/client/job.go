@@ -101,8 +101,8 @@ func (j *Job) run(ctx context.Context) {
 	err := j.b.follow(ctx, j.ID, func(ev protocol.Event) error {
 		switch ev.Kind {
 		case protocol.KindStdout, protocol.KindStderr:
-			var p protocol.OutputPayload
-			if err := ev.DecodePayload(&p); err != nil {
+			p, err := ev.Output()
+			if err != nil {
 				return err
 			}
 			i := 0

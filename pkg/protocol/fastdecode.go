@@ -1,0 +1,331 @@
+package protocol
+
+import (
+	"errors"
+	"math"
+)
+
+// DecodeEventNoCopy decodes an event like DecodeEvent, but its Payload
+// aliases b instead of being copied: b must not be modified afterwards.
+// It falls back to DecodeEvent for encodings it does not handle itself.
+func DecodeEventNoCopy(b []byte) (*Event, error) {
+	if ev, ok := fastEvent(b); ok {
+		return ev, nil
+	}
+	return DecodeEvent(b)
+}
+
+// Output decodes the payload of a job.stdout or job.stderr event without
+// copying: Data aliases the event's payload.
+func (e *Event) Output() (OutputPayload, error) {
+	if p, ok := fastOutput(e.Payload); ok {
+		return p, nil
+	}
+	var p OutputPayload
+	err := e.DecodePayload(&p)
+	return p, err
+}
+
+var errMP = errors.New("msgpack")
+
+// mp is a minimal msgpack reader for the shapes this package writes. Every
+// method checks bounds; any surprise is an error (the caller falls back).
+type mp struct {
+	b []byte
+	i int
+}
+
+func (m *mp) byte() (byte, error) {
+	if m.i >= len(m.b) {
+		return 0, errMP
+	}
+	c := m.b[m.i]
+	m.i++
+	return c, nil
+}
+
+func (m *mp) n(k int) ([]byte, error) {
+	if k < 0 || k > len(m.b)-m.i {
+		return nil, errMP
+	}
+	s := m.b[m.i : m.i+k]
+	m.i += k
+	return s, nil
+}
+
+func (m *mp) be(k int) (uint64, error) {
+	s, err := m.n(k)
+	if err != nil {
+		return 0, err
+	}
+	var v uint64
+	for _, c := range s {
+		v = v<<8 | uint64(c)
+	}
+	return v, nil
+}
+
+func (m *mp) mapLen() (int, error) {
+	c, err := m.byte()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case c >= 0x80 && c <= 0x8f:
+		return int(c & 0x0f), nil
+	case c == 0xde:
+		v, err := m.be(2)
+		return int(v), err
+	case c == 0xdf:
+		v, err := m.be(4)
+		if v > math.MaxInt32 {
+			return 0, errMP
+		}
+		return int(v), err
+	}
+	return 0, errMP
+}
+
+// bytes reads a str or bin value.
+func (m *mp) bytes() ([]byte, error) {
+	c, err := m.byte()
+	if err != nil {
+		return nil, err
+	}
+	var k uint64
+	switch {
+	case c >= 0xa0 && c <= 0xbf:
+		k = uint64(c & 0x1f)
+	case c == 0xd9 || c == 0xc4:
+		k, err = m.be(1)
+	case c == 0xda || c == 0xc5:
+		k, err = m.be(2)
+	case c == 0xdb || c == 0xc6:
+		k, err = m.be(4)
+	case c == 0xc0: // nil: an empty value
+		return nil, nil
+	default:
+		return nil, errMP
+	}
+	if err != nil || k > uint64(len(m.b)) {
+		return nil, errMP
+	}
+	return m.n(int(k))
+}
+
+// int reads an integer (any msgpack int encoding).
+func (m *mp) int() (int64, error) {
+	c, err := m.byte()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case c <= 0x7f:
+		return int64(c), nil
+	case c >= 0xe0:
+		return int64(int8(c)), nil
+	}
+	switch c {
+	case 0xcc, 0xcd, 0xce, 0xcf:
+		v, err := m.be(1 << (c - 0xcc))
+		if v > math.MaxInt64 {
+			return 0, errMP
+		}
+		return int64(v), err
+	case 0xd0:
+		v, err := m.be(1)
+		return int64(int8(v)), err
+	case 0xd1:
+		v, err := m.be(2)
+		return int64(int16(v)), err
+	case 0xd2:
+		v, err := m.be(4)
+		return int64(int32(v)), err
+	case 0xd3:
+		v, err := m.be(8)
+		return int64(v), err
+	case 0xc0:
+		return 0, nil
+	}
+	return 0, errMP
+}
+
+// skip passes over one value of any type; depth bounds nesting.
+func (m *mp) skip(depth int) error {
+	if depth > 64 {
+		return errMP
+	}
+	c, err := m.byte()
+	if err != nil {
+		return err
+	}
+	var k uint64
+	elems := 0
+	switch {
+	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+		return nil
+	case c >= 0x80 && c <= 0x8f:
+		elems = 2 * int(c&0x0f)
+	case c >= 0x90 && c <= 0x9f:
+		elems = int(c & 0x0f)
+	case c >= 0xa0 && c <= 0xbf:
+		_, err = m.n(int(c & 0x1f))
+		return err
+	}
+	switch c {
+	case 0xc4, 0xd9:
+		k, err = m.be(1)
+	case 0xc5, 0xda:
+		k, err = m.be(2)
+	case 0xc6, 0xdb:
+		k, err = m.be(4)
+	case 0xcc, 0xd0:
+		_, err = m.n(1)
+		return err
+	case 0xcd, 0xd1:
+		_, err = m.n(2)
+		return err
+	case 0xca, 0xce, 0xd2:
+		_, err = m.n(4)
+		return err
+	case 0xcb, 0xcf, 0xd3:
+		_, err = m.n(8)
+		return err
+	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1,2,4,8,16
+		_, err = m.n(1 + 1<<(c-0xd4))
+		return err
+	case 0xc7, 0xc8, 0xc9: // ext 8/16/32
+		v, err := m.be(1 << (c - 0xc7))
+		if err != nil || v > uint64(len(m.b)) {
+			return errMP
+		}
+		_, err = m.n(int(v) + 1)
+		return err
+	case 0xdc, 0xdd:
+		v, err := m.be(2 << (c - 0xdc))
+		if err != nil || v > uint64(len(m.b)) {
+			return errMP
+		}
+		elems = int(v)
+	case 0xde, 0xdf:
+		v, err := m.be(2 << (c - 0xde))
+		if err != nil || v > uint64(len(m.b)) {
+			return errMP
+		}
+		elems = 2 * int(v)
+	}
+	if err != nil {
+		return err
+	}
+	if k > 0 {
+		if k > uint64(len(m.b)) {
+			return errMP
+		}
+		_, err = m.n(int(k))
+		return err
+	}
+	for ; elems > 0; elems-- {
+		if err := m.skip(depth + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fastEvent(b []byte) (*Event, bool) {
+	m := mp{b: b}
+	n, err := m.mapLen()
+	if err != nil {
+		return nil, false
+	}
+	var ev Event
+	for ; n > 0; n-- {
+		key, err := m.bytes()
+		if err != nil {
+			return nil, false
+		}
+		switch string(key) {
+		case "v":
+			v, err := m.int()
+			if err != nil {
+				return nil, false
+			}
+			ev.V = int(v)
+		case "jobId":
+			s, err := m.bytes()
+			if err != nil {
+				return nil, false
+			}
+			ev.JobID = string(s)
+		case "seq":
+			v, err := m.int()
+			if err != nil || v < 0 {
+				return nil, false
+			}
+			ev.Seq = uint64(v)
+		case "ts":
+			v, err := m.int()
+			if err != nil {
+				return nil, false
+			}
+			ev.Ts = v
+		case "kind":
+			s, err := m.bytes()
+			if err != nil {
+				return nil, false
+			}
+			ev.Kind = Kind(s)
+		case "payload":
+			start := m.i
+			if err := m.skip(0); err != nil {
+				return nil, false
+			}
+			ev.Payload = b[start:m.i:m.i]
+		default:
+			if err := m.skip(0); err != nil {
+				return nil, false
+			}
+		}
+	}
+	if m.i != len(b) || ev.Kind == "" {
+		return nil, false
+	}
+	return &ev, true
+}
+
+func fastOutput(b []byte) (OutputPayload, bool) {
+	m := mp{b: b}
+	n, err := m.mapLen()
+	if err != nil {
+		return OutputPayload{}, false
+	}
+	var p OutputPayload
+	for ; n > 0; n-- {
+		key, err := m.bytes()
+		if err != nil {
+			return OutputPayload{}, false
+		}
+		switch string(key) {
+		case "offset":
+			v, err := m.int()
+			if err != nil {
+				return OutputPayload{}, false
+			}
+			p.Offset = v
+		case "data":
+			d, err := m.bytes()
+			if err != nil {
+				return OutputPayload{}, false
+			}
+			p.Data = d[:len(d):len(d)]
+		default:
+			if err := m.skip(0); err != nil {
+				return OutputPayload{}, false
+			}
+		}
+	}
+	if m.i != len(b) {
+		return OutputPayload{}, false
+	}
+	return p, true
+}
