@@ -190,7 +190,12 @@ func (p *Publisher) SendParts(topic []byte, parts ...[]byte) error {
 	wire := make(net.Buffers, 0, 3+len(parts))
 	wire = append(wire, th, topic, bh)
 	wire = append(wire, parts...)
-	size := len(th) + len(topic) + len(bh) + n
+	p.fanout(topic, wire, len(th)+len(topic)+len(bh)+n)
+	return nil
+}
+
+// fanout queues an encoded message for every subscriber of topic.
+func (p *Publisher) fanout(topic []byte, wire net.Buffers, size int) {
 	p.mu.Lock()
 	subs := make([]*subscriber, 0, len(p.subs))
 	for s := range p.subs {
@@ -202,7 +207,6 @@ func (p *Publisher) SendParts(topic []byte, parts ...[]byte) error {
 			s.enqueue(wire, size)
 		}
 	}
-	return nil
 }
 
 // Send queues msg for every subscriber whose subscriptions match its first
@@ -213,18 +217,7 @@ func (p *Publisher) Send(msg Msg) error {
 		return errors.New("empty message")
 	}
 	wire, size := encodeMessage(msg.Frames)
-	topic := msg.Frames[0]
-	p.mu.Lock()
-	subs := make([]*subscriber, 0, len(p.subs))
-	for s := range p.subs {
-		subs = append(subs, s)
-	}
-	p.mu.Unlock()
-	for _, s := range subs {
-		if s.matches(topic) {
-			s.enqueue(wire, size)
-		}
-	}
+	p.fanout(msg.Frames[0], wire, size)
 	return nil
 }
 

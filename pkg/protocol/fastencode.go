@@ -97,18 +97,7 @@ func AppendEventHeader(b []byte, ev *Event) []byte {
 
 // AppendEvent appends the msgpack encoding of ev to b (as Marshal(&ev)).
 func AppendEvent(b []byte, ev *Event) []byte {
-	b = append(b, 0x86)
-	b = appendStr(b, "v")
-	b = appendInt(b, int64(ev.V))
-	b = appendStr(b, "jobId")
-	b = appendStr(b, ev.JobID)
-	b = appendStr(b, "seq")
-	b = appendUint(b, ev.Seq)
-	b = appendStr(b, "ts")
-	b = appendInt(b, ev.Ts)
-	b = appendStr(b, "kind")
-	b = appendStr(b, string(ev.Kind))
-	b = appendStr(b, "payload")
+	b = AppendEventHeader(b, ev)
 	if ev.Payload == nil {
 		return append(b, 0xc0)
 	}
