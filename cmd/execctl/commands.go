@@ -438,6 +438,9 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		}
 	}
 	row("runtime", runtime(info))
+	if u := info.Usage; u != nil {
+		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %.2fs (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), u.CPUSeconds, u.CPUPercent))
+	}
 	row("output", fmt.Sprintf("%d bytes stdout, %d bytes stderr (retained from offset %d)", info.StdoutBytes, info.StderrBytes, info.RetainedFrom))
 	row("timeouts", fmt.Sprintf("overall %v, no-output %v", time.Duration(info.TimeoutMs)*time.Millisecond, noneIfZero(info.NoOutputTimeoutMs)))
 	if len(info.Labels) > 0 {
@@ -520,7 +523,7 @@ func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, er
 		return exitOK, printJSON(g.stdout, protocol.ListJobsResult{Jobs: jobs})
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATE\tPID\tRUNTIME\tREASON\tEXIT\tOUTPUT\tCOMMAND")
+	fmt.Fprintln(tw, "JOB\tSTATE\tPID\tRUNTIME\tCPU\tRSS\tREASON\tEXIT\tOUTPUT\tCOMMAND")
 	for _, j := range jobs {
 		exit := "-"
 		if j.ExitCode != nil {
@@ -532,7 +535,11 @@ func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, er
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", j.JobID, j.State, j.Pid, runtime(j), reason, exit, j.StdoutBytes+j.StderrBytes, commandLine(j))
+		cpu, rss := "-", "-"
+		if u := j.Usage; u != nil {
+			cpu, rss = fmt.Sprintf("%.0f%%", u.CPUPercent), humanBytes(u.RSSBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.JobID, j.State, j.Pid, runtime(j), cpu, rss, reason, exit, humanBytes(j.StdoutBytes+j.StderrBytes), commandLine(j))
 	}
 	return exitOK, tw.Flush()
 }
@@ -691,4 +698,46 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		return 0, &usageError{msg: fmt.Sprintf("COLS %q is not a positive number", fs.Arg(2))}
 	}
 	return exitOK, g.client.Resize(ctx, fs.Arg(0), r, c)
+}
+
+// humanBytes prints a size with a binary unit.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// WaitCommand waits for jobs to end.
+type WaitCommand struct{}
+
+// Synopsis implements command.
+func (*WaitCommand) Synopsis() string {
+	return "wait for jobs to end: wait JOB... (exit code: the last job's, as with spawn --wait)"
+}
+
+// Run implements command.
+func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("wait", g)
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() == 0 {
+		return 0, &usageError{msg: "want at least one JOB", hint: "execctl wait JOB1 JOB2"}
+	}
+	code := exitOK
+	for _, id := range fs.Args() {
+		c, err := followJob(ctx, g, id, true)
+		if err != nil {
+			return 0, err
+		}
+		code = c
+	}
+	return code, nil
 }

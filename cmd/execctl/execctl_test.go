@@ -430,3 +430,32 @@ func TestPollRemoveStatus(t *testing.T) {
 		t.Errorf("no hint in %q", errs)
 	}
 }
+
+// TestWaitAndUsage: wait exits with the job's code; status and list show
+// resource usage of a running job.
+func TestWaitAndUsage(t *testing.T) {
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--", "sh", "-c", "sleep 0.2; exit 6")
+	if code, _, errs := s.ctl(t, "wait", id); code != 6 {
+		t.Fatalf("wait exit %d: %s", code, errs)
+	}
+	run := s.spawnID(t, "--", "sh", "-c", "sleep 30 & wait")
+	defer s.ctl(t, "kill", "--signal", "SIGKILL", run)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out := s.mustCtl(t, "status", run)
+		if strings.Contains(out, "usage:") && strings.Contains(out, "2 processes") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed the usage of 2 processes:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond) // the shell starts its child
+	}
+	if out := s.mustCtl(t, "list"); !strings.Contains(out, "RSS") || !strings.Contains(out, "CPU") {
+		t.Fatalf("list has no usage columns:\n%s", out)
+	}
+	if code, _, _ := s.ctl(t, "wait"); code != exitUsage {
+		t.Fatalf("wait without JOB: %d", code)
+	}
+}

@@ -65,9 +65,10 @@ var commands = map[string]command{
 	"send-keys": &SendKeysCommand{},
 	"resize":    &ResizeCommand{},
 	"attach":    &AttachCommand{},
+	"wait":      &WaitCommand{},
 }
 
-var order = []string{"spawn", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "status", "list", "remove", "health"}
+var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "status", "list", "remove", "health"}
 
 // usageError is a command-line mistake; Hint says how to do it right.
 type usageError struct{ msg, hint string }

@@ -91,6 +91,10 @@ type Job struct {
 	rows, cols uint16
 	bracketed  bool
 	wmu        sync.Mutex // serializes writes
+
+	// lastCPU and lastSampled are the previous resource sample (for CPU%).
+	lastCPU     float64
+	lastSampled time.Time
 }
 
 // Reason is a termination reason (an alias of the wire type).

@@ -253,6 +253,7 @@ func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo 
 		}
 		return out[a].JobID < out[b].JobID
 	})
+	m.attachUsage(out)
 	return out
 }
 

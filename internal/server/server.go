@@ -513,7 +513,7 @@ func (s *Server) dispatch(req *protocol.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		info := j.Info()
+		info := s.jobs.InfoWithUsage(j)
 		return protocol.StatusResult{Job: &info}, nil
 	case protocol.OpListJobs:
 		var a protocol.ListJobsArgs

@@ -613,3 +613,32 @@ func TestJournalWriteFailuresAreSurvived(t *testing.T) {
 		t.Fatal("journal failures were not counted")
 	}
 }
+
+// TestResourceUsage: status and list-jobs report the whole process tree's
+// processes, RSS and CPU.
+func TestResourceUsage(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 20*time.Second)
+	tree, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 30 & sleep 30 & wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "while :; do :; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.client.Kill(ctx, tree.JobID, "SIGKILL")
+	defer ts.client.Kill(ctx, busy.JobID, "SIGKILL")
+	eventually(t, 10*time.Second, "three processes in the tree", func() bool {
+		info, err := ts.client.Status(ctx, tree.JobID)
+		return err == nil && info.Usage != nil && info.Usage.Processes == 3 && info.Usage.RSSBytes > 0
+	})
+	eventually(t, 10*time.Second, "the busy loop to use CPU", func() bool {
+		info, err := ts.client.Status(ctx, busy.JobID)
+		return err == nil && info.Usage != nil && info.Usage.CPUSeconds > 0.05 && info.Usage.CPUPercent > 10
+	})
+	jobs, err := ts.client.ListJobs(ctx, protocol.ListJobsArgs{State: protocol.StateRunning})
+	if err != nil || len(jobs) != 2 || jobs[0].Usage == nil || jobs[1].Usage == nil {
+		t.Fatalf("list-jobs usage: %+v %v", jobs, err)
+	}
+}

@@ -191,6 +191,23 @@ type JobInfo struct {
 	Cols           uint16 `msgpack:"cols,omitempty" json:"cols,omitempty"`
 	BracketedPaste bool   `msgpack:"bracketedPaste,omitempty" json:"bracketedPaste,omitempty"`
 	StdinOpen      bool   `msgpack:"stdinOpen,omitempty" json:"stdinOpen,omitempty"`
+	// Usage is the resource use of the job's process tree, sampled when
+	// status or list-jobs is answered; absent for finished jobs.
+	Usage *Usage `msgpack:"usage,omitempty" json:"usage,omitempty"`
+}
+
+// Usage is the resource use of a job's live processes (its process group;
+// for PTY jobs its session).
+type Usage struct {
+	Processes int   `msgpack:"processes" json:"processes"`
+	RSSBytes  int64 `msgpack:"rssBytes" json:"rssBytes"`
+	// CPUSeconds is user+system time of the live processes and of the
+	// children they have reaped.
+	CPUSeconds float64 `msgpack:"cpuSeconds" json:"cpuSeconds"`
+	// CPUPercent is the CPU use since the previous sample of this job (or
+	// since it started); 100 = one core.
+	CPUPercent float64 `msgpack:"cpuPercent" json:"cpuPercent"`
+	SampledAt  int64   `msgpack:"sampledAt" json:"sampledAt"`
 }
 
 // Finished reports whether the job has reached StateExited.
