@@ -26,11 +26,18 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfg.BindFlags(fs)
 	version := fs.Bool("version", false, "print the version and exit")
+	configFile := fs.String("config", os.Getenv("EXEC_SUPERVISOR_CONFIG"), "configuration file: 'option = value' lines named like the flags; flags given here win (env EXEC_SUPERVISOR_CONFIG)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *configFile != "" {
+		if err := server.LoadConfigFile(fs, *configFile); err != nil {
+			fmt.Fprintln(stderr, "exec-supervisor: invalid configuration:", err)
+			return 2
+		}
 	}
 	if *version {
 		fmt.Fprintln(stderr, "exec-supervisor", server.Version)
