@@ -75,3 +75,35 @@ func TestAttachUnderTmux(t *testing.T) {
 	s.mustCtl(t, "kill", id)
 	_ = os.Remove(sock)
 }
+
+// TestTopUnderTmux: execctl top shows the running jobs in a real
+// terminal and refreshes.
+func TestTopUnderTmux(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux not installed (apt-get install -y tmux): top needs a real terminal to test")
+	}
+	s := startSupervisor(t)
+	dir := shortTempDir(t)
+	bin := filepath.Join(dir, "execctl")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build execctl: %v\n%s", err, out)
+	}
+	id := s.spawnID(t, "--", "sh", "-c", "while :; do :; done")
+	defer s.ctl(t, "kill", "--signal", "SIGKILL", id)
+	sock := filepath.Join(dir, "tmux.sock")
+	tmux(t, sock, "new-session", "-d", "-s", "t", "-x", "160", "-y", "20",
+		fmt.Sprintf("%s --control %s --event %s top --interval 200ms", bin, s.control, s.event))
+	t.Cleanup(func() { exec.Command("tmux", "-S", sock, "kill-server").Run() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sc := tmux(t, sock, "capture-pane", "-p", "-t", "t")
+		if strings.Contains(sc, id) && strings.Contains(sc, "running") && strings.Contains(sc, "%") && strings.Contains(sc, "1/50 jobs running") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("top never showed the job:\n%s", sc)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the terminal's screen
+	}
+	tmux(t, sock, "send-keys", "-t", "t", "C-c")
+}

@@ -522,6 +522,11 @@ func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, er
 		}
 		return exitOK, printJSON(g.stdout, protocol.ListJobsResult{Jobs: jobs})
 	}
+	return exitOK, printJobTable(g, jobs)
+}
+
+// printJobTable prints jobs as an aligned table.
+func printJobTable(g *globals, jobs []protocol.JobInfo) error {
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tPID\tRUNTIME\tCPU\tRSS\tREASON\tEXIT\tOUTPUT\tCOMMAND")
 	for _, j := range jobs {
@@ -541,7 +546,7 @@ func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, er
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.JobID, j.State, j.Pid, runtime(j), cpu, rss, reason, exit, humanBytes(j.StdoutBytes+j.StderrBytes), commandLine(j))
 	}
-	return exitOK, tw.Flush()
+	return tw.Flush()
 }
 
 // RemoveCommand forgets a finished job.

@@ -66,9 +66,10 @@ var commands = map[string]command{
 	"resize":    &ResizeCommand{},
 	"attach":    &AttachCommand{},
 	"wait":      &WaitCommand{},
+	"top":       &TopCommand{},
 }
 
-var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "status", "list", "remove", "health"}
+var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "status", "list", "top", "remove", "health"}
 
 // usageError is a command-line mistake; Hint says how to do it right.
 type usageError struct{ msg, hint string }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// TopCommand shows running jobs, refreshed.
+type TopCommand struct{}
+
+// Synopsis implements command.
+func (*TopCommand) Synopsis() string {
+	return "live view of jobs with CPU, RSS, state and age (Ctrl-C quits): top [--interval 2s]"
+}
+
+// Run implements command.
+func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("top", g)
+	interval := fs.Duration("interval", 2*time.Second, "refresh period")
+	all := fs.Bool("all", false, "also show finished jobs")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if *interval < 100*time.Millisecond {
+		return 0, &usageError{msg: "--interval must be at least 100ms"}
+	}
+	t := time.NewTicker(*interval)
+	defer t.Stop()
+	for {
+		var a protocol.ListJobsArgs
+		if !*all {
+			a.State = protocol.StateRunning
+		}
+		jobs, err := g.client.ListJobs(ctx, a)
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK, nil
+			}
+			return 0, err
+		}
+		h, _ := g.client.Health(ctx)
+		var b bytes.Buffer
+		b.WriteString("\x1b[H\x1b[2J") // home, clear
+		fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s  (every %v, Ctrl-C quits)\n\n",
+			h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"), *interval)
+		sort.SliceStable(jobs, func(i, j int) bool { return cpuOf(jobs[i]) > cpuOf(jobs[j]) })
+		gg := *g
+		gg.stdout = &b
+		gg.json = false
+		printJobTable(&gg, jobs)
+		_, _ = g.stdout.Write(bytes.ReplaceAll(b.Bytes(), []byte("\n"), []byte("\r\n")))
+		select {
+		case <-ctx.Done():
+			return exitOK, nil
+		case <-t.C:
+		}
+	}
+}
+
+func cpuOf(j protocol.JobInfo) float64 {
+	if j.Usage == nil {
+		return -1
+	}
+	return j.Usage.CPUPercent
+}
