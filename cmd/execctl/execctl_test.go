@@ -7,6 +7,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -457,5 +458,31 @@ func TestWaitAndUsage(t *testing.T) {
 	}
 	if code, _, _ := s.ctl(t, "wait"); code != exitUsage {
 		t.Fatalf("wait without JOB: %d", code)
+	}
+}
+
+// TestCompletionScripts: the bash script is valid bash and completes
+// commands and a command's flags.
+func TestCompletionScripts(t *testing.T) {
+	code, script, _ := execctl(t, "completion", "bash")
+	if code != 0 || !strings.Contains(script, "complete -F _execctl execctl") || !strings.Contains(script, "--follow") {
+		t.Fatalf("bash script (exit %d):\n%s", code, script)
+	}
+	dir := shortTempDir(t)
+	f := filepath.Join(dir, "c.bash")
+	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check := `source ` + f + `; COMP_WORDS=(execctl sp); COMP_CWORD=1; _execctl; echo "${COMPREPLY[*]}";` +
+		` COMP_WORDS=(execctl --json spawn --fo); COMP_CWORD=3; _execctl; echo "${COMPREPLY[*]}"`
+	out, err := exec.Command("bash", "-c", check).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "spawn") || !strings.Contains(string(out), "--follow") {
+		t.Fatalf("completion: %v\n%s", err, out)
+	}
+	if code, zsh, _ := execctl(t, "completion", "zsh"); code != 0 || !strings.Contains(zsh, "bashcompinit") {
+		t.Fatalf("zsh: %d", code)
+	}
+	if code, _, _ := execctl(t, "completion", "fish"); code != exitUsage {
+		t.Fatalf("fish: %d", code)
 	}
 }

@@ -53,23 +53,24 @@ type command interface {
 }
 
 var commands = map[string]command{
-	"spawn":     &SpawnCommand{},
-	"poll":      &PollCommand{},
-	"kill":      &KillCommand{},
-	"status":    &StatusCommand{},
-	"list":      &ListCommand{},
-	"health":    &HealthCommand{},
-	"logs":      &LogsCommand{},
-	"remove":    &RemoveCommand{},
-	"write":     &WriteCommand{},
-	"send-keys": &SendKeysCommand{},
-	"resize":    &ResizeCommand{},
-	"attach":    &AttachCommand{},
-	"wait":      &WaitCommand{},
-	"top":       &TopCommand{},
+	"spawn":      &SpawnCommand{},
+	"poll":       &PollCommand{},
+	"kill":       &KillCommand{},
+	"status":     &StatusCommand{},
+	"list":       &ListCommand{},
+	"health":     &HealthCommand{},
+	"logs":       &LogsCommand{},
+	"remove":     &RemoveCommand{},
+	"write":      &WriteCommand{},
+	"send-keys":  &SendKeysCommand{},
+	"resize":     &ResizeCommand{},
+	"attach":     &AttachCommand{},
+	"wait":       &WaitCommand{},
+	"top":        &TopCommand{},
+	"completion": &CompletionCommand{},
 }
 
-var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "status", "list", "top", "remove", "health"}
+var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "status", "list", "top", "remove", "health", "completion"}
 
 // usageError is a command-line mistake; Hint says how to do it right.
 type usageError struct{ msg, hint string }
