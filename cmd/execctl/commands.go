@@ -19,9 +19,31 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
+// examples are shown by 'execctl COMMAND --help'.
+var examples = map[string]string{
+	"spawn":     "execctl spawn --follow -- make test\n  execctl spawn --timeout 5m --no-output-timeout 30s --shell 'npm ci && npm test'\n  id=$(execctl spawn --pty -- python3 -i)",
+	"wait":      "execctl wait JOB1 JOB2; echo \"last exit: $?\"",
+	"logs":      "execctl logs -f JOB1 JOB2",
+	"kill":      "execctl kill JOB\n  execctl kill --signal SIGINT JOB",
+	"write":     "execctl write JOB 'print(1+1)'\n  cat input.txt | execctl write --eof JOB -",
+	"send-keys": "execctl send-keys JOB C-c\n  execctl send-keys JOB Up Enter",
+	"status":    "execctl status JOB\n  execctl --json status JOB | jq .job.usage",
+	"list":      "execctl list --state running",
+	"top":       "execctl top --interval 1s",
+}
+
 func newFlags(name string, g *globals) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("execctl "+name, pflag.ContinueOnError)
 	fs.SetOutput(g.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(g.stderr, "usage: execctl [global flags] %s\n", commands[name].Synopsis())
+		if fl := fs.FlagUsages(); fl != "" {
+			fmt.Fprintf(g.stderr, "\nflags:\n%s", fl)
+		}
+		if ex := examples[name]; ex != "" {
+			fmt.Fprintf(g.stderr, "\nexamples:\n  %s\n", ex)
+		}
+	}
 	return fs
 }
 

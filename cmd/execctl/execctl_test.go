@@ -424,7 +424,7 @@ func TestPollRemoveStatus(t *testing.T) {
 		t.Fatalf("remove printed %q", out)
 	}
 	code, out, errs = s.ctl(t, "status", id)
-	if code != 1 || !strings.Contains(errs, "not-found") {
+	if code != exitNotFound || !strings.Contains(errs, "not-found") {
 		t.Fatalf("status of removed job: exit %d stdout %q stderr %q", code, out, errs)
 	}
 	if !strings.Contains(errs, "hint: list known jobs with: execctl list") {

@@ -26,6 +26,7 @@ const (
 	exitFailed      = 1 // the supervisor answered with an error
 	exitUsage       = 2
 	exitUnreachable = 3
+	exitNotFound    = 4 // no such job
 )
 
 func main() {
@@ -167,6 +168,9 @@ func report(g *globals, name string, err error) int {
 		fmt.Fprintf(g.stderr, "execctl %s: %s (%s)\n", name, pe.Message, pe.Code)
 		if h := hintFor(pe.Code); h != "" {
 			fmt.Fprintf(g.stderr, "  hint: %s\n", h)
+		}
+		if pe.Code == protocol.CodeNotFound {
+			return exitNotFound
 		}
 		return exitFailed
 	}

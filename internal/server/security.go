@@ -55,6 +55,7 @@ func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
 		MaxFrameBytes: maxFrame, MaxConns: s.cfg.MaxConns,
 		OnReject: func(reason string) { s.metrics.ConnRejected.WithLabelValues(reason).Inc() },
 		Log:      func(msg string, args ...any) { s.log.Warn(msg, append(args, "endpoint", endpoint)...) },
+		Debug:    func(msg string, args ...any) { s.log.Debug(msg, append(args, "endpoint", endpoint)...) },
 	}
 	if strings.HasPrefix(endpoint, "tcp://") && !s.cfg.InsecureTCP {
 		p.Token = s.token

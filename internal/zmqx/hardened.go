@@ -42,6 +42,8 @@ type Policy struct {
 	OnReject func(reason string)
 	// Log, if set, receives one line per rejection.
 	Log func(msg string, args ...any)
+	// Debug, if set, receives one line per accepted connection.
+	Debug func(msg string, args ...any)
 
 	peerTypes []string // socket types that may connect (set by Listen)
 }
@@ -336,6 +338,9 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote string) {
 		return
 	}
 	pre := append(append(buf, hdr[:hlen]...), body...)
+	if l.policy.Debug != nil {
+		l.policy.Debug("connection accepted", "remote", remote, "mechanism", mech)
+	}
 	c := &hardenedConn{Conn: raw, l: l, replay: pre, skipWrite: greetingLen}
 	c.parser = frameParser{max: l.policy.MaxFrameBytes, finalCmd: zmq4.CmdReady, peerTypes: l.policy.peerTypes}
 	if l.policy.Token != "" {
