@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -299,11 +300,17 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make([]error, fs.NArg())
+	color := isTTY(g.stdout)
 	for i, id := range fs.Args() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lw := &lineWriter{prefix: id + " | ", mu: &mu}
+			prefix := id + " | "
+			if color {
+				// One color per job, only for a terminal.
+				prefix = fmt.Sprintf("\x1b[%dm%s\x1b[0m | ", 31+i%6, id)
+			}
+			lw := &lineWriter{prefix: prefix, mu: &mu}
 			if !*follow {
 				res, err := g.client.Poll(ctx, id, 0, 0)
 				if err != nil {
@@ -329,7 +336,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 					var p protocol.ExitPayload
 					_ = ev.DecodePayload(&p)
 					mu.Lock()
-					fmt.Fprintf(g.stdout, "%s| [ended: %s]\n", lw.prefix[:len(lw.prefix)-2], p.Reason)
+					fmt.Fprintf(g.stdout, "%s[ended: %s]\n", lw.prefix, p.Reason)
 					mu.Unlock()
 				}
 				return nil
@@ -767,4 +774,10 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		code = c
 	}
 	return code, nil
+}
+
+// isTTY reports whether w is a terminal.
+func isTTY(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(int(f.Fd()))
 }

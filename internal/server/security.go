@@ -57,6 +57,9 @@ func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
 		Log:      func(msg string, args ...any) { s.log.Warn(msg, append(args, "endpoint", endpoint)...) },
 		Debug:    func(msg string, args ...any) { s.log.Debug(msg, append(args, "endpoint", endpoint)...) },
 	}
+	if endpoint == s.cfg.Event {
+		p.OnDisconnect = s.metrics.SubDisconnects.Inc
+	}
 	if strings.HasPrefix(endpoint, "tcp://") && !s.cfg.InsecureTCP {
 		p.Token = s.token
 	}

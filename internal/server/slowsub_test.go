@@ -83,4 +83,7 @@ func TestSlowSubscriberIsCutOff(t *testing.T) {
 		max(0, value(fams, "exec_supervisor_connections_rejected_total", "reason", "slow-peer-write-timeout")); v < 1 {
 		t.Errorf("the never-reading subscriber was not cut off (%v)", v)
 	}
+	if v := value(fams, "exec_supervisor_subscriber_disconnects_total"); v < 1 {
+		t.Errorf("subscriber disconnects not counted (%v)", v)
+	}
 }

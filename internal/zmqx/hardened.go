@@ -44,6 +44,9 @@ type Policy struct {
 	Log func(msg string, args ...any)
 	// Debug, if set, receives one line per accepted connection.
 	Debug func(msg string, args ...any)
+	// OnDisconnect, if set, is called when an established peer (a
+	// subscriber or a control client) goes away, for whatever reason.
+	OnDisconnect func()
 
 	peerTypes []string // socket types that may connect (set by Listen)
 }

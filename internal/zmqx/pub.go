@@ -103,6 +103,9 @@ func (p *Publisher) serve(c *hardenedConn) {
 		p.mu.Lock()
 		delete(p.subs, s)
 		p.mu.Unlock()
+		if p.policy.OnDisconnect != nil {
+			p.policy.OnDisconnect()
+		}
 	})
 	p.mu.Lock()
 	if p.closed {
