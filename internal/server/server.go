@@ -324,7 +324,8 @@ func (s *Server) recvLoop() {
 		if err != nil {
 			return // closed
 		}
-		if len(msg.Frames) < 1 {
+		if len(msg.Frames) < 1 || msg.Peer.Closed() {
+			msg.Peer.Release() // nobody left to answer
 			continue
 		}
 		envelope, body := [][]byte(nil), msg.Frames
@@ -334,6 +335,7 @@ func (s *Server) recvLoop() {
 		if len(body) != 1 {
 			s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeBadRequest,
 				"request must be one body frame after the envelope; got %d frames", len(body))))
+			msg.Peer.Release()
 			continue
 		}
 		select {
@@ -348,6 +350,7 @@ func (s *Server) recvLoop() {
 			s.reqMu.Unlock()
 			<-s.inflight
 			s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down")))
+			msg.Peer.Release()
 			continue
 		}
 		s.reqWG.Add(1)
@@ -355,6 +358,10 @@ func (s *Server) recvLoop() {
 		go func(p *zmqx.Peer, env [][]byte, b []byte) {
 			defer s.reqWG.Done()
 			defer func() { <-s.inflight }()
+			defer p.Release()
+			if p.Closed() {
+				return // the peer went away while this waited
+			}
 			s.reply(p, env, s.handle(b))
 		}(msg.Peer, envelope, body[0])
 	}

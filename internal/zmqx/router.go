@@ -157,7 +157,7 @@ func (r *Router) serve(c *hardenedConn) {
 		c.Close()
 		return
 	}
-	p := &Peer{r: r}
+	p := &Peer{r: r, slots: make(chan struct{}, maxPeerInFlight)}
 	p.outQueue = newOutQueue(c, r.maxQueue, "slow-peer-queue", func() {
 		r.mu.Lock()
 		delete(r.peers, p)
@@ -217,6 +217,31 @@ func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 type Peer struct {
 	*outQueue
 	r *Router
+	// slots bounds this peer's messages handed out by Recv and not yet
+	// Released: a peer flooding requests only ever waits on itself.
+	slots chan struct{}
+}
+
+// maxPeerInFlight bounds one peer's requests being handled at once.
+const maxPeerInFlight = 16
+
+// Release tells the Router that a message from this peer has been handled
+// (every Incoming must be released once).
+func (p *Peer) Release() {
+	select {
+	case <-p.slots:
+	default:
+	}
+}
+
+// Closed reports whether the peer is gone (its messages need no answer).
+func (p *Peer) Closed() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (p *Peer) send(frames [][]byte) error {
@@ -245,6 +270,13 @@ func (p *Peer) readLoop() {
 		}
 		if flags&flagMore != 0 {
 			continue
+		}
+		select {
+		case p.slots <- struct{}{}:
+		case <-p.done:
+			return
+		case <-p.r.done:
+			return
 		}
 		select {
 		case p.r.in <- Incoming{Peer: p, Frames: frames}:
