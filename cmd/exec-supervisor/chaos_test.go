@@ -577,7 +577,7 @@ func TestOrphanedDescendantsOfDeadLeader(t *testing.T) {
 		t.Fatalf("orphaned descendants %v survived the recovery", live)
 	}
 	info, err := s2.client.Status(ctx, j.JobID)
-	if err != nil || !strings.Contains(info.Error, "descendants were found alive") {
+	if err != nil || !strings.Contains(info.Error, "terminated") {
 		t.Fatalf("status: %+v %v", info, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -91,6 +93,9 @@ type Job struct {
 	rows, cols uint16
 	bracketed  bool
 	wmu        sync.Mutex // serializes writes
+
+	// cg is the job's cgroup (nil without cgroup support).
+	cg *cgroups.Cgroup
 
 	// lastCPU and lastSampled are the previous resource sample (for CPU%).
 	lastCPU     float64
@@ -226,6 +231,19 @@ func (j *Job) start() error {
 	}
 	env := j.buildEnv()
 	cmd, files, err := j.prepare(argv, env)
+	var cgfd *os.File
+	if err == nil && j.m.cgroups != nil {
+		// Born in its own cgroup (never moved after start): everything it
+		// ever starts stays in it, whatever groups or sessions it makes.
+		var cg *cgroups.Cgroup
+		if cg, cgfd, err = j.m.cgroups.Create(j.id); err == nil {
+			j.mu.Lock()
+			j.cg = cg
+			j.mu.Unlock()
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = int(cgfd.Fd())
+		}
+	}
 	if err == nil {
 		err = cmd.Start()
 		if err != nil {
@@ -237,7 +255,13 @@ func (j *Job) start() error {
 	for _, f := range files.child {
 		f.Close()
 	}
+	if cgfd != nil {
+		cgfd.Close()
+	}
 	if err != nil {
+		if j.cg != nil {
+			_ = j.cg.Remove(time.Second)
+		}
 		for _, f := range files.parent {
 			f.Close()
 		}
@@ -617,6 +641,14 @@ func (j *Job) Signal(sig syscall.Signal) error {
 // leader is reaped (its pid, and so the pgid, cannot be reused) and, after,
 // until the group was seen empty.
 func (j *Job) signalLocked(sig syscall.Signal) error {
+	if j.cg != nil {
+		// Every member is ours by construction, even one that escaped.
+		if sig == syscall.SIGKILL {
+			_ = j.cg.Kill()
+		} else {
+			j.cg.Signal(sig)
+		}
+	}
 	if j.groupGone || j.pgid <= 1 {
 		return nil
 	}
@@ -630,6 +662,9 @@ func (j *Job) signalLocked(sig syscall.Signal) error {
 // scopeAlive reports whether anything of the job still runs: its process
 // group, or for a PTY job its whole session.
 func (j *Job) scopeAlive() bool {
+	if j.cg != nil {
+		return j.cg.Populated()
+	}
 	if j.isPTY {
 		return sessionAlive(j.pgid)
 	}
@@ -653,7 +688,13 @@ func (j *Job) waitLoop() {
 	killing, deadline := j.killing, j.killDeadline
 	j.mu.Unlock()
 
+	j.detectEscapes()
 	j.clearGroup(killing, deadline)
+	if j.cg != nil {
+		if err := j.cg.Remove(5 * time.Second); err != nil {
+			j.m.log.Error("job cgroup not removed", "job", j.id, "err", err)
+		}
+	}
 	j.drain()
 	j.finalize(ws)
 }
@@ -972,4 +1013,31 @@ func (j *Job) Resize(rows, cols uint16) error {
 	}
 	j.rows, j.cols = rows, cols
 	return nil
+}
+
+// detectEscapes logs (and reports) processes of the job's cgroup that left
+// its process group or session: they are still the job's and are ended
+// with it, but a program doing this is worth knowing about.
+func (j *Job) detectEscapes() {
+	if j.cg == nil {
+		return
+	}
+	var escaped []int
+	for _, pid := range j.cg.Procs() {
+		_, pg, sid, ok := procStat(strconv.Itoa(pid))
+		if !ok {
+			continue
+		}
+		if (j.isPTY && sid != j.pgid) || (!j.isPTY && pg != j.pgid) {
+			escaped = append(escaped, pid)
+		}
+	}
+	if len(escaped) == 0 {
+		return
+	}
+	j.m.log.Warn("ownership escape: processes left the job's process group; its cgroup still holds them and they end with the job",
+		"job", j.id, "pgid", j.pgid, "pids", escaped)
+	if h := j.m.hooks.OwnershipEscape; h != nil {
+		h()
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -107,6 +108,9 @@ type Hooks struct {
 	Finished    func(reason protocol.Reason)
 	OutputBytes func(stream protocol.Stream, n int)
 	CleanupKill func(mode string)
+	// OwnershipEscape is called when a job's processes left its process
+	// group (or session) but were still found in its cgroup.
+	OwnershipEscape func()
 	// Changed is called after every state change of any job (and after a
 	// job is forgotten). It may be called with a job's lock held: it must
 	// not block or call back into the Manager (signal a channel).
@@ -125,6 +129,7 @@ type Manager struct {
 	environ []string
 	devNull *os.File
 	bootID  string
+	cgroups *cgroups.Base
 
 	mu     sync.Mutex
 	jobs   map[string]*Job
@@ -141,6 +146,9 @@ type Option func(*Manager)
 
 // WithClock replaces time.Now for timestamps and retention.
 func WithClock(now func() time.Time) Option { return func(m *Manager) { m.now = now } }
+
+// WithCgroups gives every job a cgroup under base (nil: process groups only).
+func WithCgroups(base *cgroups.Base) Option { return func(m *Manager) { m.cgroups = base } }
 
 // WithHooks installs lifecycle observers.
 func WithHooks(h Hooks) Option { return func(m *Manager) { m.hooks = h } }

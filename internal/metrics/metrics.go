@@ -21,18 +21,19 @@ const ns = "exec_supervisor"
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Spawned         prometheus.Counter
-	Finished        *prometheus.CounterVec // reason
-	Timeouts        *prometheus.CounterVec // type: overall, no_output
-	CleanupKills    *prometheus.CounterVec // mode: pgid
-	OutputBytes     *prometheus.CounterVec // stream
-	EventsPublished *prometheus.CounterVec // kind
-	BackfillReqs    prometheus.Counter
-	BackfillEvents  prometheus.Counter
-	Requests        *prometheus.CounterVec   // op, code
-	RequestSeconds  *prometheus.HistogramVec // op
-	ConnRejected    *prometheus.CounterVec   // reason
-	SubDisconnects  prometheus.Counter
+	Spawned          prometheus.Counter
+	Finished         *prometheus.CounterVec // reason
+	Timeouts         *prometheus.CounterVec // type: overall, no_output
+	CleanupKills     *prometheus.CounterVec // mode: pgid
+	OutputBytes      *prometheus.CounterVec // stream
+	EventsPublished  *prometheus.CounterVec // kind
+	BackfillReqs     prometheus.Counter
+	BackfillEvents   prometheus.Counter
+	Requests         *prometheus.CounterVec   // op, code
+	RequestSeconds   *prometheus.HistogramVec // op
+	ConnRejected     *prometheus.CounterVec   // reason
+	SubDisconnects   prometheus.Counter
+	OwnershipEscapes prometheus.Counter
 }
 
 // Gauges are read at scrape time from the running supervisor.
@@ -62,6 +63,7 @@ func New(g Gauges) *Metrics {
 	m.BackfillReqs = c("backfill_requests_total", "subscribe (backfill) requests served.")
 	m.BackfillEvents = c("backfill_events_total", "Events replayed by subscribe requests.")
 	m.Requests = cv("control_requests_total", "Control requests, by op and result code (ok or an error code).", "op", "code")
+	m.OwnershipEscapes = c("ownership_escapes_total", "Jobs whose processes left their process group or session (caught by the job's cgroup).")
 	m.SubDisconnects = c("subscriber_disconnects_total", "Event subscribers gone, for any reason (cut off as too slow, closed, network).")
 	m.ConnRejected = cv("connections_rejected_total", "Connections refused or cut off by the hardened transport, by reason.", "reason")
 	m.RequestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -77,7 +79,7 @@ func New(g Gauges) *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.Spawned, m.Finished, m.Timeouts, m.CleanupKills, m.OutputBytes, m.EventsPublished,
-		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected, m.SubDisconnects,
+		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected, m.SubDisconnects, m.OwnershipEscapes,
 		gf("jobs_active", "Jobs not yet exited.", g.ActiveJobs),
 		gf("jobs_known", "Jobs known (running or finished within retention).", g.KnownJobs),
 		gf("ring_buffer_bytes", "Output bytes retained in all jobs' ring buffers.", g.RingBytes),

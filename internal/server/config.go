@@ -49,6 +49,10 @@ type Config struct {
 	SubscriberQueueBytes int
 	HandshakeTimeout     time.Duration
 	WriteTimeout         time.Duration
+	// NoCgroups turns off the cgroup per job; CgroupParent is where job
+	// cgroups go (empty: the supervisor's own cgroup).
+	NoCgroups    bool
+	CgroupParent string
 	// MetricsAddr is the HTTP address of /metrics; empty disables it.
 	MetricsAddr string
 	// Jobs configures the job manager.
@@ -135,6 +139,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.SubscriberQueueBytes, "subscriber-queue-bytes", c.SubscriberQueueBytes, "events waiting for one subscriber before it is disconnected as too slow")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "a peer must finish the ZMTP handshake within this")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a peer that does not read for this long is disconnected")
+	fs.BoolVar(&c.NoCgroups, "no-cgroups", c.NoCgroups, "do not give jobs a cgroup each (process groups only; daemonizing children can then escape)")
+	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup v2 directory for job cgroups, e.g. a systemd Delegate=yes slice (default: the supervisor's own cgroup)")
 	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")
 	fs.IntVar(&c.JournalMaxFinished, "journal-max-finished", c.JournalMaxFinished, "most recently finished jobs kept in the journal (running jobs are always kept)")
 	fs.DurationVar(&c.JournalFlushInterval, "journal-flush-interval", c.JournalFlushInterval, "period of journal writes (it is also written after every state change)")

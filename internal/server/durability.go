@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
@@ -19,6 +21,7 @@ import (
 // match is an orphan we own: its process group is terminated through the
 // normal TERM/grace/KILL path. Anything else is never touched.
 func (s *Server) recover() {
+	reaped := s.reapLeftoverCgroups()
 	doc, err := s.journal.Load()
 	var ce *journal.CorruptError
 	switch {
@@ -52,7 +55,10 @@ func (s *Server) recover() {
 		wg.Add(1)
 		go func(r journal.Record) {
 			defer wg.Done()
-			note := s.reconcile(r, doc.InstanceID)
+			note, ok := reaped[r.JobID]
+			if !ok {
+				note = s.reconcile(r, doc.InstanceID)
+			}
 			r.State = string(protocol.StateExited)
 			r.Reason = string(protocol.ReasonSupervisorRestart)
 			r.Error = note
@@ -264,4 +270,35 @@ func (s *Server) scanMembers(snaps []jobs.Snapshot) {
 		}
 		s.members[byGroup[pgid]] = ms
 	}
+}
+
+// reapLeftoverCgroups kills and removes job cgroups a dead predecessor left:
+// everything in them is ours by construction (only this state directory's
+// supervisor creates cgroups under its base), so no fingerprint is needed.
+func (s *Server) reapLeftoverCgroups() map[string]string {
+	notes := map[string]string{}
+	if s.cgroupBase == nil {
+		return notes
+	}
+	for _, cg := range s.cgroupBase.Leftovers() {
+		id := filepath.Base(cg.Path)
+		if procs := cg.Procs(); len(procs) > 0 {
+			// The normal path: TERM, grace, KILL.
+			cg.Signal(syscall.SIGTERM)
+			deadline := time.Now().Add(s.cfg.Jobs.Grace)
+			for cg.Populated() && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond) // waiting for the orphans to exit
+			}
+			if cg.Populated() {
+				_ = cg.Kill()
+			}
+			s.orphansReconciled.Add(1)
+			s.log.Warn("reconcile: orphan found alive and terminated", "job", id, "via", "cgroup", "cgroup", cg.Path, "pids", procs)
+			notes[id] = "orphaned processes found alive in the job's cgroup after the restart and terminated"
+		}
+		if err := cg.Remove(5 * time.Second); err != nil {
+			s.log.Error("reconcile: leftover job cgroup not removed", "err", err)
+		}
+	}
+	return notes
 }

@@ -9,6 +9,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
@@ -37,10 +39,13 @@ type Server struct {
 	instanceID string
 	startedAt  time.Time
 
-	token   string // tcp password; empty when no tcp endpoint or insecure
-	jobs    *jobs.Manager
-	pub     *publisher
-	metrics *metrics.Metrics
+	token string // tcp password; empty when no tcp endpoint or insecure
+	// cgroupBase is where job cgroups go (nil: none); cgroupNote says why not.
+	cgroupBase *cgroups.Base
+	cgroupNote string
+	jobs       *jobs.Manager
+	pub        *publisher
+	metrics    *metrics.Metrics
 
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
@@ -115,7 +120,22 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.pub = newPublisher(s.log, nil, s.cfg.EventHWM)
 	s.metrics = s.newMetrics()
 	s.pub.onPublished = func(k protocol.Kind) { s.metrics.EventsPublished.WithLabelValues(string(k)).Inc() }
-	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, jobs.WithHooks(jobs.Hooks{
+	jopts := []jobs.Option{}
+	if !s.cfg.NoCgroups {
+		sum := sha256.Sum256([]byte(s.cfg.StateDir))
+		base, err := cgroups.Detect(s.cfg.CgroupParent, "exec-supervisor-"+hex.EncodeToString(sum[:4]))
+		if err != nil {
+			s.cgroupNote = err.Error()
+			s.log.Warn("no cgroup per job: falling back to process groups (a child that leaves its process group can escape)", "reason", err)
+		} else {
+			s.cgroupBase = base
+			jopts = append(jopts, jobs.WithCgroups(base))
+			s.log.Info("each job gets a cgroup", "dir", base.Dir)
+		}
+	} else {
+		s.cgroupNote = "disabled with --no-cgroups"
+	}
+	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
 		Changed: s.markDirty,
 		Spawned: s.metrics.Spawned.Inc,
 		Finished: func(r protocol.Reason) {
@@ -127,9 +147,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 				s.metrics.Timeouts.WithLabelValues("no_output").Inc()
 			}
 		},
-		OutputBytes: func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
-		CleanupKill: func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
-	}))
+		OutputBytes:     func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
+		CleanupKill:     func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
+		OwnershipEscape: s.metrics.OwnershipEscapes.Inc,
+	}))...)
 	defer func() {
 		if err != nil {
 			_ = s.jobs.Close(context.Background())
@@ -263,6 +284,11 @@ func (s *Server) Close(ctx context.Context) error {
 	close(s.stopJournal)
 	s.journalWG.Wait()
 	s.writeJournal(false)
+	if s.cgroupBase != nil {
+		if err := s.cgroupBase.Close(); err != nil {
+			s.log.Warn("job cgroup directory left behind", "err", err)
+		}
+	}
 	s.lock.Release()
 	zmqx.RemoveSocketFile(s.cfg.Control)
 	zmqx.RemoveSocketFile(s.cfg.Event)
@@ -440,6 +466,7 @@ func (s *Server) dispatch(req *protocol.Request) (any, error) {
 			OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
 			Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
 			ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
+			Cgroups: s.cgroupBase != nil, CgroupsNote: s.cgroupNote,
 		}, nil
 	case protocol.OpSpawn:
 		var a protocol.SpawnArgs

@@ -289,6 +289,10 @@ type HealthResult struct {
 	TotalJobs  int  `msgpack:"totalJobs" json:"totalJobs"`
 	MaxJobs    int  `msgpack:"maxJobs" json:"maxJobs"`
 	Draining   bool `msgpack:"draining" json:"draining"`
+	// Cgroups is true when every job gets a cgroup of its own; CgroupsNote
+	// says why not otherwise.
+	Cgroups     bool   `msgpack:"cgroups" json:"cgroups"`
+	CgroupsNote string `msgpack:"cgroupsNote,omitempty" json:"cgroupsNote,omitempty"`
 }
 
 // Event is the event-plane envelope. Payload depends on Kind.

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// sessionOf returns the session id of pid, or 0.
+func sessionOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	sid, _ := strconv.Atoi(f[3])
+	return sid
+}
+
+// TestCgroupCatchesEscapedChildren: children that leave the job's process
+// group (setsid, as daemons do) are still ended with the job, on a normal
+// exit and on a kill, and the escape is counted.
+func TestCgroupCatchesEscapedChildren(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 30*time.Second)
+	h, err := ts.client.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Cgroups {
+		t.Skipf("no writable cgroup v2 here (%s): jobs fall back to process groups", h.CgroupsNote)
+	}
+	for _, mode := range []string{"leader-exits", "killed"} {
+		t.Run(mode, func(t *testing.T) {
+			// The daemon writes its pid where we can find it, then lives on
+			// in a session of its own.
+			pidFile := t.TempDir() + "/daemon.pid"
+			shell := "setsid sh -c 'echo $$ > " + pidFile + "; exec sleep 300' </dev/null >/dev/null 2>&1 & "
+			if mode == "killed" {
+				shell += "sleep 300"
+			} else {
+				shell += "while [ ! -s " + pidFile + " ]; do sleep 0.01; done; echo leader-done"
+			}
+			j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: shell, GraceMs: 300})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var daemon int
+			eventually(t, 10*time.Second, "the daemon to start", func() bool {
+				b, _ := os.ReadFile(pidFile)
+				daemon, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				return daemon > 0 && sessionOf(daemon) == daemon
+			})
+			if mode == "killed" {
+				if _, err := ts.client.Kill(ctx, j.JobID, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, _, exit, _ := waitDone(t, ts.client, j.JobID, 15*time.Second)
+			t.Logf("job ended: %s", exit.Reason)
+			if len(proctest.InGroup(daemon)) > 0 {
+				t.Fatalf("the escaped daemon %d survived its job", daemon)
+			}
+		})
+	}
+	if v := value(scrape2(t, ts), "exec_supervisor_ownership_escapes_total"); v < 1 {
+		t.Fatalf("ownership escapes not counted: %v", v)
+	}
+}
+
+// TestNoCgroupsFallback: with --no-cgroups jobs still run (process groups)
+// and health says why there is no cgroup.
+func TestNoCgroupsFallback(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.NoCgroups = true
+	ts := startServer(t, cfg)
+	ctx := ctxT(t, 10*time.Second)
+	h, err := ts.client.Health(ctx)
+	if err != nil || h.Cgroups || !strings.Contains(h.CgroupsNote, "--no-cgroups") {
+		t.Fatalf("health: %+v %v", h, err)
+	}
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "echo fine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _, _ := waitDone(t, ts.client, j.JobID, 10*time.Second); out != "fine\n" {
+		t.Fatalf("output %q", out)
+	}
+}
