@@ -451,6 +451,9 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		row("cwd", info.Cwd)
 	}
 	row("pid", info.Pid)
+	if info.Ownership != "" {
+		row("ownership", info.Ownership)
+	}
 	row("created", fmtTime(info.CreatedAt))
 	row("started", fmtTime(info.StartedAt))
 	if info.Finished() {

@@ -21,6 +21,8 @@ func normalize(s string, ids map[string]string) string {
 		{`"(pid|pgid)": ?\d+`, `"$1": PID`},
 		{`"(createdAt|startedAt|endedAt|lastOutputAt|sampledAt)": ?\d+`, `"$1": TIME`},
 		{`"durationMs": ?\d+`, `"durationMs": MS`},
+		{`"ownership": ?"(cgroup|pgid)"`, `"ownership": "MODE"`}, // depends on the machine
+		{`(ownership:\s+)(cgroup|pgid)`, `${1}MODE`},
 		{`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}`, `DATE TIME`},
 		{`\b\d+(\.\d+)?(ms|s|µs)\b`, `DUR`},
 		{`(pid:\s+)\d+`, `${1}PID`},

@@ -95,7 +95,10 @@ type Job struct {
 	wmu        sync.Mutex // serializes writes
 
 	// cg is the job's cgroup (nil without cgroup support).
-	cg *cgroups.Cgroup
+	cg      *cgroups.Cgroup
+	escaped bool // an ownership escape was reported
+	// extraEvs are retained events other than started, output and exit.
+	extraEvs []protocol.Event
 
 	// lastCPU and lastSampled are the previous resource sample (for CPU%).
 	lastCPU     float64
@@ -306,6 +309,10 @@ func (j *Job) start() error {
 		go j.readLoop(i, f)
 	}
 	go j.waitLoop()
+	if j.cg != nil {
+		j.m.wg.Add(1)
+		go j.watchEscapes()
+	}
 	pending := j.pendingKill
 	j.mu.Unlock()
 	if pending != "" {
@@ -622,7 +629,7 @@ func (j *Job) markCleanupKillLocked() bool {
 
 func (j *Job) countCleanupKill(first bool) {
 	if h := j.m.hooks.CleanupKill; h != nil && first {
-		h("pgid")
+		h(j.ownership())
 	}
 }
 
@@ -856,7 +863,7 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		TimeoutMs: j.timeout.Milliseconds(), NoOutputTimeoutMs: j.noOutput.Milliseconds(),
 		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1],
 		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
-		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed,
+		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
 		StdinOpen: j.state != Exited && (j.stdin != nil || j.isPTY),
 	}
 	if j.state == Exited {
@@ -927,13 +934,36 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 		if keptFrom == 0 {
 			keptFrom = lastOut + 1
 		}
-		if lo := max(from, firstOut); lo < keptFrom {
-			res.Missing = append(res.Missing, protocol.SeqRange{From: lo, To: keptFrom - 1})
+		if lo := max(from, firstOut); lo < keptFrom && j.out.evicted > 0 {
+			// Evicted output seqs: [lo, keptFrom-1] less the retained
+			// non-output events among them.
+			r := protocol.SeqRange{From: lo, To: keptFrom - 1}
+			for _, ev := range j.extraEvs {
+				if ev.Seq < r.From || ev.Seq > r.To {
+					continue
+				}
+				if ev.Seq > r.From {
+					res.Missing = append(res.Missing, protocol.SeqRange{From: r.From, To: ev.Seq - 1})
+				}
+				r.From = ev.Seq + 1
+			}
+			if r.From <= r.To {
+				res.Missing = append(res.Missing, r)
+			}
 			// Exact when the range starts at the first output event; for a
 			// range starting mid-way only the total is known: an upper bound.
 			res.MissingBytes = j.out.from()
 		}
+		// Output chunks, with the few other retained events (ownership
+		// escapes) merged in seq order.
+		extra := j.extraEvs
 		for _, c := range j.out.live() {
+			for len(extra) > 0 && extra[0].Seq < c.Seq {
+				if extra[0].Seq >= from && !add(extra[0]) {
+					return res, nil
+				}
+				extra = extra[1:]
+			}
 			if c.Seq < from {
 				continue
 			}
@@ -942,6 +972,11 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 				ev = protocol.NewOutputEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), c.Offset, c.Data)
 			}
 			if !add(ev) {
+				return res, nil
+			}
+		}
+		for _, ev := range extra {
+			if ev.Seq >= from && !add(ev) {
 				return res, nil
 			}
 		}
@@ -1015,6 +1050,16 @@ func (j *Job) Resize(rows, cols uint16) error {
 	return nil
 }
 
+func (j *Job) ownership() string {
+	switch {
+	case j.pid == 0:
+		return ""
+	case j.cg != nil:
+		return "cgroup"
+	}
+	return "pgid"
+}
+
 // detectEscapes logs (and reports) processes of the job's cgroup that left
 // its process group or session: they are still the job's and are ended
 // with it, but a program doing this is worth knowing about.
@@ -1035,9 +1080,43 @@ func (j *Job) detectEscapes() {
 	if len(escaped) == 0 {
 		return
 	}
+	j.mu.Lock()
+	first := !j.escaped
+	j.escaped = true
+	if first && j.state != Exited {
+		j.extraEvs = append(j.extraEvs, j.emitLocked(protocol.KindOwnershipEscape, protocol.OwnershipEscapePayload{Pids: escaped}))
+	}
+	strict := j.spec.StrictOwnership && !j.leaderExited
+	j.mu.Unlock()
+	if !first {
+		return
+	}
 	j.m.log.Warn("ownership escape: processes left the job's process group; its cgroup still holds them and they end with the job",
-		"job", j.id, "pgid", j.pgid, "pids", escaped)
+		"job", j.id, "pgid", j.pgid, "pids", escaped, "strict", j.spec.StrictOwnership)
 	if h := j.m.hooks.OwnershipEscape; h != nil {
 		h()
 	}
+	if strict {
+		_, _ = j.Kill(protocol.ReasonOwnershipEscape, 0)
+	}
 }
+
+// watchEscapes looks for escaped processes while the job runs (cgroup
+// jobs only), every second, until the job is finalized.
+func (j *Job) watchEscapes() {
+	defer j.m.wg.Done()
+	t := time.NewTicker(escapeCheckPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-j.done:
+			return
+		case <-t.C:
+			j.detectEscapes()
+		}
+	}
+}
+
+// escapeCheckPeriod is how often running cgroup jobs are checked for
+// processes outside their group or session.
+const escapeCheckPeriod = time.Second

@@ -117,6 +117,11 @@ func (m *Manager) Restore(s Snapshot) error {
 	if len(s.Tail) > 0 && s.TailSeq >= 2 {
 		j.out.add(chunk{Chunk: protocol.Chunk{Seq: s.TailSeq, Stream: protocol.Stdout, Offset: info.OutputEnd - int64(len(s.Tail)), Data: s.Tail}, ts: info.LastOutputAt})
 	}
+	// Output before the tail did not survive the restart.
+	j.out.evicted = info.OutputEnd - int64(len(s.Tail))
+	if j.out.evicted < 0 {
+		j.out.evicted = 0
+	}
 	if j.seq < s.TailSeq {
 		j.seq = s.TailSeq
 	}

@@ -57,7 +57,7 @@ func New(g Gauges) *Metrics {
 	m.Spawned = c("jobs_spawned_total", "Jobs whose process was started.")
 	m.Finished = cv("jobs_finished_total", "Jobs finished, by termination reason.", "reason")
 	m.Timeouts = cv("job_timeouts_total", "Jobs terminated by a timeout, by type (overall, no_output).", "type")
-	m.CleanupKills = cv("cleanup_kills_total", "SIGKILLs sent to a job's processes after the grace period, by mode (pgid).", "mode")
+	m.CleanupKills = cv("cleanup_kills_total", "Jobs whose processes needed SIGKILL after the grace period, by ownership mode (pgid, cgroup).", "mode")
 	m.OutputBytes = cv("output_bytes_total", "Output bytes read from jobs, by stream.", "stream")
 	m.EventsPublished = cv("events_published_total", "Events sent on the event socket, by kind.", "kind")
 	m.BackfillReqs = c("backfill_requests_total", "subscribe (backfill) requests served.")
@@ -100,6 +100,7 @@ func New(g Gauges) *Metrics {
 	m.Timeouts.WithLabelValues("overall")
 	m.Timeouts.WithLabelValues("no_output")
 	m.CleanupKills.WithLabelValues("pgid")
+	m.CleanupKills.WithLabelValues("cgroup")
 	return m
 }
 

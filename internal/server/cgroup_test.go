@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -90,5 +91,50 @@ func TestNoCgroupsFallback(t *testing.T) {
 	}
 	if out, _, _, _ := waitDone(t, ts.client, j.JobID, 10*time.Second); out != "fine\n" {
 		t.Fatalf("output %q", out)
+	}
+}
+
+// TestOwnershipEscapeEventAndStrictMode: an escape is an event of the job;
+// with strictOwnership the job ends with reason ownership-escape.
+func TestOwnershipEscapeEventAndStrictMode(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 30*time.Second)
+	if h, err := ts.client.Health(ctx); err != nil || !h.Cgroups {
+		t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
+	}
+	for _, strict := range []bool{false, true} {
+		j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "setsid sleep 300 & sleep 3; echo done", StrictOwnership: strict, GraceMs: 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Ownership != "cgroup" {
+			t.Fatalf("ownership %q", j.Ownership)
+		}
+		_, _, exit, events := waitDone(t, ts.client, j.JobID, 20*time.Second)
+		escapes := 0
+		for _, ev := range events {
+			if ev.Kind == protocol.KindOwnershipEscape {
+				escapes++
+			}
+		}
+		if escapes != 1 {
+			var kinds []string
+			for _, ev := range events {
+				kinds = append(kinds, fmt.Sprintf("%d:%s", ev.Seq, ev.Kind))
+			}
+			t.Fatalf("strict=%v: %d ownership-escape events in %v", strict, escapes, kinds)
+		}
+		want := protocol.ReasonExit
+		if strict {
+			want = protocol.ReasonOwnershipEscape
+		}
+		if exit.Reason != want {
+			t.Fatalf("strict=%v: reason %s, want %s", strict, exit.Reason, want)
+		}
+		// Replay has the same events, in order, without holes.
+		res, err := ts.client.Subscribe(ctx, j.JobID, 1, 0)
+		if err != nil || len(res.Events) != len(events) || len(res.Missing) != 0 {
+			t.Fatalf("replay: %d events (live %d), missing %v, %v", len(res.Events), len(events), res.Missing, err)
+		}
 	}
 }

@@ -111,7 +111,7 @@ func TestMetricsAfterScriptedScenario(t *testing.T) {
 		{"exec_supervisor_jobs_finished_total", []string{"reason", "signal"}, 0},
 		{"exec_supervisor_job_timeouts_total", []string{"type", "overall"}, 1},
 		{"exec_supervisor_job_timeouts_total", []string{"type", "no_output"}, 1},
-		{"exec_supervisor_cleanup_kills_total", []string{"mode", "pgid"}, 1},
+
 		{"exec_supervisor_jobs_active", nil, 0},
 		{"exec_supervisor_jobs_known", nil, 7},
 		{"exec_supervisor_output_bytes_total", []string{"stream", "stderr"}, 12},
@@ -127,6 +127,9 @@ func TestMetricsAfterScriptedScenario(t *testing.T) {
 		if got := value(fams, w.name, w.labels...); got != w.v {
 			t.Errorf("%s%v = %v, want %v", w.name, w.labels, got, w.v)
 		}
+	}
+	if got := value(fams, "exec_supervisor_cleanup_kills_total", "mode", "pgid") + value(fams, "exec_supervisor_cleanup_kills_total", "mode", "cgroup"); got != 1 {
+		t.Errorf("cleanup kills (pgid + cgroup) = %v, want 1", got)
 	}
 	// stdout: "job-N\n" x3 + "up\n"
 	if got := value(fams, "exec_supervisor_output_bytes_total", "stream", "stdout"); got != 3*6+3 {

@@ -51,6 +51,11 @@ type SpawnArgs struct {
 	// Stdin keeps a pipe to the job's stdin open for the write op; without
 	// it (and without Pty) stdin is /dev/null.
 	Stdin bool `msgpack:"stdin,omitempty" json:"stdin,omitempty"`
+	// StrictOwnership ends the job with reason ownership-escape as soon as
+	// one of its processes is found outside its process group or session
+	// (needs a cgroup per job to see it); by default such processes are
+	// only reported and ended with the job.
+	StrictOwnership bool `msgpack:"strictOwnership,omitempty" json:"strictOwnership,omitempty"`
 	// Pty runs the job on a pseudo-terminal (its own session, the terminal
 	// as its controlling tty); stdout and stderr both arrive as job.stdout.
 	Pty *PtyArgs `msgpack:"pty,omitempty" json:"pty,omitempty"`
@@ -191,6 +196,9 @@ type JobInfo struct {
 	Cols           uint16 `msgpack:"cols,omitempty" json:"cols,omitempty"`
 	BracketedPaste bool   `msgpack:"bracketedPaste,omitempty" json:"bracketedPaste,omitempty"`
 	StdinOpen      bool   `msgpack:"stdinOpen,omitempty" json:"stdinOpen,omitempty"`
+	// Ownership is how the job's processes are tracked: "cgroup" (a cgroup
+	// of its own) or "pgid" (its process group, or session for PTY jobs).
+	Ownership string `msgpack:"ownership,omitempty" json:"ownership,omitempty"`
 	// Usage is the resource use of the job's process tree, sampled when
 	// status or list-jobs is answered; absent for finished jobs.
 	Usage *Usage `msgpack:"usage,omitempty" json:"usage,omitempty"`
@@ -334,6 +342,12 @@ type ExitPayload struct {
 	DurationMs int64  `msgpack:"durationMs" json:"durationMs"`
 	// OutputEnd is the total size of the job's combined output.
 	OutputEnd int64 `msgpack:"outputEnd" json:"outputEnd"`
+}
+
+// OwnershipEscapePayload is the payload of KindOwnershipEscape.
+type OwnershipEscapePayload struct {
+	// Pids are the processes found outside the job's group or session.
+	Pids []int `msgpack:"pids" json:"pids"`
 }
 
 // GapPayload is the payload of KindGap: events From..To (inclusive) of the

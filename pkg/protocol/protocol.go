@@ -44,13 +44,16 @@ type Kind string
 
 // Event kinds.
 const (
-	KindStarted   Kind = "job.started"
-	KindStdout    Kind = "job.stdout"
-	KindStderr    Kind = "job.stderr"
-	KindExited    Kind = "job.exited"
-	KindFailed    Kind = "job.failed"
-	KindGap       Kind = "job.gap"
-	KindHeartbeat Kind = "supervisor.heartbeat"
+	KindStarted Kind = "job.started"
+	KindStdout  Kind = "job.stdout"
+	KindStderr  Kind = "job.stderr"
+	KindExited  Kind = "job.exited"
+	KindFailed  Kind = "job.failed"
+	KindGap     Kind = "job.gap"
+	// KindOwnershipEscape: processes of the job left its process group or
+	// session (payload OwnershipEscapePayload). Part of the job's sequence.
+	KindOwnershipEscape Kind = "job.ownership-escape"
+	KindHeartbeat       Kind = "supervisor.heartbeat"
 )
 
 // Terminal reports whether k ends a job's event stream.
@@ -107,6 +110,9 @@ const (
 	ReasonSupervisorRestart Reason = "supervisor-restart"
 	// ReasonShutdown: the supervisor terminated the job while shutting down.
 	ReasonShutdown Reason = "supervisor-shutdown"
+	// ReasonOwnershipEscape: the job was spawned with strictOwnership and
+	// one of its processes left its process group or session.
+	ReasonOwnershipEscape Reason = "ownership-escape"
 )
 
 // Code is a stable, machine-readable error code carried in error replies.
