@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -744,5 +746,88 @@ func TestClientSeesSupervisorRestart(t *testing.T) {
 	t.Cleanup(func() { killGroups([]int{info.Pgid}) })
 	if live := proctest.InGroup(info.Pgid); len(live) > 0 || !strings.Contains(info.Error, "terminated") {
 		t.Fatalf("the orphan was not terminated (%q); still alive: %v", info.Error, live)
+	}
+}
+
+// jobCgroupProcs reads the processes of a job's cgroup as the supervisor
+// on state dir env.state lays it out; nil when cgroups are not in use.
+func jobCgroupProcs(e env, id string) []int {
+	sum := sha256.Sum256([]byte(e.state))
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/unified", "exec-supervisor-"+hex.EncodeToString(sum[:4]), id, "cgroup.procs"))
+	if err != nil {
+		b, err = os.ReadFile(filepath.Join("/sys/fs/cgroup", "exec-supervisor-"+hex.EncodeToString(sum[:4]), id, "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		p, _ := strconv.Atoi(f)
+		out = append(out, p)
+	}
+	return out
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// TestEscapeTreeAcrossShutdownAndCrash: children that left their process
+// group (setsid, double fork, nohup) are gone after a SIGTERM shutdown, and
+// after a SIGKILL of the supervisor followed by a restart.
+func TestEscapeTreeAcrossShutdownAndCrash(t *testing.T) {
+	const tree = `setsid sleep 300 & (sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & echo up; sleep 300`
+	for _, how := range []string{"sigterm", "sigkill-restart"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.start(t)
+			ctx := ctxFor(t, 30*time.Second)
+			if h, err := s.client.Health(ctx); err != nil || !h.Cgroups {
+				t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
+			}
+			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: tree})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var members []int
+			deadline := time.Now().Add(10 * time.Second)
+			for members = jobCgroupProcs(e, j.JobID); len(members) < 5; members = jobCgroupProcs(e, j.JobID) {
+				if time.Now().After(deadline) {
+					t.Fatalf("cgroup members: %v", members)
+				}
+				time.Sleep(20 * time.Millisecond) // the shell starts its children
+			}
+			t.Cleanup(func() {
+				for _, p := range members {
+					if alive(p) {
+						syscall.Kill(p, syscall.SIGKILL)
+					}
+				}
+			})
+			if how == "sigterm" {
+				s.cmd.Process.Signal(syscall.SIGTERM)
+				<-s.done
+			} else {
+				s.kill9()
+				n := 0
+				for _, p := range members {
+					if alive(p) {
+						n++
+					}
+				}
+				t.Logf("%d of %d processes alive as orphans after SIGKILL", n, len(members))
+				e.start(t)
+			}
+			for _, p := range members {
+				if alive(p) {
+					t.Errorf("process %d of the job survived (%s)", p, how)
+				}
+			}
+		})
 	}
 }

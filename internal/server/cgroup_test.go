@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,4 +138,73 @@ func TestOwnershipEscapeEventAndStrictMode(t *testing.T) {
 			t.Fatalf("replay: %d events (live %d), missing %v, %v", len(res.Events), len(events), res.Missing, err)
 		}
 	}
+}
+
+// escapeTree starts children every way a program can leave its process
+// group: setsid, a double fork in a subshell, nohup in the background.
+const escapeTree = `setsid sleep 300 & (sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & echo up; sleep 300`
+
+// cgroupMembers lists the processes still in a job's cgroup directory, or
+// nil when the cgroup is gone.
+func jobCgroupProcs(ts *testServer, id string) []int {
+	if ts.cgroupBase == nil {
+		return nil
+	}
+	b, err := os.ReadFile(ts.cgroupBase.Dir + "/" + id + "/cgroup.procs")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		p, _ := strconv.Atoi(f)
+		out = append(out, p)
+	}
+	return out
+}
+
+// TestEscapeTreeLeavesNothing: after kill, overall timeout and no-output
+// timeout, no process of the escape tree remains (checked in /proc via the
+// processes' own session and group ids, not by command text).
+func TestEscapeTreeLeavesNothing(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 60*time.Second)
+	if h, err := ts.client.Health(ctx); err != nil || !h.Cgroups {
+		t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
+	}
+	cases := map[string]protocol.SpawnArgs{
+		"kill":              {Shell: escapeTree, GraceMs: 200},
+		"overall-timeout":   {Shell: escapeTree, GraceMs: 200, TimeoutMs: 500},
+		"no-output-timeout": {Shell: escapeTree, GraceMs: 200, NoOutputTimeoutMs: 500},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			j, err := ts.client.Spawn(ctx, args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitForOutput(t, ts, j.JobID, "up", 10*time.Second)
+			var members []int
+			eventually(t, 10*time.Second, "all four sleeps in the job's cgroup", func() bool {
+				members = jobCgroupProcs(ts, j.JobID)
+				return len(members) >= 5 // the shell and four sleeps
+			})
+			if name == "kill" {
+				if _, err := ts.client.Kill(ctx, j.JobID, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, _, exit, _ := waitDone(t, ts.client, j.JobID, 20*time.Second)
+			t.Logf("%s: reason %s, members were %v", name, exit.Reason, members)
+			for _, pid := range members {
+				if err := syscall.Kill(pid, 0); err == nil && len(proctest.InGroup(pgidOf(pid))) > 0 && sessionOf(pid) != 0 {
+					t.Errorf("process %d of the job is still alive", pid)
+				}
+			}
+		})
+	}
+}
+
+func pgidOf(pid int) int {
+	g, _ := syscall.Getpgid(pid)
+	return g
 }
