@@ -831,3 +831,61 @@ func TestEscapeTreeAcrossShutdownAndCrash(t *testing.T) {
 		})
 	}
 }
+
+// zombieChildren lists zombie processes whose parent is pid.
+func zombieChildren(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestNoZombiesAfterOrphanedGrandchildren: 200 short jobs each leave a
+// grandchild that outlives its parent; the supervisor (a child subreaper)
+// ends and reaps them all, with and without cgroups.
+func TestNoZombiesAfterOrphanedGrandchildren(t *testing.T) {
+	for _, mode := range []string{"cgroups", "no-cgroups"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			var extra []string
+			if mode == "no-cgroups" {
+				extra = append(extra, "--no-cgroups")
+			}
+			s := e.start(t, extra...)
+			ctx := ctxFor(t, 60*time.Second)
+			c := client.New(client.Options{ControlAddress: e.ctl, EventAddress: e.evt})
+			defer c.Close()
+			for i := 0; i < 200; i++ {
+				j, err := c.Start(ctx, protocol.SpawnArgs{Shell: "(sleep 0.2 &) ; true", GraceMs: 100}, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := j.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				j.Close()
+			}
+			pid := s.cmd.Process.Pid
+			deadline := time.Now().Add(15 * time.Second)
+			for len(zombieChildren(pid)) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("zombie children of the supervisor: %v", zombieChildren(pid))
+				}
+				time.Sleep(50 * time.Millisecond) // the reaper runs on SIGCHLD and every 5 s
+			}
+		})
+	}
+}

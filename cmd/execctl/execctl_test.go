@@ -63,6 +63,7 @@ func startSupervisor(t *testing.T) *supervisor {
 	cfg.Jobs.MergeInterval = 20 * time.Millisecond
 	cfg.Jobs.Grace = 2 * time.Second
 	cfg.HeartbeatInterval = 200 * time.Millisecond
+	cfg.Subreaper = false // the test process waits for children of its own
 	log := slog.New(slog.DiscardHandler)
 	s, err := server.New(cfg, log)
 	if err != nil {

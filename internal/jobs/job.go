@@ -248,10 +248,15 @@ func (j *Job) start() error {
 		}
 	}
 	if err == nil {
+		// The reaper must not see this leader's zombie before it is known.
+		j.m.reapMu.RLock()
 		err = cmd.Start()
 		if err != nil {
 			err = fmt.Errorf("start %q: %w", argv[0], err)
+		} else {
+			j.m.addLeader(cmd.Process.Pid)
 		}
+		j.m.reapMu.RUnlock()
 	}
 	// The child has its copies; ours of the write ends must go
 	// so that EOF arrives when the child's side closes.
@@ -684,6 +689,7 @@ func (j *Job) scopeAlive() bool {
 func (j *Job) waitLoop() {
 	defer j.m.wg.Done()
 	err := j.cmd.Wait()
+	j.m.removeLeader(j.cmd.Process.Pid)
 	var ws syscall.WaitStatus
 	if j.cmd.ProcessState != nil {
 		ws, _ = j.cmd.ProcessState.Sys().(syscall.WaitStatus)

@@ -18,6 +18,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
@@ -131,6 +132,14 @@ type Manager struct {
 	bootID  string
 	cgroups *cgroups.Base
 
+	// Subreaper state: reapMu excludes the reaper while a leader is being
+	// started; leaders are the job processes their waiters will reap.
+	reaping bool
+	reapMu  sync.RWMutex
+	lmu     sync.Mutex
+	leaders map[int]struct{}
+	reaped  atomic.Uint64
+
 	mu     sync.Mutex
 	jobs   map[string]*Job
 	active int
@@ -160,7 +169,7 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ(), bootID: BootID()}
+	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ(), bootID: BootID(), leaders: map[int]struct{}{}}
 	if f, err := os.Open(os.DevNull); err == nil {
 		m.devNull = f
 	}

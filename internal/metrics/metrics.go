@@ -41,7 +41,7 @@ type Gauges struct {
 	ActiveJobs, KnownJobs, RingBytes, QueueLength  func() float64
 	EventsDropped, GapEvents                       func() float64
 	JournalWrites, JournalFailures, JournalCorrupt func() float64
-	OrphansReconciled                              func() float64
+	OrphansReconciled, OrphansReaped               func() float64
 }
 
 // New builds the collectors and registers them, with the Go and process
@@ -90,6 +90,7 @@ func New(g Gauges) *Metrics {
 		cf("journal_write_failures_total", "Failed journal writes.", g.JournalFailures),
 		cf("journal_corrupt_total", "Unusable journals moved aside at start.", g.JournalCorrupt),
 		cf("orphans_reconciled_total", "Orphaned job process groups terminated at start.", g.OrphansReconciled),
+		cf("orphans_reaped_total", "Orphaned descendants of jobs reaped by the supervisor as child subreaper.", g.OrphansReaped),
 	)
 	// Pre-create the label values operators alert on, so they read 0, not absent.
 	for _, r := range []protocol.Reason{protocol.ReasonExit, protocol.ReasonSignal, protocol.ReasonManualCancel,

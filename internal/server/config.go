@@ -53,6 +53,9 @@ type Config struct {
 	// cgroups go (empty: the supervisor's own cgroup).
 	NoCgroups    bool
 	CgroupParent string
+	// Subreaper makes the supervisor reparent and reap its jobs' orphaned
+	// descendants. Off only in processes that wait for other children.
+	Subreaper bool
 	// MetricsAddr is the HTTP address of /metrics; empty disables it.
 	MetricsAddr string
 	// Jobs configures the job manager.
@@ -88,6 +91,7 @@ func DefaultConfig() Config {
 		JournalFlushInterval: 5 * time.Second,
 		JournalMaxFinished:   1000,
 		MaxConns:             1024,
+		Subreaper:            true,
 		SubscriberQueueBytes: 8 << 20,
 		HandshakeTimeout:     5 * time.Second,
 		WriteTimeout:         5 * time.Second,
@@ -140,6 +144,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "a peer must finish the ZMTP handshake within this")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a peer that does not read for this long is disconnected")
 	fs.BoolVar(&c.NoCgroups, "no-cgroups", c.NoCgroups, "do not give jobs a cgroup each (process groups only; daemonizing children can then escape)")
+	fs.BoolVar(&c.Subreaper, "subreaper", c.Subreaper, "become a child subreaper: jobs' orphaned descendants are reparented to the supervisor and reaped (no zombies)")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup v2 directory for job cgroups, e.g. a systemd Delegate=yes slice (default: the supervisor's own cgroup)")
 	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")
 	fs.IntVar(&c.JournalMaxFinished, "journal-max-finished", c.JournalMaxFinished, "most recently finished jobs kept in the journal (running jobs are always kept)")

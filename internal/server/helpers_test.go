@@ -52,6 +52,7 @@ func testConfig(t testing.TB) Config {
 	cfg.Jobs.MergeInterval = 20 * time.Millisecond
 	cfg.Jobs.Grace = 2 * time.Second
 	cfg.HeartbeatInterval = 200 * time.Millisecond
+	cfg.Subreaper = false // the test process waits for children of its own
 	return cfg
 }
 

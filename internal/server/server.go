@@ -191,6 +191,11 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 	}
+	if s.cfg.Subreaper {
+		if err := s.jobs.EnableSubreaper(); err != nil {
+			s.log.Warn("cannot become a child subreaper; orphaned descendants go to init", "err", err)
+		}
+	}
 	// Settle what a previous run left behind before serving anyone.
 	s.recover()
 	s.writeJournal(false)
@@ -613,5 +618,6 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		JournalFailures:   f(s.journal.Failures.Load),
 		JournalCorrupt:    f(s.journalCorrupt.Load),
 		OrphansReconciled: f(s.orphansReconciled.Load),
+		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
 	})
 }

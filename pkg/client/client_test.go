@@ -37,6 +37,7 @@ func start(t testing.TB, tweak func(*server.Config)) *supervisor {
 	cfg.StateDir, cfg.MetricsAddr = filepath.Join(dir, "state"), ""
 	cfg.Jobs.MergeInterval = 10 * time.Millisecond
 	cfg.HeartbeatInterval = 200 * time.Millisecond
+	cfg.Subreaper = false // the test process waits for children of its own
 	if tweak != nil {
 		tweak(&cfg)
 	}
