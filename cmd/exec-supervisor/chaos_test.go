@@ -889,3 +889,58 @@ func TestNoZombiesAfterOrphanedGrandchildren(t *testing.T) {
 		})
 	}
 }
+
+// TestEscapeTreeWithoutCgroups documents what survives a kill when cgroups
+// are off: the process that made a session of its own (setsid) escapes;
+// the double-forked and nohup'ed ones stay in the job's process group and
+// die with it.
+func TestEscapeTreeWithoutCgroups(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--no-cgroups")
+	ctx := ctxFor(t, 30*time.Second)
+	dir := t.TempDir()
+	tree := fmt.Sprintf(`setsid sh -c 'echo $$ > %[1]s/setsid; exec sleep 300' & `+
+		`(sh -c 'echo $$ > %[1]s/double; exec sleep 300' &) ; `+
+		`nohup sh -c 'echo $$ > %[1]s/nohup; exec sleep 300' >/dev/null 2>&1 & echo up; sleep 300`, dir)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: tree, GraceMs: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]int{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pids) < 3 {
+		for _, name := range []string{"setsid", "double", "nohup"} {
+			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+				if p, _ := strconv.Atoi(strings.TrimSpace(string(b))); p > 0 {
+					pids[name] = p
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("children did not start: %v", pids)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the children to write their pids
+	}
+	t.Cleanup(func() {
+		for _, p := range pids {
+			if alive(p) {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+	})
+	if _, err := s.client.Kill(ctx, j.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(client.Options{ControlAddress: e.ctl, EventAddress: e.evt})
+	defer c.Close()
+	if err := c.Follow(ctx, j.JobID, 1, func(protocol.Event) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pids["double"]) || alive(pids["nohup"]) {
+		t.Fatalf("group members survived: double %v nohup %v", alive(pids["double"]), alive(pids["nohup"]))
+	}
+	if !alive(pids["setsid"]) {
+		t.Fatal("expected the setsid child to escape without cgroups (the documented limit); it did not")
+	}
+	t.Logf("without cgroups, only the setsid child (pid %d) survived its job, as documented", pids["setsid"])
+}
