@@ -290,7 +290,16 @@ func (s *Server) Close(ctx context.Context) error {
 	s.journalWG.Wait()
 	s.writeJournal(false)
 	if s.cgroupBase != nil {
-		if err := s.cgroupBase.Close(); err != nil {
+		// After a forced shutdown the last job cgroups are removed by their
+		// waiters a moment later: give them that moment.
+		var err error
+		for deadline := time.Now().Add(2 * time.Second); ; {
+			if err = s.cgroupBase.Close(); err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // waiting for job cgroups to be removed
+		}
+		if err != nil {
 			s.log.Warn("job cgroup directory left behind", "err", err)
 		}
 	}
