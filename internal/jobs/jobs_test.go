@@ -61,8 +61,9 @@ func TestRingMemoryFollowsUsage(t *testing.T) {
 		t.Fatalf("a 10-byte job holds %d chunk slots, %d bytes", cap(r.chunks), r.bytes)
 	}
 	// Many evictions keep the backing array bounded.
+	data := make([]byte, 64<<10) // shared: the test is about slots, not bytes
 	for i := 0; i < 100000; i++ {
-		r.add(chunk{Chunk: protocol.Chunk{Seq: uint64(i + 3), Offset: r.end, Data: make([]byte, 64<<10)}})
+		r.add(chunk{Chunk: protocol.Chunk{Seq: uint64(i + 3), Offset: r.end, Data: data}})
 	}
 	if n := len(r.chunks); n > 100 {
 		t.Fatalf("backing array has %d slots for %d live chunks", n, len(r.live()))

@@ -187,7 +187,7 @@ func Identify(pid int, startTicks uint64, bootID string) Liveness {
 	if err != nil {
 		return Gone
 	}
-	if state, _, ok := statStateAndPgid(strconv.Itoa(pid)); ok && (state == "Z" || state == "X") {
+	if state, _, _, ok := procStat(strconv.Itoa(pid)); ok && (state == "Z" || state == "X") {
 		return Gone
 	}
 	if startTicks == 0 || ticks != startTicks || bootID == "" || bootID != BootID() {
@@ -237,34 +237,24 @@ func GroupMembers(pgids, sessions map[int]bool) map[int][]ProcID {
 	if len(pgids) == 0 && len(sessions) == 0 {
 		return out
 	}
-	d, err := os.Open("/proc")
-	if err != nil {
-		return out
-	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
-	for _, n := range names {
-		if n[0] < '0' || n[0] > '9' {
-			continue
-		}
-		state, pg, sid, ok := procStat(n)
-		if !ok || state == "Z" || state == "X" {
-			continue
+	eachProc(func(p *procEntry) bool {
+		if p.zombie() || len(p.f) < 20 {
+			return true
 		}
 		key := 0
 		switch {
-		case sessions[sid]:
-			key = sid
-		case pgids[pg]:
-			key = pg
+		case sessions[p.sid]:
+			key = p.sid
+		case pgids[p.pgid]:
+			key = p.pgid
 		default:
-			continue
+			return true
 		}
-		pid, _ := strconv.Atoi(n)
-		if ticks, err := ProcStartTicks(pid); err == nil {
-			out[key] = append(out[key], ProcID{Pid: pid, StartTicks: ticks})
+		if ticks, err := strconv.ParseUint(p.f[19], 10, 64); err == nil {
+			out[key] = append(out[key], ProcID{Pid: p.pid, StartTicks: ticks})
 		}
-	}
+		return true
+	})
 	return out
 }
 

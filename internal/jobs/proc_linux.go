@@ -22,40 +22,12 @@ func groupAlive(pgid int) bool {
 		return false
 	}
 	// Some member exists: is any of them not a zombie?
-	d, err := os.Open("/proc")
-	if err != nil {
-		return true
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	want := strconv.Itoa(pgid)
-	for _, n := range names {
-		if n[0] < '0' || n[0] > '9' {
-			continue
-		}
-		state, pg, ok := statStateAndPgid(n)
-		if ok && pg == want && state != "Z" && state != "X" {
-			return true
-		}
-	}
-	return false
-}
-
-// statStateAndPgid reads fields 3 (state) and 5 (pgrp) of /proc/<pid>/stat.
-func statStateAndPgid(pid string) (state, pgid string, ok bool) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return "", "", false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return "", "", false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 {
-		return "", "", false
-	}
-	return f[0], f[2], true
+	found := false
+	eachProc(func(p *procEntry) bool {
+		found = p.pgid == pgid && !p.zombie()
+		return !found
+	})
+	return found
 }
 
 // signalGroup sends sig to every process of group pgid. A group that is
@@ -107,37 +79,15 @@ func BootID() string {
 // sessionMembers returns the process groups of live processes in session
 // sid (a PTY job's shell may put its own jobs in groups of their own).
 func sessionGroups(sid int) []int {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	want := strconv.Itoa(sid)
 	seen := map[int]bool{}
 	var out []int
-	for _, n := range names {
-		if n[0] < '0' || n[0] > '9' {
-			continue
+	eachProc(func(p *procEntry) bool {
+		if p.sid == sid && !p.zombie() && !seen[p.pgid] {
+			seen[p.pgid] = true
+			out = append(out, p.pgid)
 		}
-		b, err := os.ReadFile("/proc/" + n + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		// f[0] state, f[2] pgrp, f[3] session
-		if len(f) < 4 || f[3] != want || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if pg, err := strconv.Atoi(f[2]); err == nil && !seen[pg] {
-			seen[pg] = true
-			out = append(out, pg)
-		}
-	}
+		return true
+	})
 	return out
 }
 
@@ -176,4 +126,51 @@ func procStat(pid string) (state string, pgid, sid int, ok bool) {
 	pgid, _ = strconv.Atoi(f[2])
 	sid, _ = strconv.Atoi(f[3])
 	return f[0], pgid, sid, true
+}
+
+// procEntry is one process as /proc/<pid>/stat describes it. f holds the
+// fields after the command name: f[0] is field 3 (state).
+type procEntry struct {
+	pid             int
+	state           string
+	ppid, pgid, sid int
+	f               []string
+}
+
+func (p *procEntry) zombie() bool { return p.state == "Z" || p.state == "X" }
+
+// eachProc calls fn for every process in /proc (one scan); fn returns
+// false to stop early.
+func eachProc(fn func(p *procEntry) bool) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, n := range names {
+		if n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + n + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 4 {
+			continue
+		}
+		p := procEntry{state: f[0], f: f}
+		p.pid, _ = strconv.Atoi(n)
+		p.ppid, _ = strconv.Atoi(f[1])
+		p.pgid, _ = strconv.Atoi(f[2])
+		p.sid, _ = strconv.Atoi(f[3])
+		if !fn(&p) {
+			return
+		}
+	}
 }

@@ -3,7 +3,6 @@ package jobs
 import (
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -52,22 +51,15 @@ func (m *Manager) reapLoop() {
 func (m *Manager) reapOrphans() {
 	m.reapMu.Lock()
 	defer m.reapMu.Unlock()
-	d, err := os.Open("/proc")
-	if err != nil {
-		return
-	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
-	me := strconv.Itoa(os.Getpid())
-	for _, n := range names {
-		if n[0] < '0' || n[0] > '9' {
-			continue
+	me := os.Getpid()
+	var zombies []int
+	eachProc(func(p *procEntry) bool {
+		if p.state == "Z" && p.ppid == me {
+			zombies = append(zombies, p.pid)
 		}
-		state, ppid, ok := procStatePPid(n)
-		if !ok || state != "Z" || ppid != me {
-			continue
-		}
-		pid, _ := strconv.Atoi(n)
+		return true
+	})
+	for _, pid := range zombies {
 		m.lmu.Lock()
 		_, leader := m.leaders[pid]
 		m.lmu.Unlock()
@@ -79,45 +71,6 @@ func (m *Manager) reapOrphans() {
 			m.reaped.Add(1)
 		}
 	}
-}
-
-// procStatePPid reads fields 3 (state) and 4 (ppid) of /proc/<pid>/stat.
-func procStatePPid(pid string) (state, ppid string, ok bool) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return "", "", false
-	}
-	i := len(b) - 1
-	for i >= 0 && b[i] != ')' {
-		i--
-	}
-	if i < 0 || i+5 > len(b) {
-		return "", "", false
-	}
-	f := splitFields(string(b[i+1:]), 3)
-	if len(f) < 2 {
-		return "", "", false
-	}
-	return f[0], f[1], true
-}
-
-func splitFields(s string, n int) []string {
-	var out []string
-	start := -1
-	for i := 0; i < len(s) && len(out) < n; i++ {
-		if s[i] == ' ' {
-			if start >= 0 {
-				out = append(out, s[start:i])
-				start = -1
-			}
-		} else if start < 0 {
-			start = i
-		}
-	}
-	if start >= 0 && len(out) < n {
-		out = append(out, s[start:])
-	}
-	return out
 }
 
 func (m *Manager) addLeader(pid int) {

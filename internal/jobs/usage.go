@@ -1,10 +1,8 @@
 package jobs
 
 import (
-	"bytes"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -29,39 +27,19 @@ func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 	if len(groups) == 0 && len(sessions) == 0 {
 		return out
 	}
-	d, err := os.Open("/proc")
-	if err != nil {
-		return out
-	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
-	for _, n := range names {
-		if n[0] < '0' || n[0] > '9' {
-			continue
+	eachProc(func(p *procEntry) bool {
+		// f[11..14] = utime, stime, cutime, cstime (fields 14..17); f[21] = rss (24)
+		if len(p.f) < 22 || p.zombie() {
+			return true
 		}
-		b, err := os.ReadFile("/proc/" + n + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		// f[0]=state(3) f[2]=pgrp(5) f[3]=session(6) f[11..14]=utime,stime,cutime,cstime(14..17) f[21]=rss(24)
-		if len(f) < 22 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		pg, _ := strconv.Atoi(f[2])
-		sid, _ := strconv.Atoi(f[3])
 		key := 0
 		switch {
-		case sessions[sid]:
-			key = sid
-		case groups[pg]:
-			key = pg
+		case sessions[p.sid]:
+			key = p.sid
+		case groups[p.pgid]:
+			key = p.pgid
 		default:
-			continue
+			return true
 		}
 		a := out[key]
 		if a == nil {
@@ -70,12 +48,13 @@ func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 		}
 		a.procs++
 		for _, k := range []int{11, 12, 13, 14} {
-			v, _ := strconv.ParseInt(f[k], 10, 64)
+			v, _ := strconv.ParseInt(p.f[k], 10, 64)
 			a.cpu += float64(v) / clockTicks
 		}
-		rss, _ := strconv.ParseInt(f[21], 10, 64)
+		rss, _ := strconv.ParseInt(p.f[21], 10, 64)
 		a.rss += rss * pageSize
-	}
+		return true
+	})
 	return out
 }
 
