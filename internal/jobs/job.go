@@ -703,13 +703,15 @@ func (j *Job) waitLoop() {
 
 	j.detectEscapes()
 	j.clearGroup(killing, deadline)
+	j.drain()
+	j.finalize(ws)
+	// The cgroup is empty (clearGroup waited for it); removing it need
+	// not delay the job's end.
 	if j.cg != nil {
 		if err := j.cg.Remove(5 * time.Second); err != nil {
 			j.m.log.Error("job cgroup not removed", "job", j.id, "err", err)
 		}
 	}
-	j.drain()
-	j.finalize(ws)
 }
 
 // clearGroup terminates descendants that outlived the leader: a job owns
