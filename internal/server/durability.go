@@ -176,7 +176,7 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 			s.writeJournal(false)
 			// Coalesce bursts: changes arriving now are written together
 			// after a short pause, bounding the write rate.
-			pause := time.NewTimer(journalMinInterval)
+			pause := time.NewTimer(s.journalPause())
 			select {
 			case <-stop:
 				pause.Stop()
@@ -191,8 +191,20 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 
 // journalMinInterval is the shortest time between two journal writes
 // triggered by state changes: a change reaches the disk within about this
-// long, and a burst of spawns costs one write per interval.
-const journalMinInterval = 25 * time.Millisecond
+// long, and a burst of spawns costs one write per interval. With a cgroup
+// per job, orphans are found through their cgroups whatever the journal
+// says, so the journal only has to keep fates and may lag a little more.
+const (
+	journalMinInterval       = 25 * time.Millisecond
+	journalMinIntervalCgroup = 100 * time.Millisecond
+)
+
+func (s *Server) journalPause() time.Duration {
+	if s.cgroupBase != nil {
+		return journalMinIntervalCgroup
+	}
+	return journalMinInterval
+}
 
 // writeJournal saves a snapshot of every job. Failures are logged (once
 // per failure streak) and counted; the supervisor keeps running.
