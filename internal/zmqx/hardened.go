@@ -1,7 +1,6 @@
 package zmqx
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/transport"
 )
 
 // Policy is how a hardened listener treats its peers. Zero values mean the
@@ -80,34 +78,6 @@ func (p *Policy) reject(reason string, remote string, err error) {
 	if p.Log != nil {
 		p.Log("connection rejected", "reason", reason, "remote", remote, "err", err)
 	}
-}
-
-// hardenedTransport is registered with zmq4 under a scheme of its own for
-// each listener, so that each carries its own policy.
-type hardenedTransport struct {
-	network string // tcp or unix
-	policy  *Policy
-}
-
-var schemeSeq atomic.Uint64
-
-func (t *hardenedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
-	return d.DialContext(ctx, t.network, addr)
-}
-
-func (t *hardenedTransport) Addr(ep string) (string, error) {
-	return transport.New(t.network).Addr(ep)
-}
-
-func (t *hardenedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
-	inner, err := net.Listen(t.network, addr)
-	if err != nil {
-		return nil, err
-	}
-	l := &hardenedListener{inner: inner, policy: t.policy, ready: make(chan net.Conn), done: make(chan struct{})}
-	l.wg.Add(1)
-	go l.acceptLoop()
-	return l, nil
 }
 
 // hardenedListener accepts raw connections in its own loop, checks the
@@ -344,7 +314,7 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote string) {
 	if l.policy.Debug != nil {
 		l.policy.Debug("connection accepted", "remote", remote, "mechanism", mech)
 	}
-	c := &hardenedConn{Conn: raw, l: l, replay: pre, skipWrite: greetingLen}
+	c := &hardenedConn{Conn: raw, l: l, replay: pre}
 	c.parser = frameParser{max: l.policy.MaxFrameBytes, finalCmd: zmq4.CmdReady, peerTypes: l.policy.peerTypes}
 	if l.policy.Token != "" {
 		c.parser.finalCmd = zmq4.CmdInitiate
@@ -394,7 +364,6 @@ type hardenedConn struct {
 	net.Conn
 	l         *hardenedListener
 	replay    []byte
-	skipWrite int
 	parser    frameParser
 	closeOnce sync.Once
 	wmu       sync.Mutex
@@ -442,19 +411,11 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	total := len(p)
-	if c.skipWrite > 0 {
-		k := min(c.skipWrite, len(p))
-		c.skipWrite -= k
-		p = p[k:]
-		if len(p) == 0 {
-			return total, nil
-		}
-	}
 	// The peer must make progress: each chunk gets WriteTimeout. The
 	// deadline moves at most every quarter timeout, so small writes on the
 	// fast path skip the timer update; a peer that reads nothing is cut off
 	// after 3/4 to 4/4 of WriteTimeout.
-	written := total - len(p)
+	written := 0
 	for len(p) > 0 {
 		chunk := p[:min(len(p), 256<<10)]
 		if now := time.Now(); now.Sub(c.deadlineSet) > c.l.policy.WriteTimeout/4 {
@@ -470,7 +431,6 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 				c.l.policy.reject("slow-peer-write-timeout", c.RemoteAddr().String(), err)
 			}
 			c.Close()
-			// io.EOF makes the engine drop the connection (a timeout would not).
 			return written, io.EOF
 		}
 	}
@@ -478,8 +438,7 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 }
 
 // writeBuffers writes bufs with one writev where possible, under the same
-// progress deadline as Write (it is used only by our own Publisher, which
-// writes no greeting, so skipWrite is 0).
+// progress deadline as Write.
 func (c *hardenedConn) writeBuffers(bufs net.Buffers) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -657,17 +616,3 @@ type violation struct {
 }
 
 func (v *violation) Error() string { return v.reason + ": " + v.err.Error() }
-
-// registerHardened registers a transport for one listener and returns the
-// endpoint to give the engine.
-func registerHardened(scheme, addr string, p *Policy) (string, error) {
-	network := "tcp"
-	if scheme == "ipc" {
-		network = "unix"
-	}
-	name := fmt.Sprintf("es%s%d", scheme, schemeSeq.Add(1))
-	if err := zmq4.RegisterTransport(name, &hardenedTransport{network: network, policy: p}); err != nil {
-		return "", fmt.Errorf("register hardened transport: %w", err)
-	}
-	return name + "://" + addr, nil
-}

@@ -36,27 +36,15 @@ func FuzzFrameParser(f *testing.F) {
 	})
 }
 
-// BenchmarkHardenedRoundTrip: REQ/REP echo round trips through the hardened
-// transport vs bare zmq4, interleaved one for one in the same run so that
+// BenchmarkHardenedRoundTrip: REQ round trips to an echoing ROUTER: ours
+// (hardened listener, per-peer reader and writer, as the server uses it)
+// vs zmq4's bare ROUTER, interleaved one for one in the same run so that
 // machine noise hits both alike; reports p50s and their ratio (goal <= 1.1).
 func BenchmarkHardenedRoundTrip(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := b.TempDir()
-	serve := func(ep string, listen func() (Socket, error)) Socket {
-		rep, err := listen()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { rep.Close() })
-		go func() {
-			for {
-				m, err := rep.Recv()
-				if err != nil || rep.Send(m) != nil {
-					return
-				}
-			}
-		}()
+	dial := func(ep string) Socket {
 		req, err := Dial(ctx, Req, ep, time.Second)
 		if err != nil {
 			b.Fatal(err)
@@ -65,9 +53,36 @@ func BenchmarkHardenedRoundTrip(b *testing.B) {
 		return req
 	}
 	bareEP := "ipc://" + filepath.Join(dir, "bare.sock")
+	bareSrv, err := ListenBare(ctx, RouterType, bareEP)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bareSrv.Close()
+	go func() {
+		for {
+			m, err := bareSrv.Recv()
+			if err != nil || bareSrv.Send(m) != nil {
+				return
+			}
+		}
+	}()
 	hardEP := "ipc://" + filepath.Join(dir, "hard.sock")
-	bare := serve(bareEP, func() (Socket, error) { return ListenBare(ctx, Rep, bareEP) })
-	hard := serve(hardEP, func() (Socket, error) { return Listen(ctx, Rep, hardEP, nil) })
+	hardSrv, err := ListenRouter(ctx, hardEP, nil, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer hardSrv.Close()
+	go func() {
+		for {
+			m, err := hardSrv.Recv()
+			if err != nil {
+				return
+			}
+			_ = hardSrv.Send(m.Peer, m.Frames)
+			m.Peer.Release()
+		}
+	}()
+	bare, hard := dial(bareEP), dial(hardEP)
 	msg := NewMsg(make([]byte, 200))
 	once := func(req Socket) time.Duration {
 		t0 := time.Now()

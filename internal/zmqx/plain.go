@@ -9,10 +9,10 @@ import (
 	"github.com/go-zeromq/zmq4"
 )
 
-// plainSecurity is a ZMTP PLAIN mechanism (RFC 24) of our own: the server
-// side checks the password against the supervisor's token (the user name
-// is ignored); the client side sends it. It is stateless, so one value can
-// serve any number of connections.
+// plainSecurity is the client side of ZMTP PLAIN (RFC 24) for zmq4 sockets:
+// it sends the supervisor's token as the password. It is stateless (zmq4's
+// own PLAIN forgets its credentials after one handshake), so one value
+// serves any number of connections.
 type plainSecurity struct {
 	user, token string
 }
@@ -22,49 +22,15 @@ func PlainClient(token string) zmq4.Security {
 	return plainSecurity{user: "exec-supervisor", token: token}
 }
 
-func plainServer(token string) zmq4.Security { return plainSecurity{token: token} }
-
 func (plainSecurity) Type() zmq4.SecurityType { return zmq4.PlainSecurity }
 
+// Handshake runs the client side; the server side is the hardened
+// listener's (it checks the password before anything else happens).
 func (s plainSecurity) Handshake(conn *zmq4.Conn, server bool) error {
 	if server {
-		return s.serverHandshake(conn)
+		return errors.New("plain: this mechanism is client-side only")
 	}
 	return s.clientHandshake(conn)
-}
-
-func (s plainSecurity) serverHandshake(conn *zmq4.Conn) error {
-	cmd, err := conn.RecvCmd()
-	if err != nil {
-		return fmt.Errorf("plain: receive HELLO: %w", err)
-	}
-	// The hardened listener already checked the password; check again so
-	// this mechanism is safe on its own.
-	if cmd.Name != zmq4.CmdHello || !plainBodyOK(cmd.Body, s.token) {
-		_ = conn.SendCmd(zmq4.CmdError, reason("authentication failed"))
-		return errors.New("plain: authentication failed")
-	}
-	if err := conn.SendCmd(zmq4.CmdWelcome, nil); err != nil {
-		return fmt.Errorf("plain: send WELCOME: %w", err)
-	}
-	cmd, err = conn.RecvCmd()
-	if err != nil {
-		return fmt.Errorf("plain: receive INITIATE: %w", err)
-	}
-	if cmd.Name != zmq4.CmdInitiate {
-		return fmt.Errorf("plain: expected INITIATE, got %q", cmd.Name)
-	}
-	if err := conn.Peer.Meta.UnmarshalZMTP(cmd.Body); err != nil {
-		return fmt.Errorf("plain: peer metadata: %w", err)
-	}
-	raw, err := conn.Meta.MarshalZMTP()
-	if err != nil {
-		return fmt.Errorf("plain: metadata: %w", err)
-	}
-	if err := conn.SendCmd(zmq4.CmdReady, raw); err != nil {
-		return fmt.Errorf("plain: send READY: %w", err)
-	}
-	return nil
 }
 
 func (s plainSecurity) clientHandshake(conn *zmq4.Conn) error {
@@ -117,8 +83,6 @@ func plainBodyOK(b []byte, token string) bool {
 	}
 	return subtle.ConstantTimeCompare(b[1:], []byte(token)) == 1
 }
-
-func reason(s string) []byte { return append([]byte{byte(len(s))}, s...) }
 
 func errorReason(b []byte) string {
 	if len(b) < 1 || int(b[0]) > len(b)-1 {

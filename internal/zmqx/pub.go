@@ -83,7 +83,6 @@ func (p *Publisher) acceptLoop() {
 			return
 		}
 		hc := c.(*hardenedConn)
-		hc.skipWrite = 0 // we write our own frames; the greeting was sent already
 		p.wg.Add(1)
 		go p.serve(hc)
 	}
@@ -310,5 +309,3 @@ func encodeMessage(frames [][]byte) (net.Buffers, int) {
 	}
 	return wire, size
 }
-
-func readFull(r io.Reader, b []byte) (int, error) { return io.ReadFull(r, b) }

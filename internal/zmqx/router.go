@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -144,7 +145,6 @@ func (r *Router) acceptLoop() {
 			return
 		}
 		hc := c.(*hardenedConn)
-		hc.skipWrite = 0
 		r.wg.Add(1)
 		go r.serve(hc)
 	}
@@ -184,7 +184,7 @@ func (r *Router) serve(c *hardenedConn) {
 func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 	_ = c.Conn.SetReadDeadline(time.Now().Add(pol.HandshakeTimeout))
 	var g [greetingLen]byte
-	if _, err := readFull(c, g[:]); err != nil {
+	if _, err := io.ReadFull(c, g[:]); err != nil {
 		return err
 	}
 	flags, body, err := readFrame(c)

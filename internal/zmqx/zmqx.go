@@ -32,7 +32,7 @@ type Msg = zmq4.Msg
 
 // Socket types used by exec-supervisor.
 const (
-	RouterType = zmq4.Router
+	RouterType = zmq4.Router // for baselines; our server side is ListenRouter
 	Dealer     = zmq4.Dealer
 	Pub        = zmq4.Pub
 	Sub        = zmq4.Sub
@@ -90,61 +90,6 @@ func newSocket(ctx context.Context, typ zmq4.SocketType, opts ...zmq4.Option) So
 		return zmq4.NewRep(ctx, opts...)
 	}
 	panic(fmt.Sprintf("zmqx: unsupported socket type %v", typ))
-}
-
-// Listen opens a socket of type typ bound to endpoint, behind the hardened
-// transport with policy p (nil means the defaults: NULL mechanism, own uid
-// only on ipc). For ipc endpoints a stale socket file left by a dead
-// process is removed first; a live one is an error (another process is
-// serving there).
-func Listen(ctx context.Context, typ zmq4.SocketType, endpoint string, p *Policy) (Socket, error) {
-	scheme, addr, err := Split(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	if scheme == "ipc" {
-		if err := removeStaleSocket(addr); err != nil {
-			return nil, err
-		}
-		if dir := filepath.Dir(addr); dir == DefaultRuntimeDir() {
-			if err := EnsurePrivateDir(dir); err != nil {
-				return nil, err
-			}
-		} else if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("create directory of %s: %w", endpoint, err)
-		}
-	}
-	if p == nil {
-		p = &Policy{}
-	}
-	pol := *p
-	pol.fill()
-	switch typ {
-	case RouterType:
-		pol.peerTypes = []string{"REQ", "DEALER", "ROUTER"}
-	case Pub:
-		pol.peerTypes = []string{"SUB", "XSUB"}
-	case Rep:
-		pol.peerTypes = []string{"REQ", "DEALER"}
-	}
-	engineEP, err := registerHardened(scheme, addr, &pol)
-	if err != nil {
-		return nil, err
-	}
-	var opts []zmq4.Option
-	if pol.Token != "" {
-		opts = append(opts, zmq4.WithSecurity(plainServer(pol.Token)))
-	}
-	s := newSocket(ctx, typ, opts...)
-	if err := s.Listen(engineEP); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("listen on %s: %w", endpoint, err)
-	}
-	if scheme == "ipc" {
-		// The socket file gets the process umask; tighten it.
-		_ = os.Chmod(addr, 0o600)
-	}
-	return s, nil
 }
 
 // removeStaleSocket removes path if it is a unix socket nobody answers on.
