@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
@@ -750,22 +751,16 @@ func TestClientSeesSupervisorRestart(t *testing.T) {
 }
 
 // jobCgroupProcs reads the processes of a job's cgroup as the supervisor
-// on state dir env.state lays it out; nil when cgroups are not in use.
+// on state dir e.state lays it out; nil when cgroups are not in use.
 func jobCgroupProcs(e env, id string) []int {
 	sum := sha256.Sum256([]byte(e.state))
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/unified", "exec-supervisor-"+hex.EncodeToString(sum[:4]), id, "cgroup.procs"))
-	if err != nil {
-		b, err = os.ReadFile(filepath.Join("/sys/fs/cgroup", "exec-supervisor-"+hex.EncodeToString(sum[:4]), id, "cgroup.procs"))
-		if err != nil {
-			return nil
+	name := "exec-supervisor-" + hex.EncodeToString(sum[:4])
+	for _, mnt := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if cg := cgroups.Open(filepath.Join(mnt, name, id)); cg != nil {
+			return cg.Procs()
 		}
 	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		p, _ := strconv.Atoi(f)
-		out = append(out, p)
-	}
-	return out
+	return nil
 }
 
 func alive(pid int) bool {

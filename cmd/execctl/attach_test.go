@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -63,9 +64,19 @@ func TestAttachUnderTmux(t *testing.T) {
 	tmux(t, sock, "send-keys", "-t", "t", "stty size", "Enter")
 	waitScreen("30 100")
 	tmux(t, sock, "resize-window", "-t", "t", "-x", "120", "-y", "40")
-	time.Sleep(200 * time.Millisecond) // let SIGWINCH reach execctl before typing
-	tmux(t, sock, "send-keys", "-t", "t", "stty size", "Enter")
-	waitScreen("40 120")
+	// SIGWINCH reaches execctl asynchronously: ask until the job sees it.
+	deadline := time.Now().Add(10 * time.Second)
+	answers := regexp.MustCompile(`(?m)^\d+ \d+\s*$`)
+	for !strings.Contains(screen(), "40 120") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job never saw the new size:\n%s", screen())
+		}
+		n := len(answers.FindAllString(screen(), -1))
+		tmux(t, sock, "send-keys", "-t", "t", "stty size", "Enter")
+		for len(answers.FindAllString(screen(), -1)) == n && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // polling the screen for this stty's answer
+		}
+	}
 	// Ctrl-] detaches; the job is still running.
 	tmux(t, sock, "send-keys", "-t", "t", "C-]")
 	waitScreen("ATTACH-EXIT=0")

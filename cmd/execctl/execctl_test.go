@@ -18,16 +18,7 @@ import (
 
 // TestMain fails the run when a test left a live child process behind
 // (every job is a child of this process: the server runs in-process).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if kids := proctest.Children(os.Getpid()); len(kids) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: test left child processes behind: %v\n", kids)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.RunWithoutLeaks(m)) }
 
 // shortTempDir returns a fresh directory with a short path (unix socket
 // paths must stay under ~100 bytes), removed when the test ends.

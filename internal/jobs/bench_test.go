@@ -1,14 +1,29 @@
 package jobs
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-
 	"os/exec"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
+
+// spawnWaitN spawns b.N jobs through m one after the other, waiting for
+// each to finish, and returns the time it took.
+func spawnWaitN(b *testing.B, m *Manager, args protocol.SpawnArgs) time.Duration {
+	t0 := time.Now()
+	for i := 0; i < b.N; i++ {
+		info, err := m.Spawn(args)
+		if err != nil {
+			b.Fatal(err)
+		}
+		j, _ := m.Get(info.JobID)
+		<-j.Done()
+	}
+	return time.Since(t0)
+}
 
 // BenchmarkManagerSpawnTrue isolates the job engine (no sockets): /bin/true
 // spawned and waited through a Manager vs os/exec in the same run.
@@ -22,16 +37,7 @@ func BenchmarkManagerSpawnTrue(b *testing.B) {
 		}
 	}
 	d := time.Since(start)
-	start = time.Now()
-	for i := 0; i < b.N; i++ {
-		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"/bin/true"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		j, _ := m.Get(info.JobID)
-		<-j.Done()
-	}
-	s := time.Since(start)
+	s := spawnWaitN(b, m, protocol.SpawnArgs{Argv: []string{"/bin/true"}})
 	b.ReportMetric(float64(b.N)/d.Seconds(), "direct-jobs/s")
 	b.ReportMetric(float64(b.N)/s.Seconds(), "manager-jobs/s")
 	b.ReportMetric(d.Seconds()/s.Seconds(), "ratio")
@@ -53,20 +59,9 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 		CleanupKill: func(string) {},
 	}))
 	defer hooked.Close(b.Context())
-	run := func(m *Manager) time.Duration {
-		t0 := time.Now()
-		for i := 0; i < b.N; i++ {
-			info, err := m.Spawn(protocol.SpawnArgs{Shell: "echo x"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			j, _ := m.Get(info.JobID)
-			<-j.Done()
-		}
-		return time.Since(t0)
-	}
 	b.ResetTimer()
-	p, h := run(plain), run(hooked)
+	args := protocol.SpawnArgs{Shell: "echo x"}
+	p, h := spawnWaitN(b, plain, args), spawnWaitN(b, hooked, args)
 	b.ReportMetric(float64(b.N)/p.Seconds(), "plain-jobs/s")
 	b.ReportMetric(float64(b.N)/h.Seconds(), "metrics-jobs/s")
 	b.ReportMetric(p.Seconds()/h.Seconds(), "ratio")

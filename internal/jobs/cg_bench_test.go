@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"testing"
-	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -20,20 +19,9 @@ func BenchmarkCgroupCost(b *testing.B) {
 	defer plain.Close(b.Context())
 	cg := New(Config{MaxJobs: 1000}, nil, nil, WithCgroups(base))
 	defer cg.Close(b.Context())
-	run := func(m *Manager) time.Duration {
-		t0 := time.Now()
-		for i := 0; i < b.N; i++ {
-			info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"/bin/true"}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			j, _ := m.Get(info.JobID)
-			<-j.Done()
-		}
-		return time.Since(t0)
-	}
 	b.ResetTimer()
-	p, c := run(plain), run(cg)
+	args := protocol.SpawnArgs{Argv: []string{"/bin/true"}}
+	p, c := spawnWaitN(b, plain, args), spawnWaitN(b, cg, args)
 	b.ReportMetric(float64(b.N)/p.Seconds(), "pgid-jobs/s")
 	b.ReportMetric(float64(b.N)/c.Seconds(), "cgroup-jobs/s")
 	b.ReportMetric(p.Seconds()/c.Seconds(), "ratio")

@@ -241,13 +241,8 @@ func GroupMembers(pgids, sessions map[int]bool) map[int][]ProcID {
 		if p.zombie() || len(p.f) < 20 {
 			return true
 		}
-		key := 0
-		switch {
-		case sessions[p.sid]:
-			key = p.sid
-		case pgids[p.pgid]:
-			key = p.pgid
-		default:
+		key, ok := p.scopeKey(pgids, sessions)
+		if !ok {
 			return true
 		}
 		if ticks, err := strconv.ParseUint(p.f[19], 10, 64); err == nil {

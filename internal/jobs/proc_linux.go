@@ -174,3 +174,15 @@ func eachProc(fn func(p *procEntry) bool) {
 		}
 	}
 }
+
+// scopeKey returns the job scope p belongs to among the given sessions (PTY
+// jobs, keyed by session id) and process groups, or false.
+func (p *procEntry) scopeKey(groups, sessions map[int]bool) (int, bool) {
+	switch {
+	case sessions[p.sid]:
+		return p.sid, true
+	case groups[p.pgid]:
+		return p.pgid, true
+	}
+	return 0, false
+}

@@ -32,13 +32,8 @@ func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 		if len(p.f) < 22 || p.zombie() {
 			return true
 		}
-		key := 0
-		switch {
-		case sessions[p.sid]:
-			key = p.sid
-		case groups[p.pgid]:
-			key = p.pgid
-		default:
+		key, ok := p.scopeKey(groups, sessions)
+		if !ok {
 			return true
 		}
 		a := out[key]

@@ -5,6 +5,7 @@ package proctest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -80,6 +81,19 @@ func GroupsOfSession(sid int) []int {
 		}
 	}
 	return out
+}
+
+// RunWithoutLeaks runs the tests and fails the run when one left a live
+// child process behind. Use it as TestMain's body: os.Exit(RunWithoutLeaks(m)).
+func RunWithoutLeaks(m interface{ Run() int }) int {
+	code := m.Run()
+	if code == 0 {
+		if kids := Children(os.Getpid()); len(kids) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: test left child processes behind: %v\n", kids)
+			code = 1
+		}
+	}
+	return code
 }
 
 // Buffer is a bytes.Buffer safe for concurrent writers (a child's output

@@ -3,12 +3,14 @@ package server
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -144,22 +146,16 @@ func TestOwnershipEscapeEventAndStrictMode(t *testing.T) {
 // group: setsid, a double fork in a subshell, nohup in the background.
 const escapeTree = `setsid sleep 300 & (sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & echo up; sleep 300`
 
-// cgroupMembers lists the processes still in a job's cgroup directory, or
-// nil when the cgroup is gone.
+// jobCgroupProcs lists the processes in a job's cgroup, or nil when the
+// cgroup is gone.
 func jobCgroupProcs(ts *testServer, id string) []int {
 	if ts.cgroupBase == nil {
 		return nil
 	}
-	b, err := os.ReadFile(ts.cgroupBase.Dir + "/" + id + "/cgroup.procs")
-	if err != nil {
-		return nil
+	if cg := cgroups.Open(filepath.Join(ts.cgroupBase.Dir, id)); cg != nil {
+		return cg.Procs()
 	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		p, _ := strconv.Atoi(f)
-		out = append(out, p)
-	}
-	return out
+	return nil
 }
 
 // TestEscapeTreeLeavesNothing: after kill, overall timeout and no-output

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"log/slog"
 	"os"
@@ -18,16 +17,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if kids := proctest.Children(os.Getpid()); len(kids) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: test left child processes behind: %v\n", kids)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.RunWithoutLeaks(m)) }
 
 // testServer is a supervisor serving on private ipc endpoints of a test.
 type testServer struct {

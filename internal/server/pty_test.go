@@ -136,10 +136,11 @@ func TestPTYInteractiveShell(t *testing.T) {
 	}
 	waitForOutput(t, ts, j.JobID, "hi-42", 10*time.Second)
 	// Ctrl-C interrupts a running command; the shell answers again.
-	if err := ts.client.Submit(ctx, j.JobID, "sleep 30; echo not-interrupted"); err != nil {
+	if err := ts.client.Submit(ctx, j.JobID, "echo sleeping-now; sleep 30; echo not-interrupted"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // let the shell start sleep before the interrupt (a real user's pause)
+	// The command's own output line (not the echo of the typed line).
+	waitForOutput(t, ts, j.JobID, "\r\nsleeping-now\r\n", 10*time.Second)
 	if err := ts.client.SendKeys(ctx, j.JobID, "C-c"); err != nil {
 		t.Fatal(err)
 	}
