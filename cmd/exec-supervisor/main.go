@@ -15,10 +15,16 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+func main() {
+	// A job with rlimits starts as this binary, which applies them and
+	// execs the job's program: nothing else may run before.
+	limits.MaybeRunHelper()
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
 
 func run(args []string, stderr io.Writer) int {
 	cfg := server.DefaultConfig()
@@ -46,6 +52,9 @@ func run(args []string, stderr io.Writer) int {
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "exec-supervisor: invalid configuration:", err)
 		return 2
+	}
+	if exe, err := os.Executable(); err == nil {
+		cfg.LimitsHelper = exe
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	// The first SIGTERM/SIGINT starts a graceful shutdown; a second one

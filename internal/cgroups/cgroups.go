@@ -7,7 +7,8 @@
 // such as /sys/fs/cgroup/unified) from /proc/self/mountinfo and uses the
 // supervisor's own cgroup, or a configured one, as the parent. Without a
 // usable hierarchy, Detect says why and the caller falls back to process
-// groups. It does not set resource limits.
+// groups. SetLimits sets memory.max and cpu.weight on a job's cgroup where
+// those controllers can be had, and says why not where they cannot.
 package cgroups
 
 import (
@@ -16,6 +17,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -201,4 +204,160 @@ func (b *Base) Close() error {
 		return fmt.Errorf("remove %s: %w", b.Dir, err)
 	}
 	return nil
+}
+
+// LimitResult says which limits were applied and why others were not.
+type LimitResult struct {
+	Applied     []string          // e.g. "memory.max=268435456", "cpu.weight=50"
+	Unavailable map[string]string // limit name -> reason, e.g. "memory.max": "memory controller not available in /sys/fs/cgroup/unified/...: not enabled in the parent's cgroup.subtree_control"
+}
+
+// SetLimits writes memory.max (bytes, 0 = skip) and cpu.weight (1..10000,
+// 0 = skip) on c before any process is in it.
+// It tries to enable the needed controller in the parent (Base dir)
+// cgroup.subtree_control ("+memory", "+cpu") when the controller is listed
+// in the parent's cgroup.controllers; failures (including invalid values)
+// become Unavailable entries with the errno text; it never fails the job.
+func (c *Cgroup) SetLimits(memoryMax int64, cpuWeight int) LimitResult {
+	res := LimitResult{Unavailable: map[string]string{}}
+	parent := filepath.Dir(c.Path)
+	set := func(file, ctrl, value string) {
+		if why := enableController(parent, ctrl); why != "" {
+			res.Unavailable[file] = why
+		} else if err := writeCgroupFile(filepath.Join(c.Path, file), value); err != nil {
+			res.Unavailable[file] = err.Error()
+		} else {
+			res.Applied = append(res.Applied, file+"="+value)
+		}
+	}
+	switch {
+	case memoryMax < 0:
+		res.Unavailable["memory.max"] = fmt.Sprintf("invalid value %d: want bytes > 0 (0 = no limit)", memoryMax)
+	case memoryMax > 0:
+		set("memory.max", "memory", strconv.FormatInt(memoryMax, 10))
+	}
+	switch {
+	case cpuWeight < 0 || cpuWeight > 10000:
+		res.Unavailable["cpu.weight"] = fmt.Sprintf("invalid value %d: want 1..10000 (0 = unchanged)", cpuWeight)
+	case cpuWeight > 0:
+		set("cpu.weight", "cpu", strconv.Itoa(cpuWeight))
+	}
+	return res
+}
+
+// Controllers lists the controllers available to job cgroups under b (the
+// base's cgroup.controllers), for health reporting.
+func (b *Base) Controllers() []string {
+	ctrls, _ := readFields(filepath.Join(b.Dir, "cgroup.controllers"))
+	return ctrls
+}
+
+// writeCgroupFile writes an interface file that must exist (no O_CREAT: a
+// missing file means a missing controller, not one to make up). A
+// variable so that tests can make the kernel refuse.
+var writeCgroupFile = func(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %q to %s: %w", value, path, err)
+	}
+	return nil
+}
+
+func readFields(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(b)), nil
+}
+
+// hasProcs reports whether the cgroup dir has processes of its own.
+func hasProcs(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	return err == nil && len(strings.TrimSpace(string(b))) > 0
+}
+
+// isCgroup reports whether dir is a cgroup v2 directory.
+func isCgroup(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "cgroup.controllers"))
+	return err == nil
+}
+
+const internalProcsHint = `cgroup v2's "no internal processes" rule allows enabling domain controllers for the children of a (non-root) cgroup only while it has no processes of its own: point --cgroup-parent at a delegated subtree without processes`
+
+// enableController makes ctrl available to the children of dir (a Base
+// dir): "" if it is, else why not.
+func enableController(dir, ctrl string) string {
+	if sub, _ := readFields(filepath.Join(dir, "cgroup.subtree_control")); slices.Contains(sub, ctrl) {
+		return ""
+	}
+	prefix := fmt.Sprintf("%s controller not available in %s: ", ctrl, dir)
+	avail, err := readFields(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return prefix + err.Error()
+	}
+	if !slices.Contains(avail, ctrl) {
+		return prefix + whyMissing(dir, ctrl)
+	}
+	err = writeCgroupFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+ctrl)
+	if err == nil {
+		return ""
+	}
+	why := prefix + "enabling it in cgroup.subtree_control failed: " + err.Error()
+	if errors.Is(err, syscall.EBUSY) {
+		why += " (" + dir + " holds processes; " + internalProcsHint + ")"
+	}
+	return why
+}
+
+// whyMissing explains why ctrl is not in dir's cgroup.controllers: the
+// nearest ancestor that has it does not pass it on, or the cgroup v2
+// hierarchy does not have it at all.
+func whyMissing(dir, ctrl string) string {
+	for d := dir; ; {
+		p := filepath.Dir(d)
+		if p == d || !isCgroup(p) { // d is the root of the hierarchy
+			root, _ := readFields(filepath.Join(d, "cgroup.controllers"))
+			why := fmt.Sprintf("the cgroup v2 hierarchy does not have it (its root %s offers: %s)", d, strings.Join(root, " "))
+			if v1 := cgroup1Mount(ctrl); v1 != "" {
+				why += fmt.Sprintf("; it is attached to the cgroup v1 hierarchy at %s (hybrid mode)", v1)
+			}
+			return why
+		}
+		if ctrls, _ := readFields(filepath.Join(p, "cgroup.controllers")); slices.Contains(ctrls, ctrl) {
+			why := "not enabled in " + filepath.Join(p, "cgroup.subtree_control")
+			if d == dir {
+				why = "not enabled in the parent's cgroup.subtree_control (" + filepath.Join(p, "cgroup.subtree_control") + ")"
+			}
+			if isCgroup(filepath.Dir(p)) && hasProcs(p) {
+				why += "; " + p + " holds processes, and " + internalProcsHint
+			}
+			return why
+		}
+		d = p
+	}
+}
+
+// cgroup1Mount returns where a cgroup v1 hierarchy with ctrl is mounted,
+// or "".
+func cgroup1Mount(ctrl string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		left, right, ok := strings.Cut(line, " - ")
+		rf, lf := strings.Fields(right), strings.Fields(left)
+		if ok && len(rf) >= 3 && rf[0] == "cgroup" && len(lf) >= 5 && slices.Contains(strings.Split(rf[2], ","), ctrl) {
+			return lf[4]
+		}
+	}
+	return ""
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/notify"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -40,9 +41,14 @@ type Job struct {
 
 	timeout, noOutput, grace time.Duration
 
-	done chan struct{} // closed once the job is finalized
-
 	mu sync.Mutex
+	// done is closed once the job is finalized (replaced when a finished
+	// service is started again); runDone when the current run ended.
+	done    chan struct{}
+	runDone chan struct{}
+	// runStarted is closed once the current run's process is known (or
+	// its start failed).
+	runStarted chan struct{}
 	// state only moves through transition.
 	state      State
 	cmd        *exec.Cmd
@@ -103,6 +109,32 @@ type Job struct {
 	// lastCPU and lastSampled are the previous resource sample (for CPU%).
 	lastCPU     float64
 	lastSampled time.Time
+
+	// Service jobs (restart policy): svc decides restarts; attempt is the
+	// current run's number; runOffset the output offset where it began.
+	svc       *backoff
+	attempt   int
+	restarts  int
+	restartT  *time.Timer
+	restartAt time.Time
+	runOffset int64
+	// restartReq: the run is being ended by the restart op; endReason: a
+	// stop, kill or shutdown asked to end supervision.
+	restartReq bool
+	endReason  Reason
+	history    []protocol.RunRecord
+
+	// Notify jobs: the run's notify socket and what it was told.
+	notifySock   *notify.Socket
+	ready        bool
+	notifyStatus string
+	lastWatchdog time.Time
+	stopping     bool
+	watchdog     time.Duration
+	watchdogT    *time.Timer
+	limits       *protocol.LimitsInfo
+	// recovered: restored from the journal without a full spec.
+	recovered bool
 }
 
 // Reason is a termination reason (an alias of the wire type).
@@ -112,9 +144,17 @@ func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 	j := &Job{
 		m: m, id: newJobID(), spec: args,
 		done: make(chan struct{}), killNow: make(chan struct{}),
-		createdAt: m.now(), out: newRing(m.cfg.RingBytes),
+		runDone: make(chan struct{}), runStarted: make(chan struct{}),
+		createdAt: m.now(), out: newRing(m.cfg.RingBytes), attempt: 1,
 	}
-	j.timeout = m.cfg.DefaultTimeout
+	if args.Restart.Enabled() {
+		// A service runs until stopped: no overall timeout unless asked
+		// for (then it bounds each run).
+		j.svc = newBackoff(*args.Restart)
+	} else {
+		j.timeout = m.cfg.DefaultTimeout
+	}
+	j.watchdog = time.Duration(args.WatchdogIntervalMs) * time.Millisecond
 	if args.TimeoutMs > 0 {
 		j.timeout = time.Duration(args.TimeoutMs) * time.Millisecond
 	}
@@ -131,13 +171,28 @@ func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 // ID returns the job id.
 func (j *Job) ID() string { return j.id }
 
-// Done is closed when the job is finalized.
-func (j *Job) Done() <-chan struct{} { return j.done }
+// Done is closed when the job is finalized (for a service: when
+// supervision ended). A finished service started again gets a new channel.
+func (j *Job) Done() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.done
+}
 
 // Finished reports whether the job is finalized.
 func (j *Job) Finished() bool {
 	select {
-	case <-j.done:
+	case <-j.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// over reports whether ch (a run's runDone) is closed.
+func over(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
 		return true
 	default:
 		return false
@@ -177,6 +232,7 @@ func (j *Job) emitLocked(kind protocol.Kind, payload any) protocol.Event {
 		// Payloads are our own plain structs; this cannot happen.
 		j.m.log.Error("encode event", "job", j.id, "kind", string(kind), "err", err)
 	}
+	ev.Attempt = j.attemptTag()
 	if j.m.sink != nil {
 		j.m.sink.Publish(ev)
 	}
@@ -225,27 +281,46 @@ func envLookup(env []string, key string) string {
 	return ""
 }
 
-// start launches the process. On failure the job is finalized as a
-// spawn-error and the error is returned.
+// start launches the current run's process. On failure the run ends as a
+// spawn-error (the job is finalized unless a service restarts it) and the
+// error is returned.
 func (j *Job) start() error {
 	argv := j.spec.Argv
 	if j.spec.Shell != "" {
 		argv = []string{"/bin/sh", "-c", j.spec.Shell}
 	}
+	j.mu.Lock()
+	attempt, runDone, runStarted := j.attempt, j.runDone, j.runStarted
+	j.mu.Unlock()
 	env := j.buildEnv()
-	cmd, files, err := j.prepare(argv, env)
+	var err error
+	if j.spec.Notify {
+		env, err = j.openNotify(env, runDone, runStarted)
+	}
+	var cmd *exec.Cmd
+	var files procFiles
+	if err == nil {
+		cmd, files, err = j.prepare(argv, env)
+	}
 	var cgfd *os.File
 	if err == nil && j.m.cgroups != nil {
 		// Born in its own cgroup (never moved after start): everything it
 		// ever starts stays in it, whatever groups or sessions it makes.
+		name := j.id
+		if attempt > 1 {
+			name = fmt.Sprintf("%s.%d", j.id, attempt)
+		}
 		var cg *cgroups.Cgroup
-		if cg, cgfd, err = j.m.cgroups.Create(j.id); err == nil {
+		if cg, cgfd, err = j.m.cgroups.Create(name); err == nil {
+			j.applyCgroupLimits(cg)
 			j.mu.Lock()
 			j.cg = cg
 			j.mu.Unlock()
 			cmd.SysProcAttr.UseCgroupFD = true
 			cmd.SysProcAttr.CgroupFD = int(cgfd.Fd())
 		}
+	} else if err == nil {
+		j.noCgroupLimits()
 	}
 	if err == nil {
 		// The reaper must not see this leader's zombie before it is known.
@@ -267,8 +342,11 @@ func (j *Job) start() error {
 		cgfd.Close()
 	}
 	if err != nil {
-		if j.cg != nil {
-			_ = j.cg.Remove(time.Second)
+		j.mu.Lock()
+		cg := j.cg
+		j.mu.Unlock()
+		if cg != nil {
+			_ = cg.Remove(time.Second)
 		}
 		for _, f := range files.parent {
 			f.Close()
@@ -299,13 +377,24 @@ func (j *Job) start() error {
 		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.pid, "err", err)
 	}
 	_ = j.transition(Running)
-	j.startedEv = ptr(j.emitLocked(protocol.KindStarted, protocol.StartedPayload{
+	close(runStarted)
+	started := j.emitLocked(protocol.KindStarted, protocol.StartedPayload{
 		Pid: j.pid, Pgid: j.pgid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
-		Labels: j.spec.Labels, SessionID: j.spec.SessionID,
-	}))
-	j.overallT = time.AfterFunc(j.timeout, func() { _, _ = j.Kill(protocol.ReasonOverallTimeout, 0) })
+		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Attempt: j.attemptTag(),
+	})
+	if j.startedEv == nil {
+		j.startedEv = &started
+	} else {
+		j.extraEvs = append(j.extraEvs, started)
+	}
+	if j.timeout > 0 {
+		j.overallT = time.AfterFunc(j.timeout, func() { j.killRun(runDone, protocol.ReasonOverallTimeout) })
+	}
 	if j.noOutput > 0 {
-		j.idleT = time.AfterFunc(j.noOutput, j.idleFired)
+		j.idleT = time.AfterFunc(j.noOutput, func() { j.idleFired(runDone) })
+	}
+	if j.watchdog > 0 {
+		j.watchdogT = time.AfterFunc(j.watchdog, func() { j.watchdogFired(runDone) })
 	}
 	j.rfiles = files.parent
 	j.m.wg.Add(len(files.parent) + 1)
@@ -316,16 +405,31 @@ func (j *Job) start() error {
 	go j.waitLoop()
 	if j.cg != nil {
 		j.m.wg.Add(1)
-		go j.watchEscapes()
+		go j.watchEscapes(runDone)
 	}
-	pending := j.pendingKill
+	pending, pid := j.pendingKill, j.pid
 	j.mu.Unlock()
 	if pending != "" {
 		_, _ = j.Kill(pending, 0)
 	}
-	j.m.log.Info("job started", "job", j.id, "pid", j.pid, "argv", argv, "cwd", j.spec.Cwd,
+	j.m.log.Info("job started", "job", j.id, "pid", pid, "argv", argv, "cwd", j.spec.Cwd, "attempt", attempt,
 		"timeout", j.timeout, "noOutputTimeout", j.noOutput)
 	return nil
+}
+
+// attemptTag is the attempt number events carry: the run number for
+// service jobs, 0 (absent) for one-shot jobs.
+func (j *Job) attemptTag() int {
+	if j.svc == nil {
+		return 0
+	}
+	return j.attempt
+}
+
+// killRun ends the run whose runDone is given with reason, unless that
+// run is already over (a timer of an old run firing late).
+func (j *Job) killRun(runDone <-chan struct{}, reason Reason) {
+	_, _ = j.kill(runDone, reason, 0)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -349,6 +453,10 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 		if !fi.IsDir() {
 			return nil, files, fmt.Errorf("working directory %q is not a directory", j.spec.Cwd)
 		}
+	}
+	// Rlimits and niceness: the child applies them to itself, then execs.
+	if path, argv, err = j.wrapLimits(path, argv); err != nil {
+		return nil, files, err
 	}
 	if j.spec.Pty != nil {
 		return j.preparePTY(path, argv, env)
@@ -436,12 +544,33 @@ func (j *Job) failSpawn(err error) {
 	j.reason = protocol.ReasonSpawnError
 	j.errMsg = err.Error()
 	j.endedAt = j.m.now()
+	close(j.runStarted)
+	close(j.runDone)
+	sock := j.notifySock
+	j.notifySock = nil
+	// A service keeps trying when a later run cannot start (a binary
+	// being replaced, a full disk); the first start reports the error.
+	if j.svc != nil && j.attempt > 1 && j.afterRunLocked() {
+		j.mu.Unlock()
+		closeNotify(sock)
+		j.m.log.Warn("service run could not start; restarting", "job", j.id, "err", err)
+		return
+	}
+	if j.svc != nil && j.attempt > 1 {
+		j.finishLocked()
+		j.mu.Unlock()
+		closeNotify(sock)
+		j.m.log.Warn("service run could not start", "job", j.id, "err", err)
+		j.m.jobDone(j, j.reason)
+		return
+	}
 	_ = j.transition(Exited)
 	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, protocol.ExitPayload{
 		Reason: j.reason, Error: j.errMsg,
 	}))
 	close(j.done)
 	j.mu.Unlock()
+	closeNotify(sock)
 	j.m.log.Warn("job spawn failed", "job", j.id, "err", err)
 	j.m.jobDone(j, protocol.ReasonSpawnError)
 }
@@ -518,18 +647,19 @@ func (j *Job) flushLocked(i int) {
 		// the ring's chunk aliases (the pending buffer is then released).
 		j.seq++
 		ev := protocol.NewOutputEvent(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, data)
+		ev.Attempt = j.attemptTag()
 		if j.m.sink != nil {
 			j.m.sink.Publish(ev)
 		}
 		stored := ev.Payload[len(ev.Payload)-n:]
-		j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload})
+		j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload, attempt: ev.Attempt})
 		j.offset += int64(n)
 	}
 }
 
-func (j *Job) idleFired() {
+func (j *Job) idleFired(runDone <-chan struct{}) {
 	j.mu.Lock()
-	if j.state != Running {
+	if j.state != Running || over(runDone) {
 		j.mu.Unlock()
 		return
 	}
@@ -540,7 +670,7 @@ func (j *Job) idleFired() {
 		return
 	}
 	j.mu.Unlock()
-	_, _ = j.Kill(protocol.ReasonNoOutputTimeout, 0)
+	j.killRun(runDone, protocol.ReasonNoOutputTimeout)
 }
 
 // Kill requests termination with reason. sig 0 or SIGTERM takes the
@@ -548,7 +678,27 @@ func (j *Job) idleFired() {
 // SIGKILL kills the group at once. Repeated kills are idempotent (a SIGKILL
 // escalates a pending grace). It reports whether the job had already finished.
 func (j *Job) Kill(reason Reason, sig syscall.Signal) (alreadyFinished bool, err error) {
+	return j.kill(nil, reason, sig)
+}
+
+// kill is Kill restricted to the run whose runDone is given (nil: any).
+func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (alreadyFinished bool, err error) {
 	j.mu.Lock()
+	if runDone != nil && over(runDone) {
+		j.mu.Unlock()
+		return false, nil
+	}
+	if j.svc != nil && endsSupervision(reason) && j.endReason == "" {
+		j.endReason = reason
+	}
+	if j.state == Restarting {
+		// Between runs: nothing to signal; supervision ends here.
+		j.finishLocked()
+		j.mu.Unlock()
+		j.m.log.Info("service stopped while waiting to restart", "job", j.id, "reason", string(j.reason))
+		j.m.jobDone(j, j.reason)
+		return false, nil
+	}
 	defer j.mu.Unlock()
 	switch j.state {
 	case Exited:
@@ -585,7 +735,7 @@ func (j *Job) Kill(reason Reason, sig syscall.Signal) (alreadyFinished bool, err
 	}
 	if first != sigKill {
 		j.m.wg.Add(1)
-		go j.escalateAfterGrace()
+		go j.escalateAfterGrace(j.runDone, j.killNow)
 	}
 	return false, nil
 }
@@ -600,18 +750,18 @@ func (j *Job) escalateLocked() {
 
 // escalateAfterGrace sends SIGKILL to the group once the grace period is
 // over, unless the job was finalized first.
-func (j *Job) escalateAfterGrace() {
+func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}) {
 	defer j.m.wg.Done()
 	t := time.NewTimer(j.grace)
 	defer t.Stop()
 	select {
-	case <-j.done:
+	case <-runDone:
 		return
 	case <-t.C:
-	case <-j.killNow:
+	case <-killNow:
 	}
 	j.mu.Lock()
-	if j.state == Exited {
+	if over(runDone) {
 		j.mu.Unlock()
 		return
 	}
@@ -698,17 +848,18 @@ func (j *Job) waitLoop() {
 	}
 	j.mu.Lock()
 	j.leaderExited = true
-	killing, deadline := j.killing, j.killDeadline
+	killing, deadline, cg, runDone := j.killing, j.killDeadline, j.cg, j.runDone
 	j.mu.Unlock()
 
-	j.detectEscapes()
+	j.detectEscapes(runDone)
 	j.clearGroup(killing, deadline)
 	j.drain()
-	j.finalize(ws)
+	sock := j.finalize(ws)
+	closeNotify(sock)
 	// The cgroup is empty (clearGroup waited for it); removing it need
-	// not delay the job's end.
-	if j.cg != nil {
-		if err := j.cg.Remove(5 * time.Second); err != nil {
+	// not delay the job's end. (A service's next run has its own.)
+	if cg != nil {
+		if err := cg.Remove(5 * time.Second); err != nil {
 			j.m.log.Error("job cgroup not removed", "job", j.id, "err", err)
 		}
 	}
@@ -799,7 +950,10 @@ func (j *Job) drain() {
 	}
 }
 
-func (j *Job) finalize(ws syscall.WaitStatus) {
+// finalize records the run's end. A service whose policy restarts it
+// goes to Restarting; otherwise the job is finalized. It returns the
+// run's notify socket for the caller to close.
+func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	j.wmu.Lock()
 	j.mu.Lock()
 	if j.stdin != nil {
@@ -812,11 +966,12 @@ func (j *Job) finalize(ws syscall.WaitStatus) {
 	for i := range j.pending {
 		j.flushLocked(i)
 	}
-	for _, t := range []*time.Timer{j.overallT, j.idleT} {
+	for _, t := range []*time.Timer{j.overallT, j.idleT, j.watchdogT} {
 		if t != nil {
 			t.Stop()
 		}
 	}
+	j.overallT, j.idleT, j.watchdogT = nil, nil, nil
 	switch {
 	case ws.Exited():
 		c := ws.ExitStatus()
@@ -832,6 +987,41 @@ func (j *Job) finalize(ws syscall.WaitStatus) {
 		}
 	}
 	j.endedAt = j.m.now()
+	close(j.runDone)
+	sock := j.notifySock
+	j.notifySock = nil
+	attrs := []any{"job", j.id, "pid", j.pid, "reason", string(j.reason), "signal", j.signal,
+		"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
+	if j.exitCode != nil {
+		attrs = append(attrs, "exitCode", *j.exitCode)
+	}
+	if j.svc != nil {
+		attrs = append(attrs, "attempt", j.attempt)
+		if j.afterRunLocked() {
+			delay := j.restartAt.Sub(j.m.now()).Round(time.Millisecond)
+			j.mu.Unlock()
+			j.m.log.Warn("service run ended; restarting", append(attrs, "delay", delay)...)
+			return sock
+		}
+	}
+	j.finishLocked()
+	reason := j.reason
+	j.mu.Unlock()
+	j.m.log.Info("job exited", attrs...)
+	j.m.jobDone(j, reason)
+	return sock
+}
+
+// finishLocked finalizes the job: state Exited, the terminal event, done
+// closed. For a service the reason is the one that ended supervision.
+func (j *Job) finishLocked() {
+	if j.svc != nil && j.endReason != "" {
+		j.reason = j.endReason
+	}
+	if t := j.restartT; t != nil {
+		t.Stop()
+		j.restartT = nil
+	}
 	if err := j.transition(Exited); err != nil {
 		j.m.log.Error("finalize", "err", err)
 	}
@@ -843,16 +1033,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) {
 		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(), OutputEnd: j.offset,
 	}))
-	reason := j.reason
 	close(j.done)
-	attrs := []any{"job", j.id, "pid", j.pid, "reason", string(reason), "signal", j.signal,
-		"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
-	if j.exitCode != nil {
-		attrs = append(attrs, "exitCode", *j.exitCode)
-	}
-	j.mu.Unlock()
-	j.m.log.Info("job exited", attrs...)
-	j.m.jobDone(j, reason)
 }
 
 // Info returns a snapshot of the job.
@@ -877,6 +1058,7 @@ func (j *Job) infoLocked() protocol.JobInfo {
 	if j.state == Exited {
 		info.Reason = j.reason
 	}
+	j.serviceInfoLocked(&info)
 	return info
 }
 
@@ -916,81 +1098,73 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	defer j.mu.Unlock()
 	res := protocol.SubscribeResult{Job: j.infoLocked(), Events: []protocol.Event{}}
 	size := 0
+	next := from // the first seq not yet accounted for
+	// add appends ev (seq >= from, in order); seqs skipped since the last
+	// one are no longer retained and reported missing.
 	add := func(ev protocol.Event) bool {
 		if len(res.Events) >= limit || (len(res.Events) > 0 && size+len(ev.Payload) > protocol.MaxSubscribeBytes) {
 			res.More = true
 			return false
 		}
+		if ev.Seq > next {
+			res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: ev.Seq - 1})
+		}
+		next = ev.Seq + 1
 		size += len(ev.Payload)
 		res.Events = append(res.Events, ev)
 		return true
 	}
+	// Retained events in seq order: job.started, then output chunks merged
+	// with the other retained events (later runs' starts, restarts,
+	// readiness, ownership escapes, earlier terminal events), then the
+	// terminal event.
+	var retained []protocol.Event
 	if j.startedEv != nil && j.startedEv.Seq >= from {
-		if !add(*j.startedEv) {
-			return res, nil
+		retained = append(retained, *j.startedEv)
+	}
+	extra := j.extraEvs
+	for _, c := range j.out.live() {
+		for len(extra) > 0 && extra[0].Seq < c.Seq {
+			if extra[0].Seq >= from {
+				retained = append(retained, extra[0])
+			}
+			extra = extra[1:]
+		}
+		if c.Seq < from {
+			continue
+		}
+		ev := protocol.Event{V: protocol.Version, JobID: j.id, Seq: c.Seq, Ts: c.ts, Kind: c.Stream.Kind(), Attempt: c.attempt, Payload: c.payload}
+		if ev.Payload == nil { // a chunk restored from the journal
+			ev = protocol.NewOutputEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), c.Offset, c.Data)
+			ev.Attempt = c.attempt
+		}
+		retained = append(retained, ev)
+		if len(retained) > limit {
+			break // enough to fill the reply
 		}
 	}
-	// Output seqs run from 2 (after job.started) to the newest chunk; the
-	// ones before the ring's first retained chunk were evicted.
-	firstOut := uint64(2)
-	lastOut := j.seq
-	if j.exitEv != nil {
-		lastOut = j.exitEv.Seq - 1
-	}
-	if j.startedEv != nil && lastOut >= firstOut {
-		keptFrom := j.out.firstSeq()
-		if keptFrom == 0 {
-			keptFrom = lastOut + 1
-		}
-		if lo := max(from, firstOut); lo < keptFrom && j.out.evicted > 0 {
-			// Evicted output seqs: [lo, keptFrom-1] less the retained
-			// non-output events among them.
-			r := protocol.SeqRange{From: lo, To: keptFrom - 1}
-			for _, ev := range j.extraEvs {
-				if ev.Seq < r.From || ev.Seq > r.To {
-					continue
-				}
-				if ev.Seq > r.From {
-					res.Missing = append(res.Missing, protocol.SeqRange{From: r.From, To: ev.Seq - 1})
-				}
-				r.From = ev.Seq + 1
-			}
-			if r.From <= r.To {
-				res.Missing = append(res.Missing, r)
-			}
-			// Exact when the range starts at the first output event; for a
-			// range starting mid-way only the total is known: an upper bound.
-			res.MissingBytes = j.out.from()
-		}
-		// Output chunks, with the few other retained events (ownership
-		// escapes) merged in seq order.
-		extra := j.extraEvs
-		for _, c := range j.out.live() {
-			for len(extra) > 0 && extra[0].Seq < c.Seq {
-				if extra[0].Seq >= from && !add(extra[0]) {
-					return res, nil
-				}
-				extra = extra[1:]
-			}
-			if c.Seq < from {
-				continue
-			}
-			ev := protocol.Event{V: protocol.Version, JobID: j.id, Seq: c.Seq, Ts: c.ts, Kind: c.Stream.Kind(), Payload: c.payload}
-			if ev.Payload == nil { // a chunk restored from the journal
-				ev = protocol.NewOutputEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), c.Offset, c.Data)
-			}
-			if !add(ev) {
-				return res, nil
-			}
-		}
+	if len(retained) <= limit {
 		for _, ev := range extra {
-			if ev.Seq >= from && !add(ev) {
-				return res, nil
+			if ev.Seq >= from {
+				retained = append(retained, ev)
 			}
 		}
+		if j.exitEv != nil && j.exitEv.Seq >= from {
+			retained = append(retained, *j.exitEv)
+		}
 	}
-	if j.exitEv != nil && j.exitEv.Seq >= from {
-		add(*j.exitEv)
+	for _, ev := range retained {
+		if !add(ev) {
+			break
+		}
+	}
+	if !res.More && len(retained) <= limit && next <= j.seq {
+		res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: j.seq})
+	}
+	if len(res.Missing) > 0 {
+		// Exact when the output lost is all the output before the oldest
+		// retained byte; for a range starting mid-way an upper bound.
+		res.MissingBytes = j.out.from()
 	}
 	return res, nil
 }
@@ -1071,17 +1245,21 @@ func (j *Job) ownership() string {
 // detectEscapes logs (and reports) processes of the job's cgroup that left
 // its process group or session: they are still the job's and are ended
 // with it, but a program doing this is worth knowing about.
-func (j *Job) detectEscapes() {
-	if j.cg == nil {
+func (j *Job) detectEscapes(runDone <-chan struct{}) {
+	j.mu.Lock()
+	cg, pgid, isPTY := j.cg, j.pgid, j.isPTY
+	gone := over(runDone)
+	j.mu.Unlock()
+	if cg == nil || gone {
 		return
 	}
 	var escaped []int
-	for _, pid := range j.cg.Procs() {
+	for _, pid := range cg.Procs() {
 		_, pg, sid, ok := procStat(strconv.Itoa(pid))
 		if !ok {
 			continue
 		}
-		if (j.isPTY && sid != j.pgid) || (!j.isPTY && pg != j.pgid) {
+		if (isPTY && sid != pgid) || (!isPTY && pg != pgid) {
 			escaped = append(escaped, pid)
 		}
 	}
@@ -1089,6 +1267,10 @@ func (j *Job) detectEscapes() {
 		return
 	}
 	j.mu.Lock()
+	if over(runDone) {
+		j.mu.Unlock()
+		return
+	}
 	first := !j.escaped
 	j.escaped = true
 	if first && j.state != Exited {
@@ -1100,27 +1282,27 @@ func (j *Job) detectEscapes() {
 		return
 	}
 	j.m.log.Warn("ownership escape: processes left the job's process group; its cgroup still holds them and they end with the job",
-		"job", j.id, "pgid", j.pgid, "pids", escaped, "strict", j.spec.StrictOwnership)
+		"job", j.id, "pgid", pgid, "pids", escaped, "strict", j.spec.StrictOwnership)
 	if h := j.m.hooks.OwnershipEscape; h != nil {
 		h()
 	}
 	if strict {
-		_, _ = j.Kill(protocol.ReasonOwnershipEscape, 0)
+		_, _ = j.kill(runDone, protocol.ReasonOwnershipEscape, 0)
 	}
 }
 
 // watchEscapes looks for escaped processes while the job runs (cgroup
 // jobs only), every second, until the job is finalized.
-func (j *Job) watchEscapes() {
+func (j *Job) watchEscapes(runDone <-chan struct{}) {
 	defer j.m.wg.Done()
 	t := time.NewTicker(escapeCheckPeriod)
 	defer t.Stop()
 	for {
 		select {
-		case <-j.done:
+		case <-runDone:
 			return
 		case <-t.C:
-			j.detectEscapes()
+			j.detectEscapes(runDone)
 		}
 	}
 }

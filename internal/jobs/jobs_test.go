@@ -11,10 +11,13 @@ import (
 )
 
 func TestTransitions(t *testing.T) {
-	all := []State{Starting, Running, Exiting, Exited}
+	all := []State{Starting, Running, Exiting, Exited, Restarting}
 	allowed := map[[2]State]bool{
 		{Starting, Running}: true, {Starting, Exited}: true,
 		{Running, Exiting}: true, {Running, Exited}: true, {Exiting, Exited}: true,
+		// Services: a run's end, the restart delay, a manual start.
+		{Starting, Restarting}: true, {Running, Restarting}: true, {Exiting, Restarting}: true,
+		{Restarting, Starting}: true, {Restarting, Exited}: true, {Exited, Starting}: true,
 	}
 	for _, from := range all {
 		for _, to := range all {

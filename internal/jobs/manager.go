@@ -112,6 +112,8 @@ type Hooks struct {
 	// OwnershipEscape is called when a job's processes left its process
 	// group (or session) but were still found in its cgroup.
 	OwnershipEscape func()
+	// Restarted is called when a service run ends and another is scheduled.
+	Restarted func()
 	// Changed is called after every state change of any job (and after a
 	// job is forgotten). It may be called with a job's lock held: it must
 	// not block or call back into the Manager (signal a channel).
@@ -131,6 +133,10 @@ type Manager struct {
 	devNull *os.File
 	bootID  string
 	cgroups *cgroups.Base
+	// notifyDir holds the notify sockets of notify jobs; limitsHelper is
+	// the executable that applies rlimits before exec (see internal/limits).
+	notifyDir    string
+	limitsHelper string
 
 	// Subreaper state: reapMu excludes the reaper while a leader is being
 	// started; leaders are the job processes their waiters will reap.
@@ -158,6 +164,15 @@ func WithClock(now func() time.Time) Option { return func(m *Manager) { m.now = 
 
 // WithCgroups gives every job a cgroup under base (nil: process groups only).
 func WithCgroups(base *cgroups.Base) Option { return func(m *Manager) { m.cgroups = base } }
+
+// WithNotifyDir sets the directory for notify jobs' sockets (without it,
+// spawning a job with notify fails).
+func WithNotifyDir(dir string) Option { return func(m *Manager) { m.notifyDir = dir } }
+
+// WithLimitsHelper sets the executable that applies rlimits and niceness
+// before exec: one whose main calls limits.MaybeRunHelper first (without
+// it, spawning a job with those limits fails).
+func WithLimitsHelper(path string) Option { return func(m *Manager) { m.limitsHelper = path } }
 
 // WithHooks installs lifecycle observers.
 func WithHooks(h Hooks) Option { return func(m *Manager) { m.hooks = h } }
@@ -355,7 +370,7 @@ func (m *Manager) Wait(ctx context.Context) {
 	m.mu.Unlock()
 	for _, j := range js {
 		select {
-		case <-j.done:
+		case <-j.Done():
 		case <-ctx.Done():
 			return
 		}
@@ -378,7 +393,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	for _, j := range js {
 		select {
-		case <-j.done:
+		case <-j.Done():
 		case <-ctx.Done():
 			// Escalate: nobody gets more grace than the caller allows.
 			for _, j := range js {

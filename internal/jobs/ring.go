@@ -9,6 +9,8 @@ type chunk struct {
 	// payload is the event's encoded payload (Data aliases its tail), kept
 	// for replay without re-encoding; nil for chunks restored from a journal.
 	payload []byte
+	// attempt is the run of a service job that produced it (0 otherwise).
+	attempt int
 }
 
 // ring retains a job's most recent output chunks up to max bytes of data,

@@ -6,8 +6,10 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// State is a job's lifecycle state. It only moves forward, through
-// (*Job).transition.
+// State is a job's lifecycle state. It only moves through
+// (*Job).transition: forward for one-shot jobs; a service job goes from a
+// run's end to Restarting and back to Starting, and a finished service
+// may be started again (Exited -> Starting).
 type State int
 
 // Job states.
@@ -22,6 +24,8 @@ const (
 	// Exited: the job is finalized: reason, exit status and the last
 	// event are recorded. Terminal.
 	Exited
+	// Restarting: a service job between runs, waiting for its delay.
+	Restarting
 )
 
 func (s State) String() string {
@@ -34,6 +38,8 @@ func (s State) String() string {
 		return "exiting"
 	case Exited:
 		return "exited"
+	case Restarting:
+		return "restarting"
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
@@ -43,9 +49,11 @@ func (s State) Wire() protocol.State { return protocol.State(s.String()) }
 
 // legal lists the allowed moves.
 var legal = map[State][]State{
-	Starting: {Running, Exited},
-	Running:  {Exiting, Exited},
-	Exiting:  {Exited},
+	Starting:   {Running, Exited, Restarting},
+	Running:    {Exiting, Exited, Restarting},
+	Exiting:    {Exited, Restarting},
+	Restarting: {Starting, Exited},
+	Exited:     {Starting}, // only a service, by start or restart
 }
 
 // canMove reports whether from -> to is a legal transition.

@@ -22,6 +22,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	Spawned          prometheus.Counter
+	Restarts         prometheus.Counter
 	Finished         *prometheus.CounterVec // reason
 	Timeouts         *prometheus.CounterVec // type: overall, no_output
 	CleanupKills     *prometheus.CounterVec // mode: pgid
@@ -55,6 +56,7 @@ func New(g Gauges) *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
 	}
 	m.Spawned = c("jobs_spawned_total", "Jobs whose process was started.")
+	m.Restarts = c("job_restarts_total", "Runs of service jobs scheduled after a run ended (restart policy or the restart op).")
 	m.Finished = cv("jobs_finished_total", "Jobs finished, by termination reason.", "reason")
 	m.Timeouts = cv("job_timeouts_total", "Jobs terminated by a timeout, by type (overall, no_output).", "type")
 	m.CleanupKills = cv("cleanup_kills_total", "Jobs whose processes needed SIGKILL after the grace period, by ownership mode (pgid, cgroup).", "mode")
@@ -78,7 +80,7 @@ func New(g Gauges) *Metrics {
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.Spawned, m.Finished, m.Timeouts, m.CleanupKills, m.OutputBytes, m.EventsPublished,
+		m.Spawned, m.Restarts, m.Finished, m.Timeouts, m.CleanupKills, m.OutputBytes, m.EventsPublished,
 		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected, m.SubDisconnects, m.OwnershipEscapes,
 		gf("jobs_active", "Jobs not yet exited.", g.ActiveJobs),
 		gf("jobs_known", "Jobs known (running or finished within retention).", g.KnownJobs),

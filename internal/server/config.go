@@ -53,6 +53,10 @@ type Config struct {
 	// cgroups go (empty: the supervisor's own cgroup).
 	NoCgroups    bool
 	CgroupParent string
+	// LimitsHelper is the executable that applies a job's rlimits and
+	// niceness before exec (the supervisor binary itself; its main calls
+	// limits.MaybeRunHelper first). Empty: such jobs are refused. Not a flag.
+	LimitsHelper string
 	// Subreaper makes the supervisor reparent and reap its jobs' orphaned
 	// descendants. Off only in processes that wait for other children.
 	Subreaper bool

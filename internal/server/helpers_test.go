@@ -1,10 +1,14 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,7 +21,13 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-func TestMain(m *testing.M) { os.Exit(proctest.RunWithoutLeaks(m)) }
+func TestMain(m *testing.M) {
+	limits.MaybeRunHelper() // jobs with rlimits start through this binary
+	if spec := os.Getenv("ES_NOTIFY_HELPER"); spec != "" {
+		os.Exit(notifyHelper(spec))
+	}
+	os.Exit(proctest.RunWithoutLeaks(m))
+}
 
 // testServer is a supervisor serving on private ipc endpoints of a test.
 type testServer struct {
@@ -43,6 +53,9 @@ func testConfig(t testing.TB) Config {
 	cfg.Jobs.Grace = 2 * time.Second
 	cfg.HeartbeatInterval = 200 * time.Millisecond
 	cfg.Subreaper = false // the test process waits for children of its own
+	if exe, err := os.Executable(); err == nil {
+		cfg.LimitsHelper = exe // TestMain runs limits.MaybeRunHelper
+	}
 	return cfg
 }
 
@@ -144,3 +157,42 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// notifyHelper is a tiny sd_notify client run as a job (the test binary
+// re-executed with ES_NOTIFY_HELPER set): it waits for a line on stdin,
+// sends READY=1 with a status, then WATCHDOG=1 every period for count
+// pings, then hangs without pinging (as a stuck service would).
+func notifyHelper(spec string) int {
+	var period time.Duration
+	var count int
+	if _, err := fmt.Sscanf(spec, "%d:%d", &period, &count); err != nil {
+		fmt.Fprintln(os.Stderr, "notify helper: bad spec", spec, err)
+		return 2
+	}
+	period *= time.Millisecond
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: os.Getenv("NOTIFY_SOCKET"), Net: "unixgram"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "notify helper:", err)
+		return 2
+	}
+	fmt.Println("waiting for go")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		fmt.Fprintln(os.Stderr, "notify helper: stdin:", err)
+		return 2
+	}
+	if _, err := conn.Write([]byte("READY=1\nSTATUS=serving")); err != nil {
+		fmt.Fprintln(os.Stderr, "notify helper:", err)
+		return 2
+	}
+	fmt.Println("ready sent")
+	for i := 0; i < count; i++ {
+		time.Sleep(period) // a service's own ping period, not test synchronisation
+		if _, err := conn.Write([]byte("WATCHDOG=1")); err != nil {
+			fmt.Fprintln(os.Stderr, "notify helper:", err)
+			return 2
+		}
+	}
+	fmt.Println("hanging")
+	time.Sleep(time.Hour) // hung: no more pings
+	return 0
+}

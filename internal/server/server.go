@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,7 +121,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.pub = newPublisher(s.log, nil, s.cfg.EventHWM)
 	s.metrics = s.newMetrics()
 	s.pub.onPublished = func(k protocol.Kind) { s.metrics.EventsPublished.WithLabelValues(string(k)).Inc() }
-	jopts := []jobs.Option{}
+	jopts := []jobs.Option{jobs.WithNotifyDir(filepath.Join(s.cfg.StateDir, "notify"))}
+	if s.cfg.LimitsHelper != "" {
+		jopts = append(jopts, jobs.WithLimitsHelper(s.cfg.LimitsHelper))
+	}
 	if !s.cfg.NoCgroups {
 		sum := sha256.Sum256([]byte(s.cfg.StateDir))
 		base, err := cgroups.Detect(s.cfg.CgroupParent, "exec-supervisor-"+hex.EncodeToString(sum[:4]))
@@ -136,8 +140,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.cgroupNote = "disabled with --no-cgroups"
 	}
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
-		Changed: s.markDirty,
-		Spawned: s.metrics.Spawned.Inc,
+		Changed:   s.markDirty,
+		Spawned:   s.metrics.Spawned.Inc,
+		Restarted: s.metrics.Restarts.Inc,
 		Finished: func(r protocol.Reason) {
 			s.metrics.Finished.WithLabelValues(string(r)).Inc()
 			switch r {
@@ -569,6 +574,8 @@ func (s *Server) dispatch(req *protocol.Request) (any, error) {
 			return nil, err
 		}
 		return protocol.ListJobsResult{Jobs: s.jobs.List(a.State, a.SessionID)}, nil
+	case protocol.OpStart, protocol.OpRestart, protocol.OpStop, protocol.OpHistory:
+		return s.serviceOp(req)
 	case protocol.OpRemove:
 		var a protocol.JobArgs
 		if err := protocol.DecodeArgs(req, &a); err != nil {
@@ -583,6 +590,36 @@ func (s *Server) dispatch(req *protocol.Request) (any, error) {
 		return protocol.RemoveResult{JobID: a.JobID}, nil
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknownOp, "unknown op %q", req.Op)
+}
+
+// serviceOp answers start, restart, stop and history.
+func (s *Server) serviceOp(req *protocol.Request) (any, error) {
+	var a protocol.JobArgs
+	if err := protocol.DecodeArgs(req, &a); err != nil {
+		return nil, err
+	}
+	if a.JobID == "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
+	}
+	switch req.Op {
+	case protocol.OpStart, protocol.OpRestart:
+		start := s.jobs.Start
+		if req.Op == protocol.OpRestart {
+			start = s.jobs.Restart
+		}
+		info, err := start(a.JobID)
+		if err != nil {
+			return nil, err
+		}
+		return protocol.StatusResult{Job: &info}, nil
+	case protocol.OpStop:
+		return s.jobs.Stop(a.JobID)
+	}
+	j, err := s.jobs.Get(a.JobID)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.HistoryResult{JobID: a.JobID, Runs: j.History()}, nil
 }
 
 func (s *Server) kill(a protocol.KillArgs) (any, error) {

@@ -387,3 +387,44 @@ func (c *Client) Subscribe(ctx context.Context, jobID string, from uint64, limit
 	err := c.Call(ctx, protocol.OpSubscribe, &protocol.SubscribeArgs{JobID: jobID, FromSeq: from, Limit: limit}, &r)
 	return r, err
 }
+
+// StartService runs a service job (spawned with a restart policy) again:
+// at once if it is waiting for its restart delay, from scratch with its
+// recorded spec if it ended (restart-limit, stopped, a clean exit). A
+// running service is left as it is.
+func (c *Client) StartService(ctx context.Context, jobID string) (protocol.JobInfo, error) {
+	return c.jobOp(ctx, protocol.OpStart, jobID)
+}
+
+// Restart ends a service job's current run gracefully and starts the next
+// at once (backoff reset); a service that is not running is started.
+func (c *Client) Restart(ctx context.Context, jobID string) (protocol.JobInfo, error) {
+	return c.jobOp(ctx, protocol.OpRestart, jobID)
+}
+
+func (c *Client) jobOp(ctx context.Context, op protocol.Op, jobID string) (protocol.JobInfo, error) {
+	var r protocol.StatusResult
+	if err := c.Call(ctx, op, &protocol.JobArgs{JobID: jobID}, &r); err != nil {
+		return protocol.JobInfo{}, err
+	}
+	if r.Job == nil {
+		return protocol.JobInfo{}, fmt.Errorf("%s %s: reply has no job", op, jobID)
+	}
+	return *r.Job, nil
+}
+
+// Stop ends a job gracefully (TERM, grace, KILL) with reason stopped; a
+// service is not restarted.
+func (c *Client) Stop(ctx context.Context, jobID string) (protocol.KillResult, error) {
+	var r protocol.KillResult
+	err := c.Call(ctx, protocol.OpStop, &protocol.JobArgs{JobID: jobID}, &r)
+	return r, err
+}
+
+// History returns a job's ended runs (oldest first) with their last
+// output lines.
+func (c *Client) History(ctx context.Context, jobID string) ([]protocol.RunRecord, error) {
+	var r protocol.HistoryResult
+	err := c.Call(ctx, protocol.OpHistory, &protocol.JobArgs{JobID: jobID}, &r)
+	return r.Runs, err
+}

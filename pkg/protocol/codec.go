@@ -260,7 +260,7 @@ func (a *SpawnArgs) Validate() error {
 	if len(a.SessionID) > MaxIDBytes || !utf8.ValidString(a.SessionID) {
 		return Errorf(CodeInvalidArgument, "sessionId must be valid UTF-8 of at most %d bytes", MaxIDBytes)
 	}
-	return nil
+	return a.validateService()
 }
 
 func validJobID(id string) error {

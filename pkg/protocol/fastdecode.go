@@ -275,6 +275,12 @@ func fastEvent(b []byte) (*Event, bool) {
 				return nil, false
 			}
 			ev.Kind = Kind(s)
+		case "attempt":
+			v, err := m.int()
+			if err != nil || v < 0 || v > 1<<31-1 {
+				return nil, false
+			}
+			ev.Attempt = int(v)
 		case "payload":
 			start := m.i
 			if err := m.skip(0); err != nil {

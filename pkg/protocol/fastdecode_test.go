@@ -49,7 +49,7 @@ func FuzzFastDecode(f *testing.F) {
 		if err != nil {
 			return // the generic decoder is stricter about some encodings
 		}
-		if fast.JobID != slow.JobID || fast.Seq != slow.Seq || fast.Kind != slow.Kind || fast.Ts != slow.Ts {
+		if fast.JobID != slow.JobID || fast.Seq != slow.Seq || fast.Kind != slow.Kind || fast.Ts != slow.Ts || fast.Attempt != slow.Attempt {
 			t.Fatalf("fast %+v slow %+v", fast, slow)
 		}
 		if p, ok := fastOutput(fast.Payload); ok {
@@ -82,6 +82,21 @@ func TestFastEncodeMatchesMarshal(t *testing.T) {
 			if got := EncodeEvent(&fast); !bytes.Equal(got, want) {
 				t.Fatalf("event seq %d: fast %x slow %x", seq, got[:min(40, len(got))], want[:min(40, len(want))])
 			}
+		}
+	}
+	for _, attempt := range []int{1, 127, 128, 70000} {
+		ev, _ := NewEvent("j-svc", 9, 1763760000000, KindRestarting, RestartingPayload{Attempt: attempt})
+		ev.Attempt = attempt
+		want, _ := Marshal(&ev)
+		if got := EncodeEvent(&ev); !bytes.Equal(got, want) {
+			t.Fatalf("attempt %d: fast %x slow %x", attempt, got, want)
+		}
+		back, err := DecodeEventNoCopy(want)
+		if err != nil || back.Attempt != attempt {
+			t.Fatalf("attempt %d decoded as %+v, %v", attempt, back, err)
+		}
+		if _, ok := fastEvent(want); !ok {
+			t.Fatal("the fast path did not take an event with an attempt")
 		}
 	}
 	long := strings.Repeat("k", 300)

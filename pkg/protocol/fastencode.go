@@ -81,7 +81,11 @@ func NewOutputEvent(jobID string, seq uint64, ts int64, kind Kind, offset int64,
 // AppendEventHeader appends the encoding of ev up to its payload: followed
 // by ev.Payload (or nil, 0xc0) it is the whole event.
 func AppendEventHeader(b []byte, ev *Event) []byte {
-	b = append(b, 0x86)
+	if ev.Attempt != 0 {
+		b = append(b, 0x87)
+	} else {
+		b = append(b, 0x86)
+	}
 	b = appendStr(b, "v")
 	b = appendInt(b, int64(ev.V))
 	b = appendStr(b, "jobId")
@@ -92,6 +96,10 @@ func AppendEventHeader(b []byte, ev *Event) []byte {
 	b = appendInt(b, ev.Ts)
 	b = appendStr(b, "kind")
 	b = appendStr(b, string(ev.Kind))
+	if ev.Attempt != 0 {
+		b = appendStr(b, "attempt")
+		b = appendInt(b, int64(ev.Attempt))
+	}
 	return appendStr(b, "payload")
 }
 

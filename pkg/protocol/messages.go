@@ -59,6 +59,21 @@ type SpawnArgs struct {
 	// Pty runs the job on a pseudo-terminal (its own session, the terminal
 	// as its controlling tty); stdout and stderr both arrive as job.stdout.
 	Pty *PtyArgs `msgpack:"pty,omitempty" json:"pty,omitempty"`
+	// Restart makes the job a service restarted by policy (see
+	// RestartPolicy); nil or policy "never" runs it once. A service has no
+	// overall timeout unless TimeoutMs is set (then it bounds each run).
+	Restart *RestartPolicy `msgpack:"restart,omitempty" json:"restart,omitempty"`
+	// Notify gives the job NOTIFY_SOCKET (the systemd notify protocol):
+	// READY=1 marks it ready (job.ready), STATUS= sets its status text,
+	// WATCHDOG=1 feeds the watchdog, STOPPING=1 is recorded.
+	Notify bool `msgpack:"notify,omitempty" json:"notify,omitempty"`
+	// WatchdogIntervalMs (needs Notify): a run that does not send
+	// WATCHDOG=1 within this interval (counted from its start, then from
+	// each ping) is killed with reason watchdog and restarted by policy.
+	// The job gets WATCHDOG_USEC and WATCHDOG_PID like under systemd.
+	WatchdogIntervalMs int64 `msgpack:"watchdogIntervalMs,omitempty" json:"watchdogIntervalMs,omitempty"`
+	// Limits bound the job's resources (rlimits, niceness, cgroup limits).
+	Limits *ResourceLimits `msgpack:"limits,omitempty" json:"limits,omitempty"`
 }
 
 // PtyArgs sizes a job's terminal. Zero Rows/Cols mean 24x80; empty Term
@@ -202,6 +217,30 @@ type JobInfo struct {
 	// Usage is the resource use of the job's process tree, sampled when
 	// status or list-jobs is answered; absent for finished jobs.
 	Usage *Usage `msgpack:"usage,omitempty" json:"usage,omitempty"`
+
+	// Service jobs (spawned with a restart policy) and notify jobs.
+	// Restart is the policy ("on-failure", "always"; empty for one-shot
+	// jobs). Attempt is the number of the current (or last) run, from 1.
+	// Restarts counts automatic and manual restarts; RestartsInWindow the
+	// run ends within the policy's window. NextRestartAt is set while the
+	// job is restarting. StartedAt is the current run's start; UptimeMs
+	// its age while it runs.
+	Restart          string `msgpack:"restart,omitempty" json:"restart,omitempty"`
+	Attempt          int    `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
+	Restarts         int    `msgpack:"restarts,omitempty" json:"restarts,omitempty"`
+	RestartsInWindow int    `msgpack:"restartsInWindow,omitempty" json:"restartsInWindow,omitempty"`
+	NextRestartAt    int64  `msgpack:"nextRestartAt,omitempty" json:"nextRestartAt,omitempty"`
+	UptimeMs         int64  `msgpack:"uptimeMs,omitempty" json:"uptimeMs,omitempty"`
+	// Notify jobs: Ready is set once the current run sent READY=1;
+	// NotifyStatus is its last STATUS=; LastWatchdogAt its last
+	// WATCHDOG=1; Stopping is set after STOPPING=1.
+	Notify         bool   `msgpack:"notify,omitempty" json:"notify,omitempty"`
+	Ready          bool   `msgpack:"ready,omitempty" json:"ready,omitempty"`
+	NotifyStatus   string `msgpack:"notifyStatus,omitempty" json:"notifyStatus,omitempty"`
+	LastWatchdogAt int64  `msgpack:"lastWatchdogAt,omitempty" json:"lastWatchdogAt,omitempty"`
+	Stopping       bool   `msgpack:"stopping,omitempty" json:"stopping,omitempty"`
+	// Limits says which requested resource limits the current run got.
+	Limits *LimitsInfo `msgpack:"limits,omitempty" json:"limits,omitempty"`
 }
 
 // Usage is the resource use of a job's live processes (its process group;
@@ -309,9 +348,12 @@ type Event struct {
 	JobID string `msgpack:"jobId" json:"jobId"`
 	// Seq is per job, contiguous from 1. Gap and heartbeat events are
 	// outside the job sequence and carry Seq 0.
-	Seq     uint64             `msgpack:"seq" json:"seq"`
-	Ts      int64              `msgpack:"ts" json:"ts"`
-	Kind    Kind               `msgpack:"kind" json:"kind"`
+	Seq  uint64 `msgpack:"seq" json:"seq"`
+	Ts   int64  `msgpack:"ts" json:"ts"`
+	Kind Kind   `msgpack:"kind" json:"kind"`
+	// Attempt is the run of a service job the event belongs to (from 1);
+	// absent (0) for one-shot jobs and events outside the job sequence.
+	Attempt int                `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
 	Payload msgpack.RawMessage `msgpack:"payload" json:"payload"`
 }
 
@@ -324,6 +366,8 @@ type StartedPayload struct {
 	Cwd       string            `msgpack:"cwd,omitempty" json:"cwd,omitempty"`
 	Labels    map[string]string `msgpack:"labels,omitempty" json:"labels,omitempty"`
 	SessionID string            `msgpack:"sessionId,omitempty" json:"sessionId,omitempty"`
+	// Attempt is the run number of a service job (absent for one-shot jobs).
+	Attempt int `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
 }
 
 // OutputPayload is the payload of KindStdout and KindStderr.

@@ -24,10 +24,16 @@ const (
 	OpSubscribe Op = "subscribe"
 	OpWrite     Op = "write"
 	OpResize    Op = "resize"
+	// OpStart, OpRestart and OpStop control service jobs (see RestartPolicy).
+	OpStart   Op = "start"
+	OpRestart Op = "restart"
+	OpStop    Op = "stop"
+	// OpHistory returns a job's ended runs with their last output lines.
+	OpHistory Op = "history"
 )
 
 // Ops lists every operation the server understands, in documentation order.
-var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize}
+var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize, OpStart, OpRestart, OpStop, OpHistory}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {
@@ -54,6 +60,11 @@ const (
 	// session (payload OwnershipEscapePayload). Part of the job's sequence.
 	KindOwnershipEscape Kind = "job.ownership-escape"
 	KindHeartbeat       Kind = "supervisor.heartbeat"
+	// KindRestarting: a run of a service job ended; the next run starts
+	// after a delay (payload RestartingPayload). Not terminal.
+	KindRestarting Kind = "job.restarting"
+	// KindReady: a notify job sent READY=1 (payload ReadyPayload).
+	KindReady Kind = "job.ready"
 )
 
 // Terminal reports whether k ends a job's event stream.
@@ -86,6 +97,9 @@ const (
 	StateRunning  State = "running"
 	StateExiting  State = "exiting"
 	StateExited   State = "exited"
+	// StateRestarting: a service job between runs, waiting for its
+	// restart delay.
+	StateRestarting State = "restarting"
 )
 
 // Reason is the normalized termination reason of a finished job.
@@ -113,6 +127,18 @@ const (
 	// ReasonOwnershipEscape: the job was spawned with strictOwnership and
 	// one of its processes left its process group or session.
 	ReasonOwnershipEscape Reason = "ownership-escape"
+	// ReasonRestartLimit: a service job failed maxRestarts times within
+	// its restart window; it stays down until started again.
+	ReasonRestartLimit Reason = "restart-limit"
+	// ReasonWatchdog: a notify job missed its watchdog interval and was
+	// killed as hung.
+	ReasonWatchdog Reason = "watchdog"
+	// ReasonStopped: the job was stopped with the stop op (graceful; a
+	// service is not restarted).
+	ReasonStopped Reason = "stopped"
+	// ReasonManualRestart: a run ended because of the restart op (only in
+	// run history and job.restarting; the job goes on).
+	ReasonManualRestart Reason = "manual-restart"
 )
 
 // Code is a stable, machine-readable error code carried in error replies.

@@ -1,0 +1,600 @@
+package jobs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/limits"
+	"github.com/exec-supervisor/exec-supervisor/internal/notify"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// endsSupervision reports whether a kill with reason ends a service for
+// good (rather than ending one run that the policy may restart).
+func endsSupervision(r Reason) bool {
+	switch r {
+	case protocol.ReasonManualCancel, protocol.ReasonStopped, protocol.ReasonShutdown:
+		return true
+	}
+	return false
+}
+
+// afterRunLocked is called once a service run's fate is recorded (reason,
+// exit status, endedAt; runDone closed). It records the run in the
+// history and, when the policy wants another run, moves the job to
+// Restarting with the restart timer armed and returns true. Otherwise it
+// returns false and the caller finalizes the job (with reason
+// restart-limit when the limit was hit).
+func (j *Job) afterRunLocked() bool {
+	now := j.m.now()
+	ran := j.endedAt.Sub(j.startedAt)
+	if j.startedAt.IsZero() || j.state == Starting {
+		ran = 0
+	}
+	rec := j.runRecordLocked()
+	var (
+		delay    time.Duration
+		inWindow int
+		restart  bool
+	)
+	j.m.mu.Lock()
+	closing := j.m.closed
+	j.m.mu.Unlock()
+	switch {
+	case j.endReason != "" || closing:
+		// Stopped, killed, or the supervisor is going away.
+	case j.restartReq:
+		j.svc.reset()
+		restart = true
+		rec.Reason = protocol.ReasonManualRestart
+	case j.svc.wants(j.reason, j.exitCode):
+		var limited bool
+		delay, inWindow, limited = j.svc.next(now, ran)
+		if limited {
+			last := describeEnd(j.reason, j.exitCode, j.signal)
+			j.errMsg = fmt.Sprintf("%d run ends within %v (maxRestarts %d); last run: %s; start it again with start or restart",
+				inWindow, time.Duration(j.svc.p.RestartWindowMs)*time.Millisecond, *j.svc.p.MaxRestarts, last)
+			j.reason = protocol.ReasonRestartLimit
+			j.m.log.Error("service hit its restart limit; not restarting", "job", j.id, "attempt", j.attempt, "lastRun", last)
+		} else {
+			restart = true
+		}
+	}
+	rec.Restarted = restart
+	j.history = append(j.history, rec)
+	if n := len(j.history) - protocol.HistoryRuns; n > 0 {
+		j.history = append(j.history[:0:0], j.history[n:]...)
+	}
+	if !restart {
+		return false
+	}
+	if err := j.transition(Restarting); err != nil {
+		j.m.log.Error("restart", "err", err)
+		return false
+	}
+	j.restarts++
+	j.restartAt = now.Add(delay)
+	j.extraEvs = append(j.extraEvs, j.emitLocked(protocol.KindRestarting, protocol.RestartingPayload{
+		Attempt: j.attempt, NextAttempt: j.attempt + 1, Reason: rec.Reason, ExitCode: j.exitCode,
+		Signal: j.signal, Error: j.errMsg, DurationMs: ran.Milliseconds(), DelayMs: delay.Milliseconds(),
+		RestartAt: ms(j.restartAt), RestartsInWindow: inWindow,
+	}))
+	if h := j.m.hooks.Restarted; h != nil {
+		h()
+	}
+	j.restartT = time.AfterFunc(delay, j.restartFired)
+	return true
+}
+
+func describeEnd(r Reason, code *int, sig string) string {
+	switch {
+	case code != nil:
+		return fmt.Sprintf("%s, exit code %d", r, *code)
+	case sig != "":
+		return fmt.Sprintf("%s, %s", r, sig)
+	}
+	return string(r)
+}
+
+// runRecordLocked describes the run that just ended, with its last lines.
+func (j *Job) runRecordLocked() protocol.RunRecord {
+	rec := protocol.RunRecord{
+		Attempt: j.attempt, StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), Pid: j.pid,
+		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
+		Tail: []string{},
+	}
+	if !j.startedAt.IsZero() && j.state != Starting {
+		rec.DurationMs = j.endedAt.Sub(j.startedAt).Milliseconds()
+	} else {
+		rec.StartedAt, rec.Pid = 0, 0
+	}
+	rec.Tail = tailLines(j.runOutputLocked(protocol.HistoryTailBytes), protocol.HistoryLines)
+	return rec
+}
+
+// runOutputLocked returns up to max of the newest retained bytes of the
+// current run's output (stdout and stderr interleaved as produced).
+func (j *Job) runOutputLocked(max int) []byte {
+	live := j.out.live()
+	var parts [][]byte
+	n := 0
+	for i := len(live) - 1; i >= 0 && n < max; i-- {
+		c := live[i]
+		d := c.Data
+		if end := c.Offset + int64(len(d)); end <= j.runOffset {
+			break
+		}
+		if c.Offset < j.runOffset {
+			d = d[j.runOffset-c.Offset:]
+		}
+		if room := max - n; len(d) > room {
+			d = d[len(d)-room:]
+		}
+		parts = append(parts, d)
+		n += len(d)
+	}
+	out := make([]byte, 0, n)
+	for i := len(parts) - 1; i >= 0; i-- {
+		out = append(out, parts[i]...)
+	}
+	return out
+}
+
+// maxHistoryLine cuts very long lines of a run record.
+const maxHistoryLine = 2 << 10
+
+// tailLines splits b into lines and returns the last n (CR LF and LF
+// endings; a partial last line counts; invalid UTF-8 is replaced).
+func tailLines(b []byte, n int) []string {
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	if len(b) == 0 {
+		return []string{}
+	}
+	lines := bytes.Split(b, []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) > maxHistoryLine {
+			l = append(l[:maxHistoryLine:maxHistoryLine], "…"...)
+		}
+		s := string(l)
+		if !utf8.ValidString(s) {
+			s = strings.ToValidUTF8(s, "\uFFFD")
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// restartFired starts the next run once the restart delay is over.
+func (j *Job) restartFired() {
+	j.mu.Lock()
+	if j.state != Restarting {
+		j.mu.Unlock()
+		return // stopped, killed or started by hand meanwhile
+	}
+	j.restartT = nil
+	j.m.mu.Lock()
+	closing := j.m.closed
+	j.m.mu.Unlock()
+	if closing {
+		j.endReason = protocol.ReasonShutdown
+		j.finishLocked()
+		j.mu.Unlock()
+		j.m.jobDone(j, j.reason)
+		return
+	}
+	j.beginRunLocked()
+	j.mu.Unlock()
+	_ = j.start()
+}
+
+// beginRunLocked resets the per-run state for the next attempt and moves
+// the job to Starting; the caller then calls start.
+func (j *Job) beginRunLocked() {
+	if t := j.restartT; t != nil {
+		t.Stop()
+		j.restartT = nil
+	}
+	_ = j.transition(Starting)
+	j.attempt++
+	j.runOffset = j.offset
+	j.cmd = nil
+	j.startTicks = 0
+	j.reason, j.exitCode, j.signal, j.errMsg = "", nil, "", ""
+	j.killing, j.cleanupKilled, j.pendingKill = false, false, ""
+	j.killDeadline = time.Time{}
+	j.killNow = make(chan struct{})
+	j.leaderExited, j.groupGone = false, false
+	j.rfiles, j.ptmx, j.stdin = nil, nil, nil
+	j.bracketed, j.escaped = false, false
+	j.cg = nil
+	j.lastCPU, j.lastSampled = 0, time.Time{}
+	j.ready, j.notifyStatus, j.stopping, j.lastWatchdog = false, "", false, time.Time{}
+	j.limits = nil
+	j.restartReq, j.endReason = false, ""
+	j.restartAt = time.Time{}
+	j.runDone = make(chan struct{})
+	j.runStarted = make(chan struct{})
+}
+
+// Start runs a service job again: at once if it is waiting to restart,
+// from scratch (backoff reset, the same spec) if it ended. A running
+// service is left alone.
+func (m *Manager) Start(id string) (protocol.JobInfo, error) {
+	return m.startService(id, false)
+}
+
+// Restart ends a service's current run (TERM, grace, KILL; reason
+// manual-restart in its history) and starts the next at once; a service
+// that is not running is started.
+func (m *Manager) Restart(id string) (protocol.JobInfo, error) {
+	return m.startService(id, true)
+}
+
+func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error) {
+	j, err := m.Get(id)
+	if err != nil {
+		return protocol.JobInfo{}, err
+	}
+	j.mu.Lock()
+	if j.svc == nil {
+		j.mu.Unlock()
+		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeInvalidArgument,
+			"job %s is not a service (spawned without a restart policy); spawn it again instead", id)
+	}
+	switch j.state {
+	case Starting:
+		j.mu.Unlock()
+		if restart {
+			return j.Info(), protocol.Errorf(protocol.CodeJobRunning, "job %s is starting; try again in a moment", id)
+		}
+		return j.Info(), nil
+	case Running:
+		if !restart {
+			j.mu.Unlock()
+			return j.Info(), nil
+		}
+		j.restartReq = true
+		j.mu.Unlock()
+		m.log.Info("service restart requested", "job", id)
+		if _, err := j.Kill(protocol.ReasonManualRestart, 0); err != nil {
+			return j.Info(), err
+		}
+		return j.Info(), nil
+	case Exiting:
+		j.mu.Unlock()
+		return j.Info(), protocol.Errorf(protocol.CodeJobRunning, "job %s is stopping; start it once it has exited", id)
+	case Restarting:
+		j.svc.reset()
+		j.beginRunLocked()
+		j.mu.Unlock()
+		m.log.Info("service started by hand while waiting to restart", "job", id)
+		err := j.start()
+		return j.Info(), startErr(j, err)
+	}
+	// Exited: supervision starts over with the recorded spec.
+	if j.recovered {
+		j.mu.Unlock()
+		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeInvalidArgument,
+			"job %s was recorded by an earlier supervisor without its full spec; spawn it again", id)
+	}
+	m.mu.Lock()
+	switch {
+	case m.closed:
+		m.mu.Unlock()
+		j.mu.Unlock()
+		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down; not starting jobs")
+	case m.active >= m.cfg.MaxJobs:
+		m.mu.Unlock()
+		j.mu.Unlock()
+		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs)", m.active, m.cfg.MaxJobs)
+	}
+	m.active++
+	m.mu.Unlock()
+	// The old terminal event stays in the sequence; a new one follows
+	// when this supervision ends.
+	if j.exitEv != nil {
+		j.extraEvs = append(j.extraEvs, *j.exitEv)
+		j.exitEv = nil
+	}
+	j.done = make(chan struct{})
+	j.svc.reset()
+	j.beginRunLocked()
+	j.mu.Unlock()
+	m.log.Info("service started by hand", "job", id)
+	err = j.start()
+	if err == nil && m.hooks.Spawned != nil {
+		m.hooks.Spawned()
+	}
+	return j.Info(), startErr(j, err)
+}
+
+func startErr(j *Job, err error) error {
+	if err == nil {
+		return nil
+	}
+	pe := protocol.Errorf(protocol.CodeSpawnError, "%v", err)
+	pe.Details = map[string]string{"jobId": j.id}
+	return pe
+}
+
+// Stop ends a job gracefully (TERM, grace, KILL) with reason stopped; a
+// service is not restarted, and one waiting to restart ends at once.
+func (m *Manager) Stop(id string) (protocol.KillResult, error) {
+	j, err := m.Get(id)
+	if err != nil {
+		return protocol.KillResult{}, err
+	}
+	already, err := j.Kill(protocol.ReasonStopped, 0)
+	if err != nil {
+		return protocol.KillResult{}, err
+	}
+	return protocol.KillResult{Job: j.Info(), AlreadyFinished: already}, nil
+}
+
+// History returns the job's ended runs, oldest first.
+func (j *Job) History() []protocol.RunRecord {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]protocol.RunRecord, len(j.history))
+	copy(out, j.history)
+	return out
+}
+
+// serviceInfoLocked fills the service and notify fields of info.
+func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
+	info.Notify = j.spec.Notify
+	if j.spec.Notify {
+		info.Ready, info.NotifyStatus, info.Stopping = j.ready, j.notifyStatus, j.stopping
+		info.LastWatchdogAt = ms(j.lastWatchdog)
+	}
+	info.Limits = j.limits
+	if j.svc == nil {
+		return
+	}
+	now := j.m.now()
+	info.Restart = j.svc.p.Policy
+	info.Attempt = j.attempt
+	info.Restarts = j.restarts
+	info.RestartsInWindow = j.svc.inWindow(now)
+	if j.state == Restarting {
+		info.NextRestartAt = ms(j.restartAt)
+	}
+	if j.state == Running || j.state == Exiting {
+		info.UptimeMs = now.Sub(j.startedAt).Milliseconds()
+	}
+}
+
+// notifyDirName is where notify sockets live under the notify directory.
+func (j *Job) notifyPath() (string, error) {
+	dir := j.m.notifyDir
+	if dir == "" {
+		return "", fmt.Errorf("notify needs the supervisor's state directory (none configured)")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("notify socket directory: %w", err)
+	}
+	return filepath.Join(dir, fmt.Sprintf("%s.%d.sock", j.id, j.attempt)), nil
+}
+
+// openNotify creates the run's notify socket and returns env with
+// NOTIFY_SOCKET (and WATCHDOG_USEC) set. Only processes of this run (its
+// cgroup, else its process group or session) are heard.
+func (j *Job) openNotify(env []string, runDone, runStarted <-chan struct{}) ([]string, error) {
+	path, err := j.notifyPath()
+	if err != nil {
+		return env, err
+	}
+	accept := func(pid int) bool {
+		// The child may speak before start() recorded it: wait for that.
+		select {
+		case <-runStarted:
+		case <-runDone:
+			return false
+		}
+		return j.ownsPid(pid, runDone)
+	}
+	sock, err := notify.Listen(path, accept, func(msg notify.Message) { j.notified(msg, runDone) })
+	if err != nil {
+		return env, fmt.Errorf("notify socket: %w", err)
+	}
+	j.mu.Lock()
+	j.notifySock = sock
+	j.mu.Unlock()
+	env = append(env, "NOTIFY_SOCKET="+sock.Addr())
+	if j.watchdog > 0 {
+		env = append(env, "WATCHDOG_USEC="+strconv.FormatInt(j.watchdog.Microseconds(), 10))
+	}
+	return env, nil
+}
+
+func closeNotify(s *notify.Socket) {
+	if s != nil {
+		_ = s.Close()
+	}
+}
+
+// ownsPid reports whether pid is a process of the current run.
+func (j *Job) ownsPid(pid int, runDone <-chan struct{}) bool {
+	j.mu.Lock()
+	cg, pgid, isPTY := j.cg, j.pgid, j.isPTY
+	gone := over(runDone)
+	j.mu.Unlock()
+	if gone || pid <= 1 {
+		return false
+	}
+	if cg != nil {
+		for _, p := range cg.Procs() {
+			if p == pid {
+				return true
+			}
+		}
+		return false
+	}
+	_, pg, sid, ok := procStat(strconv.Itoa(pid))
+	if !ok {
+		return false
+	}
+	if isPTY {
+		return sid == pgid
+	}
+	return pg == pgid
+}
+
+// notified applies one notify message of the run.
+func (j *Job) notified(msg notify.Message, runDone <-chan struct{}) {
+	j.mu.Lock()
+	if over(runDone) {
+		j.mu.Unlock()
+		return
+	}
+	if st, ok := msg.Status(); ok {
+		j.notifyStatus = truncateUTF8(st, 1024)
+	}
+	if msg.Stopping() {
+		j.stopping = true
+	}
+	if msg.Watchdog() {
+		j.lastWatchdog = j.m.now()
+	}
+	trigger := msg.Fields["WATCHDOG"] == "trigger"
+	if msg.Ready() && !j.ready {
+		j.ready = true
+		j.extraEvs = append(j.extraEvs, j.emitLocked(protocol.KindReady, protocol.ReadyPayload{Attempt: j.attempt, Status: j.notifyStatus}))
+		j.m.log.Info("job ready", "job", j.id, "attempt", j.attempt, "status", j.notifyStatus)
+	}
+	j.m.changed()
+	j.mu.Unlock()
+	if trigger {
+		j.m.log.Warn("job asked for its watchdog to fire (WATCHDOG=trigger)", "job", j.id)
+		j.killRun(runDone, protocol.ReasonWatchdog)
+	}
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// watchdogFired checks the run's last WATCHDOG=1: a run silent for the
+// whole interval is hung and killed with reason watchdog.
+func (j *Job) watchdogFired(runDone <-chan struct{}) {
+	j.mu.Lock()
+	if over(runDone) || j.state != Running {
+		j.mu.Unlock()
+		return
+	}
+	last := j.lastWatchdog
+	if last.IsZero() || last.Before(j.startedAt) {
+		last = j.startedAt
+	}
+	if quiet := j.m.now().Sub(last); quiet < j.watchdog {
+		j.watchdogT = time.AfterFunc(j.watchdog-quiet, func() { j.watchdogFired(runDone) })
+		j.mu.Unlock()
+		return
+	}
+	j.mu.Unlock()
+	j.m.log.Warn("job missed its watchdog; killing it as hung", "job", j.id, "interval", j.watchdog)
+	j.killRun(runDone, protocol.ReasonWatchdog)
+}
+
+// rlimits returns the child-side limits of the spec.
+func (j *Job) rlimits() limits.Limits {
+	l := j.spec.Limits
+	if l == nil {
+		return limits.Limits{}
+	}
+	return limits.Limits{NoFile: l.MaxOpenFiles, AddressSpace: l.MaxAddressSpaceBytes, Nice: l.Nice}
+}
+
+// wrapLimits makes cmd start through the limits helper when the spec has
+// rlimits or a niceness, and records them as applied.
+func (j *Job) wrapLimits(path string, argv []string) (string, []string, error) {
+	l := j.rlimits()
+	if l.Empty() {
+		return path, argv, nil
+	}
+	if j.m.limitsHelper == "" {
+		return "", nil, fmt.Errorf("resource limits need the limits helper (the supervisor binary); none is configured")
+	}
+	cp, ca := limits.Wrap(j.m.limitsHelper, l, path, argv)
+	var applied []string
+	if l.NoFile > 0 {
+		applied = append(applied, fmt.Sprintf("maxOpenFiles=%d", l.NoFile))
+	}
+	if l.AddressSpace > 0 {
+		applied = append(applied, fmt.Sprintf("maxAddressSpaceBytes=%d", l.AddressSpace))
+	}
+	if l.Nice != nil {
+		applied = append(applied, fmt.Sprintf("nice=%d", *l.Nice))
+	}
+	j.mu.Lock()
+	if j.limits == nil {
+		j.limits = &protocol.LimitsInfo{}
+	}
+	j.limits.Applied = append(j.limits.Applied, applied...)
+	j.mu.Unlock()
+	return cp, ca, nil
+}
+
+// applyCgroupLimits writes the spec's cgroup limits on the run's new
+// cgroup (before any process is in it) and records what took.
+func (j *Job) applyCgroupLimits(cg *cgroups.Cgroup) {
+	l := j.spec.Limits
+	if l == nil || (l.MemoryMaxBytes == 0 && l.CPUWeight == 0) {
+		return
+	}
+	res := cg.SetLimits(l.MemoryMaxBytes, l.CPUWeight)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.limits == nil {
+		j.limits = &protocol.LimitsInfo{}
+	}
+	j.limits.Applied = append(j.limits.Applied, res.Applied...)
+	for k, v := range res.Unavailable {
+		if j.limits.Unavailable == nil {
+			j.limits.Unavailable = map[string]string{}
+		}
+		j.limits.Unavailable[k] = v
+	}
+	if len(res.Unavailable) > 0 {
+		j.m.log.Warn("job cgroup limits not applied", "job", j.id, "unavailable", res.Unavailable)
+	}
+}
+
+// noCgroupLimits records cgroup limits as unavailable (no cgroup per job).
+func (j *Job) noCgroupLimits() {
+	l := j.spec.Limits
+	if l == nil || (l.MemoryMaxBytes == 0 && l.CPUWeight == 0) {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.limits == nil {
+		j.limits = &protocol.LimitsInfo{}
+	}
+	if j.limits.Unavailable == nil {
+		j.limits.Unavailable = map[string]string{}
+	}
+	why := "no cgroup per job (cgroup v2 not writable here, or --no-cgroups); see health.cgroupsNote"
+	if l.MemoryMaxBytes > 0 {
+		j.limits.Unavailable["memory.max"] = why
+	}
+	if l.CPUWeight > 0 {
+		j.limits.Unavailable["cpu.weight"] = why
+	}
+	j.m.log.Warn("job cgroup limits not applied: no cgroup per job", "job", j.id)
+}
