@@ -939,3 +939,85 @@ func TestEscapeTreeWithoutCgroups(t *testing.T) {
 	}
 	t.Logf("without cgroups, only the setsid child (pid %d) survived its job, as documented", pids["setsid"])
 }
+
+// TestServiceHistorySurvivesKill9: a service's crash history (last lines of
+// each run) and its restart-limit fate come back after the supervisor is
+// SIGKILLed; a service that was running is resumed (its orphan terminated,
+// the interrupted run recorded) and can be stopped.
+func TestServiceHistorySurvivesKill9(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	crash, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: `echo "boom $$"; exit 1`,
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, RestartDelayMs: 50, MaxRestarts: ptr(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.client.Follow(ctx, crash.JobID, 1, func(protocol.Event) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: `echo "up $$"; exec sleep 300`,
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{svc.Pgid}) })
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "both services recorded", func(f *journal.File) bool {
+		var crashed, up bool
+		for _, r := range f.Jobs {
+			if r.JobID == crash.JobID && r.Service != nil && len(r.Service.History) == 3 && r.Reason == string(protocol.ReasonRestartLimit) {
+				crashed = true
+			}
+			if r.JobID == svc.JobID && r.Service != nil && r.State == "running" && strings.Contains(string(r.OutputTail), "up ") {
+				up = true
+			}
+		}
+		return crashed && up
+	})
+	s.kill9()
+
+	s2 := e.start(t)
+	hist, err := s2.client.History(ctx, crash.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 3 {
+		t.Fatalf("history after the restart: %+v", hist)
+	}
+	for i, r := range hist {
+		if r.Attempt != i+1 || len(r.Tail) != 1 || r.Tail[0] != fmt.Sprintf("boom %d", r.Pid) || *r.ExitCode != 1 {
+			t.Fatalf("run %d: %+v", i+1, r)
+		}
+	}
+	st, err := s2.client.Status(ctx, crash.JobID)
+	if err != nil || st.Reason != protocol.ReasonRestartLimit || st.State != protocol.StateExited {
+		t.Fatalf("crashed service after the restart: %+v %v", st, err)
+	}
+	// The running service: orphan terminated, interrupted run recorded,
+	// resumed as attempt 2.
+	st, err = s2.client.Status(ctx, svc.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != protocol.StateRunning || st.Attempt != 2 || st.Pid == svc.Pid {
+		t.Fatalf("running service after the restart: %+v", st)
+	}
+	if alive(svc.Pid) {
+		t.Fatalf("the previous run's process %d is still alive", svc.Pid)
+	}
+	hist, err = s2.client.History(ctx, svc.JobID)
+	if err != nil || len(hist) != 1 || hist[0].Reason != protocol.ReasonSupervisorRestart || !hist[0].Restarted ||
+		len(hist[0].Tail) == 0 || hist[0].Tail[0] != fmt.Sprintf("up %d", svc.Pid) {
+		t.Fatalf("interrupted run: %+v %v", hist, err)
+	}
+	t.Cleanup(func() { killGroups([]int{st.Pgid}) })
+	if _, err := s2.client.Stop(ctx, svc.JobID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.client.Follow(ctx, svc.JobID, st.LastSeq, func(protocol.Event) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s2.client.Status(ctx, svc.JobID); st.Reason != protocol.ReasonStopped {
+		t.Fatalf("after stop: %+v", st)
+	}
+}

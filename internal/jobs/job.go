@@ -1007,6 +1007,9 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	j.finishLocked()
 	reason := j.reason
 	j.mu.Unlock()
+	if j.svc != nil {
+		attrs = append(attrs, "finalReason", string(reason))
+	}
 	j.m.log.Info("job exited", attrs...)
 	j.m.jobDone(j, reason)
 	return sock

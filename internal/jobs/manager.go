@@ -326,8 +326,8 @@ func (m *Manager) sweeper() {
 	}
 }
 
-// Sweep forgets finished jobs older than the retention period and returns
-// how many it removed.
+// Sweep forgets finished one-shot jobs older than the retention period and
+// returns how many it removed. Services stay until removed.
 func (m *Manager) Sweep() int {
 	cutoff := m.now().Add(-m.cfg.Retention)
 	m.mu.Lock()
@@ -338,6 +338,9 @@ func (m *Manager) Sweep() int {
 	m.mu.Unlock()
 	n := 0
 	for _, j := range victims {
+		if j.svc != nil {
+			continue // a service stays (to be started again) until removed
+		}
 		if end, ok := j.finishedAt(); ok && end.Before(cutoff) {
 			m.mu.Lock()
 			delete(m.jobs, j.id)

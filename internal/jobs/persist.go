@@ -25,6 +25,18 @@ type Snapshot struct {
 	// offset Info.OutputEnd-len(Tail); TailSeq is the seq of its last chunk.
 	Tail    []byte
 	TailSeq uint64
+	// Service is set for service jobs.
+	Service *ServiceState
+}
+
+// ServiceState is the persistent part of a service job.
+type ServiceState struct {
+	Spec        protocol.SpawnArgs
+	Attempt     int
+	Restarts    int
+	Consecutive int
+	Ends        []time.Time
+	History     []protocol.RunRecord
 }
 
 // Snapshot returns the job's persistent state.
@@ -32,6 +44,12 @@ func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt)}
+	if j.svc != nil {
+		s.Service = &ServiceState{
+			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive,
+			Ends: append([]time.Time(nil), j.svc.ends...), History: append([]protocol.RunRecord(nil), j.history...),
+		}
+	}
 	live := j.out.live()
 	if n := len(live); n > 0 {
 		s.TailSeq = live[n-1].Seq
@@ -50,9 +68,10 @@ func (j *Job) Snapshot() Snapshot {
 
 // Snapshots returns the persistent state of every job not finished and
 // of the maxFinished most recently finished ones (all when maxFinished < 0).
-// For a finished job whose id skip (if set) reports true, only its id is
-// filled in (the caller has it already): finished jobs never change.
-func (m *Manager) Snapshots(maxFinished int, skip func(id string) bool) []Snapshot {
+// For a finished job for which skip (if set) reports true, only its id and
+// last seq are filled in (the caller has the rest already): a finished job
+// does not change until its last seq does (a service started again).
+func (m *Manager) Snapshots(maxFinished int, skip func(id string, lastSeq uint64) bool) []Snapshot {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))
 	for _, j := range m.jobs {
@@ -66,7 +85,7 @@ func (m *Manager) Snapshots(maxFinished int, skip func(id string) bool) []Snapsh
 	var done []fin
 	out := make([]Snapshot, 0, len(js))
 	for _, j := range js {
-		if end, ok := j.finishedAt(); ok {
+		if end, ok := j.finishedAt(); ok && j.svc == nil {
 			done = append(done, fin{j, end})
 			continue
 		}
@@ -77,8 +96,11 @@ func (m *Manager) Snapshots(maxFinished int, skip func(id string) bool) []Snapsh
 		done = done[:maxFinished]
 	}
 	for _, f := range done {
-		if skip != nil && skip(f.j.id) {
-			out = append(out, Snapshot{Info: protocol.JobInfo{JobID: f.j.id, State: protocol.StateExited}})
+		f.j.mu.Lock()
+		seq := f.j.seq
+		f.j.mu.Unlock()
+		if skip != nil && skip(f.j.id, seq) {
+			out = append(out, Snapshot{Info: protocol.JobInfo{JobID: f.j.id, State: protocol.StateExited, LastSeq: seq}})
 			continue
 		}
 		out = append(out, f.j.Snapshot())
@@ -136,6 +158,23 @@ func (m *Manager) Restore(s Snapshot) error {
 	})
 	j.exitEv = &ev
 	close(j.done)
+	j.runDone, j.runStarted = make(chan struct{}), make(chan struct{})
+	close(j.runDone)
+	close(j.runStarted)
+	if sv := s.Service; sv != nil && sv.Spec.Restart.Enabled() {
+		j.spec = sv.Spec
+		j.svc = newBackoff(*sv.Spec.Restart)
+		j.svc.consecutive, j.svc.ends = sv.Consecutive, sv.Ends
+		j.attempt, j.restarts, j.history = max(sv.Attempt, 1), sv.Restarts, sv.History
+		j.watchdog = time.Duration(sv.Spec.WatchdogIntervalMs) * time.Millisecond
+		j.grace = m.cfg.Grace
+		if sv.Spec.GraceMs > 0 {
+			j.grace = time.Duration(sv.Spec.GraceMs) * time.Millisecond
+		}
+		j.runOffset = info.OutputEnd
+	} else {
+		j.recovered = true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, dup := m.jobs[j.id]; dup {

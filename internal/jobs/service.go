@@ -150,6 +150,9 @@ func (j *Job) runOutputLocked(max int) []byte {
 // maxHistoryLine cuts very long lines of a run record.
 const maxHistoryLine = 2 << 10
 
+// TailLines is tailLines for callers outside the package (journal recovery).
+func TailLines(b []byte, n int) []string { return tailLines(b, n) }
+
 // tailLines splits b into lines and returns the last n (CR LF and LF
 // endings; a partial last line counts; invalid UTF-8 is replaced).
 func tailLines(b []byte, n int) []string {

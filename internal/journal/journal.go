@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // Version is the journal file format version.
@@ -91,6 +93,22 @@ type Record struct {
 	// Members are processes of the job's group (pid and start ticks) seen
 	// at the last periodic scan: proof of ownership if the leader is gone.
 	Members []Member `json:"members,omitempty"`
+	// Service is set for jobs spawned with a restart policy.
+	Service *Service `json:"service,omitempty"`
+}
+
+// Service is what a service job needs to go on after a supervisor
+// restart: its whole spec (the file is 0600: env may hold secrets), its
+// run count, backoff state and run history.
+type Service struct {
+	Spec     protocol.SpawnArgs `json:"spec"`
+	Attempt  int                `json:"attempt"`
+	Restarts int                `json:"restarts"`
+	// Consecutive restarts since the last reset, and the run ends (ms)
+	// still inside the restart window.
+	Consecutive int                  `json:"consecutive"`
+	Ends        []int64              `json:"ends,omitempty"`
+	History     []protocol.RunRecord `json:"history,omitempty"`
 }
 
 // Member identifies one process of a job's group.

@@ -97,7 +97,8 @@ func New(g Gauges) *Metrics {
 	// Pre-create the label values operators alert on, so they read 0, not absent.
 	for _, r := range []protocol.Reason{protocol.ReasonExit, protocol.ReasonSignal, protocol.ReasonManualCancel,
 		protocol.ReasonOverallTimeout, protocol.ReasonNoOutputTimeout, protocol.ReasonSpawnError,
-		protocol.ReasonSupervisorRestart, protocol.ReasonShutdown} {
+		protocol.ReasonSupervisorRestart, protocol.ReasonShutdown, protocol.ReasonOwnershipEscape,
+		protocol.ReasonRestartLimit, protocol.ReasonWatchdog, protocol.ReasonStopped} {
 		m.Finished.WithLabelValues(string(r))
 	}
 	m.Timeouts.WithLabelValues("overall")

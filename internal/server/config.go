@@ -53,6 +53,9 @@ type Config struct {
 	// cgroups go (empty: the supervisor's own cgroup).
 	NoCgroups    bool
 	CgroupParent string
+	// ResumeServices starts again, after a restart, the service jobs the
+	// previous supervisor run was supervising when it crashed or shut down.
+	ResumeServices bool
 	// LimitsHelper is the executable that applies a job's rlimits and
 	// niceness before exec (the supervisor binary itself; its main calls
 	// limits.MaybeRunHelper first). Empty: such jobs are refused. Not a flag.
@@ -96,6 +99,7 @@ func DefaultConfig() Config {
 		JournalMaxFinished:   1000,
 		MaxConns:             1024,
 		Subreaper:            true,
+		ResumeServices:       true,
 		SubscriberQueueBytes: 8 << 20,
 		HandshakeTimeout:     5 * time.Second,
 		WriteTimeout:         5 * time.Second,
@@ -148,6 +152,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "a peer must finish the ZMTP handshake within this")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a peer that does not read for this long is disconnected")
 	fs.BoolVar(&c.NoCgroups, "no-cgroups", c.NoCgroups, "do not give jobs a cgroup each (process groups only; daemonizing children can then escape)")
+	fs.BoolVar(&c.ResumeServices, "resume-services", c.ResumeServices, "after a restart, start again the service jobs (restart policy) the previous run was supervising when it crashed or shut down")
 	fs.BoolVar(&c.Subreaper, "subreaper", c.Subreaper, "become a child subreaper: jobs' orphaned descendants are reparented to the supervisor and reaped (no zombies)")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup v2 directory for job cgroups, e.g. a systemd Delegate=yes slice (default: the supervisor's own cgroup)")
 	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")

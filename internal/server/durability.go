@@ -40,9 +40,12 @@ func (s *Server) recover() {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	restored := 0
+	var resume []string // services the supervisor (not a user or their policy) ended
 	for _, r := range doc.Jobs {
 		if r.Finished() {
-			if r.EndedAt != 0 && r.EndedAt < cutoff {
+			if r.Service != nil && r.Reason == string(protocol.ReasonShutdown) {
+				resume = append(resume, r.JobID)
+			} else if r.Service == nil && r.EndedAt != 0 && r.EndedAt < cutoff {
 				continue // its retention ran out while we were away
 			}
 			if err := s.jobs.Restore(snapshotOf(r)); err != nil {
@@ -59,12 +62,27 @@ func (s *Server) recover() {
 			if !ok {
 				note = s.reconcile(r, doc.InstanceID)
 			}
+			wasRunning := r.State != string(protocol.StateRestarting)
 			r.State = string(protocol.StateExited)
 			r.Reason = string(protocol.ReasonSupervisorRestart)
 			r.Error = note
 			r.EndedAt = time.Now().UnixMilli()
+			if sv := r.Service; sv != nil && wasRunning {
+				// The interrupted run goes into the service's history.
+				sv.History = append(sv.History, protocol.RunRecord{
+					Attempt: sv.Attempt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DurationMs: max(0, r.EndedAt-r.StartedAt),
+					Pid: r.Pid, Reason: protocol.ReasonSupervisorRestart, Error: note, Restarted: s.cfg.ResumeServices,
+					Tail: jobs.TailLines(r.OutputTail, protocol.HistoryLines),
+				})
+				if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
+					sv.History = sv.History[n:]
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
+			if r.Service != nil {
+				resume = append(resume, r.JobID)
+			}
 			if err := s.jobs.Restore(snapshotOf(r)); err != nil {
 				s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
 			} else {
@@ -74,6 +92,28 @@ func (s *Server) recover() {
 	}
 	wg.Wait()
 	s.log.Info("journal recovered", "path", s.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
+	s.resumeServices(resume)
+}
+
+// resumeServices starts again the services whose supervision ended only
+// because the supervisor went away (crash or shutdown), unless
+// --resume-services=false.
+func (s *Server) resumeServices(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	if !s.cfg.ResumeServices {
+		s.log.Info("services left stopped (--resume-services=false); start them with execctl start", "jobs", ids)
+		return
+	}
+	for _, id := range ids {
+		info, err := s.jobs.Start(id)
+		if err != nil {
+			s.log.Error("service not resumed after the restart", "job", id, "err", err)
+			continue
+		}
+		s.log.Info("service resumed after the supervisor restart", "job", id, "attempt", info.Attempt, "pid", info.Pid)
+	}
 }
 
 // reconcile decides the fate of one unfinished record's process and
@@ -138,12 +178,24 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 			Pty: r.Pty,
 		},
 		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq,
+		Service: serviceOf(r.Service),
 	}
+}
+
+func serviceOf(sv *journal.Service) *jobs.ServiceState {
+	if sv == nil {
+		return nil
+	}
+	st := &jobs.ServiceState{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History}
+	for _, e := range sv.Ends {
+		st.Ends = append(st.Ends, time.UnixMilli(e))
+	}
+	return st
 }
 
 func (s *Server) record(sn jobs.Snapshot) journal.Record {
 	i := sn.Info
-	return journal.Record{
+	r := journal.Record{
 		JobID: i.JobID, Argv: i.Argv, Shell: i.Shell, Cwd: i.Cwd, Labels: i.Labels, SessionID: i.SessionID,
 		Pid: i.Pid, Pgid: i.Pgid, StartTicks: sn.StartTicks, BootID: sn.BootID, State: string(i.State),
 		CreatedAt: i.CreatedAt, StartedAt: i.StartedAt, UpdatedAt: sn.UpdatedAt, EndedAt: i.EndedAt, LastOutputAt: i.LastOutputAt,
@@ -152,6 +204,13 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
 		Pty: i.Pty,
 	}
+	if sv := sn.Service; sv != nil {
+		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History}
+		for _, e := range sv.Ends {
+			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
+		}
+	}
+	return r
 }
 
 // markDirty asks the journal loop for a write. It never blocks.
@@ -212,20 +271,23 @@ func (s *Server) writeJournal(periodic bool) {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
 	if s.recCache == nil {
-		s.recCache = map[string][]byte{}
+		s.recCache = map[string]cachedRecord{}
 	}
-	snaps := s.jobs.Snapshots(s.cfg.JournalMaxFinished, func(id string) bool { return s.recCache[id] != nil })
+	snaps := s.jobs.Snapshots(s.cfg.JournalMaxFinished, func(id string, seq uint64) bool {
+		c, ok := s.recCache[id]
+		return ok && c.seq == seq
+	})
 	if periodic {
 		s.scanMembers(snaps)
 	}
 	// Finished records never change: each is encoded once and reused.
 	encoded := make([][]byte, 0, len(snaps))
-	keep := make(map[string][]byte, len(s.recCache))
+	keep := make(map[string]cachedRecord, len(s.recCache))
 	for _, sn := range snaps {
 		id := sn.Info.JobID
-		if b := s.recCache[id]; b != nil {
-			encoded = append(encoded, b)
-			keep[id] = b
+		if c, ok := s.recCache[id]; ok && sn.Info.State == protocol.StateExited && c.seq == sn.Info.LastSeq {
+			encoded = append(encoded, c.b)
+			keep[id] = c
 			continue
 		}
 		r := s.record(sn)
@@ -237,7 +299,7 @@ func (s *Server) writeJournal(periodic bool) {
 		}
 		encoded = append(encoded, b)
 		if sn.Info.State == protocol.StateExited {
-			keep[id] = b
+			keep[id] = cachedRecord{seq: sn.Info.LastSeq, b: b}
 		}
 	}
 	s.recCache = keep
@@ -253,6 +315,13 @@ func (s *Server) writeJournal(periodic bool) {
 		s.log.Info("journal writes recovered", "path", s.journal.Path())
 		s.journalFailing = false
 	}
+}
+
+// cachedRecord is the encoding of a finished job's record, valid while
+// its last seq is seq (a finished service started again changes it).
+type cachedRecord struct {
+	seq uint64
+	b   []byte
 }
 
 // scanMembers records the live members of every running job's process

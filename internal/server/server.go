@@ -67,7 +67,7 @@ type Server struct {
 	journalMu      sync.Mutex                  // serializes writes
 	journalFailing bool                        // under journalMu
 	members        map[string][]journal.Member // under journalMu: last group scan
-	recCache       map[string][]byte           // under journalMu: encoded finished records
+	recCache       map[string]cachedRecord     // under journalMu: encoded finished records
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
