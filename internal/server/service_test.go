@@ -459,3 +459,35 @@ func TestResourceLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceOpsBadInput: the service ops refuse missing, malformed and
+// unknown job ids with stable codes, and keep serving.
+func TestServiceOpsBadInput(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, testConfig(t))
+	c := ts.client
+	for _, op := range []protocol.Op{protocol.OpStart, protocol.OpRestart, protocol.OpStop, protocol.OpHistory} {
+		for i, c2 := range []struct {
+			args any
+			code protocol.Code
+		}{
+			{map[string]any{}, protocol.CodeInvalidArgument},
+			{map[string]any{"jobId": 42}, protocol.CodeBadRequest},
+			{map[string]any{"jobId": "j-unknown"}, protocol.CodeNotFound},
+			{map[string]any{"jobId": strings.Repeat("x", 10000)}, protocol.CodeInvalidArgument},
+		} {
+			err := c.Call(ctxT(t, 5*time.Second), op, c2.args, nil)
+			if protocol.CodeOf(err) != c2.code {
+				t.Errorf("%s case %d: %.200v; want %s", op, i, err, c2.code)
+			}
+		}
+	}
+	// Spawn with a bad policy is refused before anything starts.
+	_, err := c.Spawn(ctxT(t, 5*time.Second), protocol.SpawnArgs{Argv: []string{"true"}, Restart: &protocol.RestartPolicy{Policy: "sometimes"}})
+	if protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("bad policy: %v", err)
+	}
+	if _, err := c.Health(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("not serving after bad input: %v", err)
+	}
+}
