@@ -22,7 +22,9 @@ import (
 
 // examples are shown by 'execctl COMMAND --help'.
 var examples = map[string]string{
-	"spawn":     "execctl spawn --follow -- make test\n  execctl spawn --timeout 5m --no-output-timeout 30s --shell 'npm ci && npm test'\n  id=$(execctl spawn --pty -- python3 -i)",
+	"spawn": "execctl spawn --follow -- make test\n  execctl spawn --timeout 5m --no-output-timeout 30s --shell 'npm ci && npm test'\n  id=$(execctl spawn --pty -- python3 -i)\n" +
+		"  execctl spawn --restart on-failure --max-restarts 0 --limit-nofile 4096 -- ./server --port 8080\n" +
+		"  execctl spawn --restart always --restart-delay 500ms --notify --watchdog 30s --memory-max 512M -- ./daemon",
 	"wait":      "execctl wait JOB1 JOB2; echo \"last exit: $?\"",
 	"logs":      "execctl logs -f JOB1 JOB2",
 	"kill":      "execctl kill JOB\n  execctl kill --signal SIGINT JOB",
@@ -30,6 +32,10 @@ var examples = map[string]string{
 	"send-keys": "execctl send-keys JOB C-c\n  execctl send-keys JOB Up Enter",
 	"status":    "execctl status JOB\n  execctl --json status JOB | jq .job.usage",
 	"list":      "execctl list --state running",
+	"start":     "execctl start JOB   # after restart-limit or stop; at once while it waits to restart",
+	"restart":   "execctl restart JOB",
+	"stop":      "execctl stop JOB",
+	"history":   "execctl history --lines 5 JOB\n  execctl --json history JOB | jq '.runs[] | {attempt, reason, exitCode}'",
 	"top":       "execctl top --interval 1s",
 }
 
@@ -98,6 +104,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	rows := fs.Uint16("rows", 0, "terminal rows with --pty (default 24)")
 	cols := fs.Uint16("cols", 0, "terminal columns with --pty (default 80)")
 	stdin := fs.Bool("stdin", false, "keep the job's stdin open for 'execctl write' (default: /dev/null)")
+	svc := serviceFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
@@ -113,6 +120,9 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		return 0, &usageError{msg: "durations must not be negative"}
 	}
 	var err error
+	if err = svc.apply(fs, &a); err != nil {
+		return 0, err
+	}
 	if a.Env, err = kvs(*env, "--env"); err != nil {
 		return 0, err
 	}
@@ -165,9 +175,14 @@ func kvs(list []string, flag string) (map[string]string, error) {
 // followJob streams a job's events (printing output unless quiet) and
 // returns the exit code that mirrors the job's end.
 func followJob(ctx context.Context, g *globals, id string, quiet bool) (int, error) {
+	return followJobFrom(ctx, g, id, 1, quiet)
+}
+
+// followJobFrom is followJob from event seq from on.
+func followJobFrom(ctx context.Context, g *globals, id string, from uint64, quiet bool) (int, error) {
 	var final protocol.ExitPayload
 	var mu sync.Mutex
-	err := g.client.Follow(ctx, id, 1, func(ev protocol.Event) error {
+	err := g.client.Follow(ctx, id, from, func(ev protocol.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if g.json && !quiet {
@@ -192,6 +207,16 @@ func followJob(ctx context.Context, g *globals, id string, quiet bool) (int, err
 			var p protocol.GapPayload
 			_ = ev.DecodePayload(&p)
 			fmt.Fprintf(g.stderr, "execctl: [output events %d..%d of %s are no longer retained by the supervisor and were lost]\n", p.From, p.To, id)
+		case protocol.KindRestarting:
+			if quiet {
+				return nil
+			}
+			var p protocol.RestartingPayload
+			if err := ev.DecodePayload(&p); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stderr, "execctl: job %s: run %d ended: %s; attempt %d starts in %v\n",
+				id, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), p.NextAttempt, msDuration(p.DelayMs))
 		case protocol.KindExited, protocol.KindFailed:
 			return ev.DecodePayload(&final)
 		}
@@ -323,13 +348,21 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 				lw.flush(g.stdout)
 				return
 			}
-			errs[i] = g.client.Follow(ctx, id, 1, func(ev protocol.Event) error {
+			errs[i] = followPeriods(ctx, g, id, func(ev protocol.Event) error {
 				if ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr {
 					var p protocol.OutputPayload
 					if err := ev.DecodePayload(&p); err != nil {
 						return err
 					}
 					lw.write(g.stdout, p.Data)
+				}
+				if ev.Kind == protocol.KindRestarting {
+					lw.flush(g.stdout)
+					var p protocol.RestartingPayload
+					_ = ev.DecodePayload(&p)
+					mu.Lock()
+					fmt.Fprintf(g.stdout, "%s[run %d ended: %s; restarting in %v]\n", lw.prefix, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), msDuration(p.DelayMs))
+					mu.Unlock()
 				}
 				if ev.Kind.Terminal() {
 					lw.flush(g.stdout)
@@ -345,6 +378,33 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	}
 	wg.Wait()
 	return exitOK, errors.Join(errs...)
+}
+
+// followPeriods follows a job from its first event like client.Follow,
+// and on past a terminal event when the job went on after it: a service
+// started again once its supervision ended has several in its sequence.
+func followPeriods(ctx context.Context, g *globals, id string, fn client.FollowFunc) error {
+	from := uint64(1)
+	for {
+		var end uint64
+		err := g.client.Follow(ctx, id, from, func(ev protocol.Event) error {
+			if ev.Kind.Terminal() {
+				end = ev.Seq
+			}
+			return fn(ev)
+		})
+		if err != nil || end == 0 {
+			return err
+		}
+		info, err := g.client.Status(ctx, id)
+		if err != nil {
+			return err
+		}
+		if info.Finished() && info.LastSeq <= end {
+			return nil
+		}
+		from = end + 1
+	}
 }
 
 // lineWriter prefixes whole lines so interleaved jobs stay readable.
@@ -405,15 +465,20 @@ func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err != nil {
 		return 0, err
 	}
+	return exitOK, printKillResult(g, id, res)
+}
+
+// printKillResult prints the result of kill or stop.
+func printKillResult(g *globals, id string, res protocol.KillResult) error {
 	if g.json {
-		return exitOK, printJSON(g.stdout, res)
+		return printJSON(g.stdout, res)
 	}
 	if res.AlreadyFinished {
 		fmt.Fprintf(g.stdout, "%s had already ended (%s)\n", id, res.Job.Reason)
 	} else {
 		fmt.Fprintf(g.stdout, "%s %s\n", id, res.Job.State)
 	}
-	return exitOK, nil
+	return nil
 }
 
 // StatusCommand shows one job, or all.
@@ -470,11 +535,12 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		}
 	}
 	row("runtime", runtime(info))
+	serviceRows(row, info)
 	if u := info.Usage; u != nil {
 		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %.2fs (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), u.CPUSeconds, u.CPUPercent))
 	}
 	row("output", fmt.Sprintf("%d bytes stdout, %d bytes stderr (retained from offset %d)", info.StdoutBytes, info.StderrBytes, info.RetainedFrom))
-	row("timeouts", fmt.Sprintf("overall %v, no-output %v", time.Duration(info.TimeoutMs)*time.Millisecond, noneIfZero(info.NoOutputTimeoutMs)))
+	row("timeouts", fmt.Sprintf("overall %v, no-output %v", noneIfZero(info.TimeoutMs), noneIfZero(info.NoOutputTimeoutMs)))
 	if len(info.Labels) > 0 {
 		keys := make([]string, 0, len(info.Labels))
 		for k := range info.Labels {
@@ -535,7 +601,7 @@ func (*ListCommand) Synopsis() string { return "list jobs: list [--state S] [--s
 // Run implements command.
 func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("list", g)
-	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, exited)")
+	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, restarting, exited)")
 	session := fs.String("session", "", "only jobs of this session")
 	if err := parse(fs, args); err != nil {
 		return 0, err
@@ -770,13 +836,32 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	}
 	code := exitOK
 	for _, id := range fs.Args() {
-		c, err := followJob(ctx, g, id, true)
+		c, err := waitJob(ctx, g, id)
 		if err != nil {
 			return 0, err
 		}
 		code = c
 	}
 	return code, nil
+}
+
+// waitJob waits for a job to end and returns its exit code (as followJob).
+// A service started again after it ended has an earlier terminal event
+// in its sequence: only events after the current status count.
+func waitJob(ctx context.Context, g *globals, id string) (int, error) {
+	info, err := g.client.Status(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if !info.Finished() {
+		return followJobFrom(ctx, g, id, info.LastSeq+1, true)
+	}
+	if g.json {
+		if err := printJSON(g.stdout, protocol.StatusResult{Job: &info}); err != nil {
+			return 0, err
+		}
+	}
+	return exitCodeOf(protocol.ExitPayload{Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error}, g, id), nil
 }
 
 // isTTY reports whether w is a terminal.

@@ -17,7 +17,8 @@ func (*CompletionCommand) Synopsis() string {
 	return "print a shell completion script: completion bash|zsh (e.g. source <(execctl completion bash))"
 }
 
-var flagName = regexp.MustCompile(`--([a-z][a-z-]+)`)
+// flagName matches the flag a line of pflag's FlagUsages defines.
+var flagName = regexp.MustCompile(`(?m)^ +(?:-[a-zA-Z], )?--([a-z][a-z-]+)`)
 
 // commandFlags lists each command's flags, read from its own --help so
 // that the script never drifts from the code.
@@ -70,7 +71,9 @@ _execctl() {
   case "$cmd" in
 %s    *) flags="" ;;
   esac
-  if [[ "$cur" == -* ]]; then
+  if [[ "$cmd" == "spawn" && "${COMP_WORDS[COMP_CWORD-1]}" == "--restart" ]]; then
+    COMPREPLY=( $(compgen -W "never on-failure always" -- "$cur") )
+  elif [[ "$cur" == -* ]]; then
     COMPREPLY=( $(compgen -W "$flags" -- "$cur") )
   elif [[ "$cmd" == "completion" ]]; then
     COMPREPLY=( $(compgen -W "bash zsh" -- "$cur") )

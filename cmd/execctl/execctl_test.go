@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"log/slog"
 	"os"
@@ -18,7 +19,10 @@ import (
 
 // TestMain fails the run when a test left a live child process behind
 // (every job is a child of this process: the server runs in-process).
-func TestMain(m *testing.M) { os.Exit(proctest.RunWithoutLeaks(m)) }
+func TestMain(m *testing.M) {
+	limits.MaybeRunHelper() // jobs with rlimits start through this binary
+	os.Exit(proctest.RunWithoutLeaks(m))
+}
 
 // shortTempDir returns a fresh directory with a short path (unix socket
 // paths must stay under ~100 bytes), removed when the test ends.
@@ -55,6 +59,9 @@ func startSupervisor(t *testing.T) *supervisor {
 	cfg.Jobs.Grace = 2 * time.Second
 	cfg.HeartbeatInterval = 200 * time.Millisecond
 	cfg.Subreaper = false // the test process waits for children of its own
+	if exe, err := os.Executable(); err == nil {
+		cfg.LimitsHelper = exe // TestMain runs limits.MaybeRunHelper
+	}
 	log := slog.New(slog.DiscardHandler)
 	s, err := server.New(cfg, log)
 	if err != nil {
@@ -277,6 +284,22 @@ func TestUsageErrors(t *testing.T) {
 		{"poll without job", []string{"poll"}, []string{"want exactly one JOB", "hint:"}},
 		{"env without =", []string{"spawn", "--env", "FOO", "--", "true"}, []string{`--env "FOO": want KEY=VALUE`, "hint:"}},
 		{"bad flag", []string{"spawn", "--no-such-flag"}, []string{"unknown flag", "hint:"}},
+		{"restart tuning without --restart", []string{"spawn", "--max-restarts", "3", "--", "true"},
+			[]string{"--max-restarts only applies to services", "hint: add --restart on-failure"}},
+		{"restart tuning with --restart never", []string{"spawn", "--restart", "never", "--restart-delay", "1s", "--backoff-multiplier", "3", "--", "true"},
+			[]string{"--restart-delay, --backoff-multiplier only applies to services", "--restart never", "hint:"}},
+		{"bad restart policy", []string{"spawn", "--restart", "sometimes", "--", "true"}, []string{`--restart "sometimes": want never, on-failure or always`}},
+		{"negative restart delay", []string{"spawn", "--restart", "always", "--restart-delay", "-1s", "--", "true"}, []string{"--restart-delay -1s: durations must not be negative"}},
+		{"sub-millisecond delay", []string{"spawn", "--restart", "always", "--restart-delay", "10us", "--", "true"}, []string{"--restart-delay 10µs: less than"}},
+		{"negative max restarts", []string{"spawn", "--restart", "always", "--max-restarts", "-1", "--", "true"}, []string{"--max-restarts -1: must not be negative"}},
+		{"watchdog without notify", []string{"spawn", "--watchdog", "1s", "--", "true"}, []string{"--watchdog needs --notify", "hint:"}},
+		{"bad size suffix", []string{"spawn", "--limit-as", "1X", "--", "true"}, []string{`--limit-as "1X": want a size in bytes`, "hint: suffixes K, M, G"}},
+		{"bad memory size", []string{"spawn", "--memory-max", "lots", "--", "true"}, []string{`--memory-max "lots"`}},
+		{"start without job", []string{"start"}, []string{"want exactly one JOB"}},
+		{"restart with two jobs", []string{"restart", "a", "b"}, []string{"want exactly one JOB"}},
+		{"stop without job", []string{"stop"}, []string{"want exactly one JOB"}},
+		{"history without job", []string{"history"}, []string{"want exactly one JOB"}},
+		{"history negative lines", []string{"history", "--lines", "-1", "j-x"}, []string{"--lines -1: must not be negative"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -68,10 +68,14 @@ var commands = map[string]command{
 	"attach":     &AttachCommand{},
 	"wait":       &WaitCommand{},
 	"top":        &TopCommand{},
+	"start":      &StartCommand{},
+	"restart":    &RestartCommand{},
+	"stop":       &StopCommand{},
+	"history":    &HistoryCommand{},
 	"completion": &CompletionCommand{},
 }
 
-var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "status", "list", "top", "remove", "health", "completion"}
+var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "stop", "start", "restart", "history", "status", "list", "top", "remove", "health", "completion"}
 
 // usageError is a command-line mistake; Hint says how to do it right.
 type usageError struct{ msg, hint string }
@@ -166,7 +170,7 @@ func report(g *globals, name string, err error) int {
 		return exitUnreachable
 	case errors.As(err, &pe):
 		fmt.Fprintf(g.stderr, "execctl %s: %s (%s)\n", name, pe.Message, pe.Code)
-		if h := hintFor(pe.Code); h != "" {
+		if h := hintFor(name, pe.Code); h != "" {
 			fmt.Fprintf(g.stderr, "  hint: %s\n", h)
 		}
 		if pe.Code == protocol.CodeNotFound {
@@ -178,13 +182,16 @@ func report(g *globals, name string, err error) int {
 	return exitFailed
 }
 
-func hintFor(c protocol.Code) string {
+func hintFor(name string, c protocol.Code) string {
 	switch c {
 	case protocol.CodeNotFound:
 		return "list known jobs with: execctl list"
 	case protocol.CodeTooManyJobs:
 		return "see running jobs with: execctl list; raise the limit with exec-supervisor --max-jobs"
 	case protocol.CodeJobRunning:
+		if name == "start" || name == "restart" {
+			return "" // the message says when to try again
+		}
 		return "kill it first with: execctl kill JOB"
 	case protocol.CodeUnsupportedVersion:
 		return "execctl and exec-supervisor come from different releases"

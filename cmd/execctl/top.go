@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -32,16 +33,16 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 	t := time.NewTicker(*interval)
 	defer t.Stop()
 	for {
-		var a protocol.ListJobsArgs
-		if !*all {
-			a.State = protocol.StateRunning
-		}
-		jobs, err := g.client.ListJobs(ctx, a)
+		jobs, err := g.client.ListJobs(ctx, protocol.ListJobsArgs{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return exitOK, nil
 			}
 			return 0, err
+		}
+		if !*all {
+			// Live jobs: running ones, and services between runs.
+			jobs = slices.DeleteFunc(jobs, func(j protocol.JobInfo) bool { return j.Finished() })
 		}
 		h, _ := g.client.Health(ctx)
 		var b bytes.Buffer

@@ -692,7 +692,9 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 		j.endReason = reason
 	}
 	if j.state == Restarting {
-		// Between runs: nothing to signal; supervision ends here.
+		// Between runs: nothing to signal; supervision ends here (the
+		// last run's end is in the history, not in this fate).
+		j.exitCode, j.signal, j.errMsg = nil, "", ""
 		j.finishLocked()
 		j.mu.Unlock()
 		j.m.log.Info("service stopped while waiting to restart", "job", j.id, "reason", string(j.reason))

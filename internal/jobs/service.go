@@ -358,7 +358,7 @@ func (j *Job) History() []protocol.RunRecord {
 // serviceInfoLocked fills the service and notify fields of info.
 func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
 	info.Notify = j.spec.Notify
-	if j.spec.Notify {
+	if j.spec.Notify && (j.state == Running || j.state == Exiting) {
 		info.Ready, info.NotifyStatus, info.Stopping = j.ready, j.notifyStatus, j.stopping
 		info.LastWatchdogAt = ms(j.lastWatchdog)
 	}

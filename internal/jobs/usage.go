@@ -59,7 +59,7 @@ func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 func (m *Manager) attachUsage(infos []protocol.JobInfo) {
 	groups, sessions := map[int]bool{}, map[int]bool{}
 	for _, in := range infos {
-		if in.State != protocol.StateExited && in.Pgid > 1 {
+		if (in.State == protocol.StateRunning || in.State == protocol.StateExiting) && in.Pgid > 1 {
 			if in.Pty {
 				sessions[in.Pgid] = true
 			} else {
@@ -71,7 +71,7 @@ func (m *Manager) attachUsage(infos []protocol.JobInfo) {
 	now := m.now()
 	for i := range infos {
 		in := &infos[i]
-		if in.State == protocol.StateExited || in.Pgid <= 1 {
+		if (in.State != protocol.StateRunning && in.State != protocol.StateExiting) || in.Pgid <= 1 {
 			continue
 		}
 		a := acc[in.Pgid]

@@ -339,9 +339,9 @@ func (a *ResizeArgs) Validate() error {
 // Validate checks list-jobs arguments.
 func (a *ListJobsArgs) Validate() error {
 	switch a.State {
-	case "", StateStarting, StateRunning, StateExiting, StateExited:
+	case "", StateStarting, StateRunning, StateExiting, StateExited, StateRestarting:
 	default:
-		return Errorf(CodeInvalidArgument, "state %.32q is not one of starting, running, exiting, exited", string(a.State))
+		return Errorf(CodeInvalidArgument, "state %.32q is not one of starting, running, exiting, restarting, exited", string(a.State))
 	}
 	return nil
 }
