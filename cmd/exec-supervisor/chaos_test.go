@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -750,15 +748,17 @@ func TestClientSeesSupervisorRestart(t *testing.T) {
 	}
 }
 
-// jobCgroupProcs reads the processes of a job's cgroup as the supervisor
-// on state dir e.state lays it out; nil when cgroups are not in use.
-func jobCgroupProcs(e env, id string) []int {
-	sum := sha256.Sum256([]byte(e.state))
-	name := "exec-supervisor-" + hex.EncodeToString(sum[:4])
-	for _, mnt := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
-		if cg := cgroups.Open(filepath.Join(mnt, name, id)); cg != nil {
-			return cg.Procs()
-		}
+// jobCgroupProcs reads the processes of a running job's cgroup (its
+// status names it); nil when cgroups are not in use.
+func jobCgroupProcs(s *sup, id string) []int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := s.client.Status(ctx, id)
+	if err != nil || info.Cgroup == "" {
+		return nil
+	}
+	if cg := cgroups.Open(info.Cgroup); cg != nil {
+		return cg.Procs()
 	}
 	return nil
 }
@@ -791,7 +791,7 @@ func TestEscapeTreeAcrossShutdownAndCrash(t *testing.T) {
 			}
 			var members []int
 			deadline := time.Now().Add(10 * time.Second)
-			for members = jobCgroupProcs(e, j.JobID); len(members) < 5; members = jobCgroupProcs(e, j.JobID) {
+			for members = jobCgroupProcs(s, j.JobID); len(members) < 5; members = jobCgroupProcs(s, j.JobID) {
 				if time.Now().After(deadline) {
 					t.Fatalf("cgroup members: %v", members)
 				}

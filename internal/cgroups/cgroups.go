@@ -13,6 +13,7 @@ package cgroups
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -20,14 +21,27 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// Base is the directory under which job cgroups are created.
+// Base is the directory under which job cgroups are created. It keeps a
+// small pool of empty cgroups of finished jobs for reuse: a cgroup is
+// only ever entered at clone time, so an empty one stays empty, and
+// reusing it spares the next job the mkdir and this one the rmdir (both
+// on the spawn path).
 type Base struct {
 	Dir string
+
+	mu   sync.Mutex
+	idle []*Cgroup
+	tag  string // names of new cgroups: c-<tag>-<n>
+	next uint64
 }
+
+// poolMax bounds the idle cgroups kept for reuse.
+const poolMax = 32
 
 // Detect finds a writable cgroup v2 directory for job cgroups: parent if
 // given (a path inside the cgroup2 mount, or relative to it), else the
@@ -55,7 +69,7 @@ func Detect(parent, name string) (*Base, error) {
 	if _, err := os.Stat(filepath.Join(base, "cgroup.procs")); err != nil {
 		return nil, fmt.Errorf("%s is not a cgroup v2 directory: %w", base, err)
 	}
-	return &Base{Dir: base}, nil
+	return &Base{Dir: base, tag: strconv.FormatInt(time.Now().UnixNano(), 36)}, nil
 }
 
 // cgroup2Mount returns the mount point of the cgroup v2 hierarchy.
@@ -98,12 +112,23 @@ func ownCgroup() (string, error) {
 // Cgroup is one job's cgroup.
 type Cgroup struct {
 	Path string
+	// noReuse: limits were written or the freezer was used; the cgroup
+	// is removed rather than handed to another job.
+	noReuse bool
+	// events is cgroup.events kept open (read with pread: the empty
+	// check after every job's exit is on its critical path).
+	emu    sync.Mutex
+	events *os.File
+	// dir is the cgroup directory kept open for SysProcAttr.CgroupFD
+	// while the cgroup is in the pool and in use.
+	dir *os.File
 }
 
-// Create makes the cgroup of job id and returns it with an open directory
-// descriptor for SysProcAttr.CgroupFD (the caller closes it after start).
-func (b *Base) Create(id string) (*Cgroup, *os.File, error) {
-	p := filepath.Join(b.Dir, id)
+// Create makes a new cgroup named name and returns it with an open
+// directory descriptor for SysProcAttr.CgroupFD (the caller closes it
+// after start).
+func (b *Base) Create(name string) (*Cgroup, *os.File, error) {
+	p := filepath.Join(b.Dir, name)
 	if err := os.Mkdir(p, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("create cgroup %s: %w", p, err)
 	}
@@ -113,6 +138,47 @@ func (b *Base) Create(id string) (*Cgroup, *os.File, error) {
 		return nil, nil, fmt.Errorf("open cgroup %s: %w", p, err)
 	}
 	return &Cgroup{Path: p}, fd, nil
+}
+
+// Acquire returns an empty cgroup for a job, from the pool when one is
+// idle (fresh: always a new one, e.g. for a job that gets limits), and
+// its directory descriptor for SysProcAttr.CgroupFD. The descriptor
+// belongs to the cgroup (closed when it is removed): do not close it.
+func (b *Base) Acquire(fresh bool) (*Cgroup, int, error) {
+	b.mu.Lock()
+	var c *Cgroup
+	if n := len(b.idle); n > 0 && !fresh {
+		c = b.idle[n-1]
+		b.idle = b.idle[:n-1]
+	}
+	b.next++
+	name := fmt.Sprintf("c-%s-%d", b.tag, b.next)
+	b.mu.Unlock()
+	if c != nil && c.dir != nil {
+		return c, int(c.dir.Fd()), nil
+	}
+	c, dir, err := b.Create(name)
+	if err != nil {
+		return nil, -1, err
+	}
+	c.dir = dir
+	return c, int(dir.Fd()), nil
+}
+
+// Release hands back the cgroup of a finished job: kept for reuse when
+// it is empty (empty: the caller just saw it so) and the pool has room,
+// else removed (waiting up to d for it to empty).
+func (b *Base) Release(c *Cgroup, empty bool, d time.Duration) error {
+	if !c.noReuse && (empty || !c.Populated()) {
+		b.mu.Lock()
+		if len(b.idle) < poolMax {
+			b.idle = append(b.idle, c)
+			b.mu.Unlock()
+			return nil
+		}
+		b.mu.Unlock()
+	}
+	return c.Remove(d)
 }
 
 // Open returns the cgroup at path (for recovery); nil if it does not exist.
@@ -141,11 +207,35 @@ func (c *Cgroup) Procs() []int {
 
 // Populated reports whether any process is in the cgroup.
 func (c *Cgroup) Populated() bool {
-	b, err := os.ReadFile(filepath.Join(c.Path, "cgroup.events"))
-	if err != nil {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	if c.events == nil {
+		f, err := os.Open(filepath.Join(c.Path, "cgroup.events"))
+		if err != nil {
+			return len(c.Procs()) > 0
+		}
+		c.events = f
+	}
+	var buf [256]byte
+	n, err := c.events.ReadAt(buf[:], 0)
+	if n == 0 && err != nil {
 		return len(c.Procs()) > 0
 	}
-	return strings.Contains(string(b), "populated 1")
+	return bytes.Contains(buf[:n], []byte("populated 1"))
+}
+
+// closeFiles closes the descriptors the cgroup keeps open.
+func (c *Cgroup) closeFiles() {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	if c.events != nil {
+		c.events.Close()
+		c.events = nil
+	}
+	if c.dir != nil {
+		c.dir.Close()
+		c.dir = nil
+	}
 }
 
 // Signal sends sig to every process in the cgroup.
@@ -161,6 +251,7 @@ func (c *Cgroup) Kill() error {
 	if err := os.WriteFile(filepath.Join(c.Path, "cgroup.kill"), []byte("1"), 0); err == nil {
 		return nil
 	}
+	c.noReuse = true
 	_ = os.WriteFile(filepath.Join(c.Path, "cgroup.freeze"), []byte("1"), 0)
 	c.Signal(syscall.SIGKILL)
 	return os.WriteFile(filepath.Join(c.Path, "cgroup.freeze"), []byte("0"), 0)
@@ -175,13 +266,15 @@ func (c *Cgroup) Remove(d time.Duration) error {
 		}
 		time.Sleep(5 * time.Millisecond) // no cheaper notification than polling cgroup.events here
 	}
+	c.closeFiles()
 	if err := os.Remove(c.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove cgroup %s: %w", c.Path, err)
 	}
 	return nil
 }
 
-// Leftovers lists job cgroups under b (for reconciliation at start).
+// Leftovers lists the job cgroups under b (for reconciliation at start):
+// every directory in it is one (only this supervisor creates them).
 func (b *Base) Leftovers() []*Cgroup {
 	ents, err := os.ReadDir(b.Dir)
 	if err != nil {
@@ -189,7 +282,7 @@ func (b *Base) Leftovers() []*Cgroup {
 	}
 	var out []*Cgroup
 	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "j-") {
+		if e.IsDir() {
 			if c := Open(filepath.Join(b.Dir, e.Name())); c != nil {
 				out = append(out, c)
 			}
@@ -198,8 +291,17 @@ func (b *Base) Leftovers() []*Cgroup {
 	return out
 }
 
-// Close removes the base directory if no job cgroup is left in it.
+// Close removes the idle cgroups, then the base directory if no job
+// cgroup is left in it.
 func (b *Base) Close() error {
+	b.mu.Lock()
+	idle := b.idle
+	b.idle = nil
+	b.mu.Unlock()
+	for _, c := range idle {
+		c.closeFiles()
+		_ = os.Remove(c.Path)
+	}
 	if err := os.Remove(b.Dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", b.Dir, err)
 	}
@@ -219,6 +321,7 @@ type LimitResult struct {
 // in the parent's cgroup.controllers; failures (including invalid values)
 // become Unavailable entries with the errno text; it never fails the job.
 func (c *Cgroup) SetLimits(memoryMax int64, cpuWeight int) LimitResult {
+	c.noReuse = true
 	res := LimitResult{Unavailable: map[string]string{}}
 	parent := filepath.Dir(c.Path)
 	set := func(file, ctrl, value string) {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,8 +88,11 @@ type Job struct {
 	startedEv *protocol.Event
 	exitEv    *protocol.Event
 
-	readers sync.WaitGroup
-	rfiles  []*os.File
+	// readersLeft counts the run's output readers still reading; the last
+	// one closes readersDone.
+	readersLeft atomic.Int32
+	readersDone chan struct{}
+	rfiles      []*os.File
 
 	// isPTY jobs run in their own session on a terminal: ptmx is its
 	// master side (read for output, written for input). Pipe jobs spawned
@@ -135,6 +139,9 @@ type Job struct {
 	limits       *protocol.LimitsInfo
 	// recovered: restored from the journal without a full spec.
 	recovered bool
+	// finN is the job's place in the order jobs finished (guarded by the
+	// Manager's mu; 0 until counted).
+	finN uint64
 }
 
 // Reason is a termination reason (an alias of the wire type).
@@ -302,22 +309,19 @@ func (j *Job) start() error {
 	if err == nil {
 		cmd, files, err = j.prepare(argv, env)
 	}
-	var cgfd *os.File
 	if err == nil && j.m.cgroups != nil {
 		// Born in its own cgroup (never moved after start): everything it
 		// ever starts stays in it, whatever groups or sessions it makes.
-		name := j.id
-		if attempt > 1 {
-			name = fmt.Sprintf("%s.%d", j.id, attempt)
-		}
+		// An empty cgroup of a finished job is reused unless limits go on it.
 		var cg *cgroups.Cgroup
-		if cg, cgfd, err = j.m.cgroups.Create(name); err == nil {
+		var cgfd int
+		if cg, cgfd, err = j.m.cgroups.Acquire(j.hasCgroupLimits()); err == nil {
 			j.applyCgroupLimits(cg)
 			j.mu.Lock()
 			j.cg = cg
 			j.mu.Unlock()
 			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = int(cgfd.Fd())
+			cmd.SysProcAttr.CgroupFD = cgfd
 		}
 	} else if err == nil {
 		j.noCgroupLimits()
@@ -338,15 +342,12 @@ func (j *Job) start() error {
 	for _, f := range files.child {
 		f.Close()
 	}
-	if cgfd != nil {
-		cgfd.Close()
-	}
 	if err != nil {
 		j.mu.Lock()
 		cg := j.cg
 		j.mu.Unlock()
 		if cg != nil {
-			_ = cg.Remove(time.Second)
+			_ = j.m.cgroups.Release(cg, true, time.Second) // nothing ever ran in it
 		}
 		for _, f := range files.parent {
 			f.Close()
@@ -367,15 +368,9 @@ func (j *Job) start() error {
 	j.pgid = cmd.Process.Pid // Setpgid with Pgid 0: the leader's pid
 	j.startedAt = j.m.now()
 	j.lastOutputAt = j.startedAt
-	// The fingerprint must be in the very first journal record of the job
-	// (written on the transition below): without it a restarted supervisor
-	// could not recognise the orphan. The process cannot have been reaped
-	// yet (only waitLoop reaps), so /proc/<pid> exists.
-	if t, err := ProcStartTicks(j.pid); err == nil {
-		j.startTicks = t
-	} else {
-		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.pid, "err", err)
-	}
+	// The process fingerprint (start ticks) is read by the first journal
+	// snapshot of the running job (fingerprintLocked), off the spawn path:
+	// the job's first record and its fingerprint reach the disk together.
 	_ = j.transition(Running)
 	close(runStarted)
 	started := j.emitLocked(protocol.KindStarted, protocol.StartedPayload{
@@ -398,9 +393,10 @@ func (j *Job) start() error {
 	}
 	j.rfiles = files.parent
 	j.m.wg.Add(len(files.parent) + 1)
-	j.readers.Add(len(files.parent))
+	j.readersLeft.Store(int32(len(files.parent)))
+	j.readersDone = make(chan struct{})
 	for i, f := range files.parent {
-		go j.readLoop(i, f)
+		go j.readLoop(i, f, j.readersDone)
 	}
 	go j.waitLoop()
 	if j.cg != nil {
@@ -575,10 +571,16 @@ func (j *Job) failSpawn(err error) {
 	j.m.jobDone(j, protocol.ReasonSpawnError)
 }
 
-func (j *Job) readLoop(i int, f *os.File) {
+func (j *Job) readLoop(i int, f *os.File, done chan struct{}) {
 	defer j.m.wg.Done()
-	defer j.readers.Done()
-	buf := make([]byte, 32<<10)
+	defer func() {
+		if j.readersLeft.Add(-1) == 0 {
+			close(done)
+		}
+	}()
+	bp := j.m.readBufs.Get().(*[]byte)
+	defer j.m.readBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
@@ -853,26 +855,34 @@ func (j *Job) waitLoop() {
 	killing, deadline, cg, runDone := j.killing, j.killDeadline, j.cg, j.runDone
 	j.mu.Unlock()
 
-	j.detectEscapes(runDone)
-	j.clearGroup(killing, deadline)
+	// Usually nothing is left once the leader is gone: one check of the
+	// scope then (no escape can hide in an empty cgroup).
+	empty := true
+	if j.scopeAlive() {
+		j.detectEscapes(runDone)
+		empty = j.clearGroup(killing, deadline)
+	} else {
+		j.markGroupGone()
+	}
 	j.drain()
 	sock := j.finalize(ws)
 	closeNotify(sock)
 	// The cgroup is empty (clearGroup waited for it); removing it need
 	// not delay the job's end. (A service's next run has its own.)
 	if cg != nil {
-		if err := cg.Remove(5 * time.Second); err != nil {
+		if err := j.m.cgroups.Release(cg, empty, 5*time.Second); err != nil {
 			j.m.log.Error("job cgroup not removed", "job", j.id, "err", err)
 		}
 	}
 }
 
 // clearGroup terminates descendants that outlived the leader: a job owns
-// its whole process group, and nothing it started may live on unowned.
-func (j *Job) clearGroup(killing bool, deadline time.Time) {
+// its whole process group, and nothing it started may live on unowned. It
+// reports whether the scope was seen empty.
+func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 	if !j.scopeAlive() {
 		j.markGroupGone()
-		return
+		return true
 	}
 	if !killing {
 		j.m.log.Info("job leader exited; terminating the rest of its process group", "job", j.id, "pgid", j.pgid)
@@ -889,9 +899,12 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) {
 		j.countCleanupKill(first)
 		if !waitGone(j.scopeAlive, 5*time.Second, nil) {
 			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
+			j.markGroupGone()
+			return false
 		}
 	}
 	j.markGroupGone()
+	return true
 }
 
 func (j *Job) markGroupGone() {
@@ -934,8 +947,17 @@ func waitGone(alive func() bool, d time.Duration, stop <-chan struct{}) bool {
 // drain waits for the output readers to reach EOF. A process that escaped
 // the group may hold a pipe open; after DrainTimeout the pipes are closed.
 func (j *Job) drain() {
-	ch := make(chan struct{})
-	go func() { j.readers.Wait(); close(ch) }()
+	j.mu.Lock()
+	ch := j.readersDone
+	j.mu.Unlock()
+	select {
+	case <-ch: // the usual case: EOF came with the exit
+		for _, f := range j.rfiles {
+			f.Close()
+		}
+		return
+	default:
+	}
 	t := time.NewTimer(j.m.cfg.DrainTimeout)
 	defer t.Stop()
 	select {
@@ -1058,6 +1080,7 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1],
 		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
 		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
+		Cgroup:    j.cgroupPath(),
 		StdinOpen: j.state != Exited && (j.stdin != nil || j.isPTY),
 	}
 	if j.state == Exited {
@@ -1235,6 +1258,15 @@ func (j *Job) Resize(rows, cols uint16) error {
 	}
 	j.rows, j.cols = rows, cols
 	return nil
+}
+
+// cgroupPath is the current run's cgroup while it runs (a finished run's
+// cgroup may already serve another job).
+func (j *Job) cgroupPath() string {
+	if j.cg == nil || j.state == Exited || j.state == Restarting {
+		return ""
+	}
+	return j.cg.Path
 }
 
 func (j *Job) ownership() string {

@@ -150,6 +150,12 @@ type Manager struct {
 	jobs   map[string]*Job
 	active int
 	closed bool
+	// finN numbers finished jobs in the order they finished (Job.finN).
+	finN uint64
+
+	// readBufs holds the output readers' buffers (32 KiB each): short
+	// jobs would otherwise allocate two per run.
+	readBufs sync.Pool
 
 	wg     sync.WaitGroup // job goroutines and the sweeper
 	stop   chan struct{}
@@ -188,6 +194,7 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	if f, err := os.Open(os.DevNull); err == nil {
 		m.devNull = f
 	}
+	m.readBufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	for _, o := range opts {
 		o(m)
 	}
@@ -246,6 +253,8 @@ func (m *Manager) changed() {
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	m.mu.Lock()
 	m.active--
+	m.finN++
+	j.finN = m.finN
 	m.mu.Unlock()
 	if m.hooks.Finished != nil {
 		m.hooks.Finished(reason)

@@ -3,7 +3,6 @@ package jobs
 import (
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"syscall"
 	"time"
@@ -43,6 +42,7 @@ type ServiceState struct {
 func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.fingerprintLocked()
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt)}
 	if j.svc != nil {
 		s.Service = &ServiceState{
@@ -66,34 +66,55 @@ func (j *Job) Snapshot() Snapshot {
 	return s
 }
 
+// fingerprintLocked reads the start ticks of the run's process once, while
+// it cannot have been reaped (only waitLoop reaps it and sets leaderExited
+// under j.mu right after): /proc/<pid> is then this process. Without the
+// fingerprint a restarted supervisor could not recognise the orphan.
+func (j *Job) fingerprintLocked() {
+	if j.startTicks != 0 || j.pid <= 0 || j.leaderExited || j.cmd == nil {
+		return
+	}
+	t, err := ProcStartTicks(j.pid)
+	if err != nil {
+		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.pid, "err", err)
+		return
+	}
+	j.startTicks = t
+}
+
 // Snapshots returns the persistent state of every job not finished and
 // of the maxFinished most recently finished ones (all when maxFinished < 0).
 // For a finished job for which skip (if set) reports true, only its id and
 // last seq are filled in (the caller has the rest already): a finished job
 // does not change until its last seq does (a service started again).
 func (m *Manager) Snapshots(maxFinished int, skip func(id string, lastSeq uint64) bool) []Snapshot {
+	type fin struct {
+		j *Job
+		n uint64
+	}
 	m.mu.Lock()
-	js := make([]*Job, 0, len(m.jobs))
+	js := make([]fin, 0, len(m.jobs))
 	for _, j := range m.jobs {
-		js = append(js, j)
+		js = append(js, fin{j, j.finN})
+	}
+	// The maxFinished most recently finished one-shot jobs are those
+	// numbered above cut (no sort needed).
+	var cut uint64
+	if maxFinished >= 0 && m.finN > uint64(maxFinished) {
+		cut = m.finN - uint64(maxFinished)
 	}
 	m.mu.Unlock()
-	type fin struct {
-		j   *Job
-		end time.Time
-	}
 	var done []fin
 	out := make([]Snapshot, 0, len(js))
-	for _, j := range js {
-		if end, ok := j.finishedAt(); ok && j.svc == nil {
-			done = append(done, fin{j, end})
+	for _, f := range js {
+		if _, ok := f.j.finishedAt(); ok && f.j.svc == nil {
+			// n == 0: finished a moment ago, not numbered yet (newest).
+			if f.n == 0 || f.n > cut || maxFinished < 0 {
+				done = append(done, f)
+			}
 			continue
 		}
-		out = append(out, j.Snapshot())
-	}
-	if maxFinished >= 0 && len(done) > maxFinished {
-		sort.Slice(done, func(a, b int) bool { return done[a].end.After(done[b].end) })
-		done = done[:maxFinished]
+		out = append(out, f.j.Snapshot())
 	}
 	for _, f := range done {
 		f.j.mu.Lock()
@@ -180,6 +201,8 @@ func (m *Manager) Restore(s Snapshot) error {
 	if _, dup := m.jobs[j.id]; dup {
 		return fmt.Errorf("restore %s: a job with that id exists", j.id)
 	}
+	m.finN++
+	j.finN = m.finN
 	m.jobs[j.id] = j
 	return nil
 }

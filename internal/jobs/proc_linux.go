@@ -46,25 +46,50 @@ func signalGroup(pgid int, sig syscall.Signal) error {
 // time in clock ticks after boot. Together with the boot id it identifies a
 // process across pid reuse.
 func ProcStartTicks(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	// Read on every spawn: one open, one read into a stack buffer, one
+	// close (the line is well under 1 KiB).
+	var path [32]byte
+	p := strconv.AppendInt(append(path[:0], "/proc/"...), int64(pid), 10)
+	p = append(p, "/stat"...)
+	fd, err := syscall.Open(string(p), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("read stat of pid %d: %w", pid, err)
 	}
+	var buf [1024]byte
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("read stat of pid %d: %v", pid, err)
+	}
+	return parseStartTicks(buf[:n], pid)
+}
+
+func parseStartTicks(b []byte, pid int) (uint64, error) {
 	// comm (field 2) may contain spaces and parentheses: split after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, fmt.Errorf("parse stat of pid %d: no comm field", pid)
 	}
-	fields := strings.Fields(string(b[i+1:]))
-	// fields[0] is field 3 (state), so field 22 is fields[19].
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("parse stat of pid %d: %d fields", pid, len(fields)+2)
+	// After ')' come fields 3, 4, ...: field 22 is the 20th.
+	rest := b[i+1:]
+	for field := 3; ; field++ {
+		rest = bytes.TrimLeft(rest, " ")
+		end := bytes.IndexByte(rest, ' ')
+		if end < 0 {
+			end = len(rest)
+		}
+		if len(rest) == 0 {
+			return 0, fmt.Errorf("parse stat of pid %d: %d fields", pid, field-1)
+		}
+		if field == 22 {
+			v, err := strconv.ParseUint(string(bytes.TrimSpace(rest[:end])), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse start time of pid %d: %w", pid, err)
+			}
+			return v, nil
+		}
+		rest = rest[end:]
 	}
-	v, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse start time of pid %d: %w", pid, err)
-	}
-	return v, nil
 }
 
 // BootID returns the kernel's boot id, or "" when unavailable.

@@ -553,6 +553,12 @@ func (j *Job) wrapLimits(path string, argv []string) (string, []string, error) {
 	return cp, ca, nil
 }
 
+// hasCgroupLimits reports whether the spec asks for cgroup limits.
+func (j *Job) hasCgroupLimits() bool {
+	l := j.spec.Limits
+	return l != nil && (l.MemoryMaxBytes != 0 || l.CPUWeight != 0)
+}
+
 // applyCgroupLimits writes the spec's cgroup limits on the run's new
 // cgroup (before any process is in it) and records what took.
 func (j *Job) applyCgroupLimits(cg *cgroups.Cgroup) {

@@ -93,6 +93,9 @@ type Record struct {
 	// Members are processes of the job's group (pid and start ticks) seen
 	// at the last periodic scan: proof of ownership if the leader is gone.
 	Members []Member `json:"members,omitempty"`
+	// Cgroup is the directory of the job's cgroup while it runs (cgroups
+	// are reused, so finished jobs have none).
+	Cgroup string `json:"cgroup,omitempty"`
 	// Service is set for jobs spawned with a restart policy.
 	Service *Service `json:"service,omitempty"`
 }

@@ -25,8 +25,9 @@ func BenchmarkSpawnTrue(b *testing.B) {
 	}
 }
 
-func benchSpawnTrue(b *testing.B, par int) {
-	cfg := benchConfig(b)
+func benchSpawnTrue(b *testing.B, par int) { benchSpawnTrueCfg(b, par, benchConfig(b)) }
+
+func benchSpawnTrueCfg(b *testing.B, par int, cfg Config) {
 	ts := startServer(b, cfg)
 	ctx := context.Background()
 	sub, err := zmqx.Dial(ctx, zmqx.Sub, cfg.Event, time.Second)

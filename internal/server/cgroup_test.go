@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,13 +145,18 @@ func TestOwnershipEscapeEventAndStrictMode(t *testing.T) {
 // group: setsid, a double fork in a subshell, nohup in the background.
 const escapeTree = `setsid sleep 300 & (sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & echo up; sleep 300`
 
-// jobCgroupProcs lists the processes in a job's cgroup, or nil when the
-// cgroup is gone.
+// jobCgroupProcs lists the processes in a running job's cgroup (status
+// names it), or nil when it has none.
 func jobCgroupProcs(ts *testServer, id string) []int {
-	if ts.cgroupBase == nil {
+	j, err := ts.jobs.Get(id)
+	if err != nil || ts.cgroupBase == nil {
 		return nil
 	}
-	if cg := cgroups.Open(filepath.Join(ts.cgroupBase.Dir, id)); cg != nil {
+	path := j.Info().Cgroup
+	if path == "" || !strings.HasPrefix(path, ts.cgroupBase.Dir+"/") {
+		return nil
+	}
+	if cg := cgroups.Open(path); cg != nil {
 		return cg.Procs()
 	}
 	return nil

@@ -58,7 +58,12 @@ func (s *Server) recover() {
 		wg.Add(1)
 		go func(r journal.Record) {
 			defer wg.Done()
-			note, ok := reaped[r.JobID]
+			// Cgroups are named by job id in journals of older versions.
+			cg := r.JobID
+			if r.Cgroup != "" {
+				cg = filepath.Base(r.Cgroup)
+			}
+			note, ok := reaped[cg]
 			if !ok {
 				note = s.reconcile(r, doc.InstanceID)
 			}
@@ -202,7 +207,7 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: s.instanceID,
 		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
 		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
-		Pty: i.Pty,
+		Pty: i.Pty, Cgroup: i.Cgroup,
 	}
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History}
@@ -362,7 +367,7 @@ func (s *Server) reapLeftoverCgroups() map[string]string {
 		return notes
 	}
 	for _, cg := range s.cgroupBase.Leftovers() {
-		id := filepath.Base(cg.Path)
+		id := filepath.Base(cg.Path) // the job's cgroup name (journal records name it)
 		if procs := cg.Procs(); len(procs) > 0 {
 			// The normal path: TERM, grace, KILL.
 			cg.Signal(syscall.SIGTERM)
@@ -374,7 +379,7 @@ func (s *Server) reapLeftoverCgroups() map[string]string {
 				_ = cg.Kill()
 			}
 			s.orphansReconciled.Add(1)
-			s.log.Warn("reconcile: orphan found alive and terminated", "job", id, "via", "cgroup", "cgroup", cg.Path, "pids", procs)
+			s.log.Warn("reconcile: orphan found alive and terminated", "cgroupName", id, "via", "cgroup", "cgroup", cg.Path, "pids", procs)
 			notes[id] = "orphaned processes found alive in the job's cgroup after the restart and terminated"
 		}
 		if err := cg.Remove(5 * time.Second); err != nil {

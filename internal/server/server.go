@@ -56,6 +56,9 @@ type Server struct {
 	httpS  *http.Server
 
 	inflight chan struct{}
+	// work hands requests to idle workers (unbuffered: only a waiting
+	// worker takes one).
+	work     chan func()
 	draining chan struct{}
 	stopPub  chan struct{}
 
@@ -95,6 +98,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: log, instanceID: hex.EncodeToString(b[:]), startedAt: time.Now(),
 		inflight: make(chan struct{}, cfg.MaxInFlight),
+		work:     make(chan func()),
 		draining: make(chan struct{}), stopPub: make(chan struct{}),
 		journal: journal.New(cfg.JournalPath()), journalDirty: make(chan struct{}, 1), stopJournal: make(chan struct{}),
 	}
@@ -400,7 +404,8 @@ func (s *Server) recvLoop() {
 		}
 		s.reqWG.Add(1)
 		s.reqMu.Unlock()
-		go func(p *zmqx.Peer, env [][]byte, b []byte) {
+		p, env, b := msg.Peer, envelope, body[0]
+		task := func() {
 			defer s.reqWG.Done()
 			defer func() { <-s.inflight }()
 			defer p.Release()
@@ -408,7 +413,39 @@ func (s *Server) recvLoop() {
 				return // the peer went away while this waited
 			}
 			s.reply(p, env, s.handle(b))
-		}(msg.Peer, envelope, body[0])
+		}
+		// An idle worker takes it, else a new one starts (at most
+		// MaxInFlight run at once, bounded by inflight above).
+		select {
+		case s.work <- task:
+		default:
+			s.wg.Add(1)
+			go s.worker(task)
+		}
+	}
+}
+
+// workerIdle is how long a request worker waits for more work before it
+// ends. Workers are kept (rather than a goroutine per request) because a
+// spawn runs deep enough to grow a fresh goroutine's stack several times.
+const workerIdle = 10 * time.Second
+
+// worker runs task, then further requests handed to it, until it has been
+// idle for workerIdle or the server stops.
+func (s *Server) worker(task func()) {
+	defer s.wg.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		task()
+		idle.Reset(workerIdle)
+		select {
+		case task = <-s.work:
+		case <-idle.C:
+			return
+		case <-s.ctx.Done():
+			return
+		}
 	}
 }
 

@@ -214,6 +214,9 @@ type JobInfo struct {
 	// Ownership is how the job's processes are tracked: "cgroup" (a cgroup
 	// of its own) or "pgid" (its process group, or session for PTY jobs).
 	Ownership string `msgpack:"ownership,omitempty" json:"ownership,omitempty"`
+	// Cgroup is the path of the job's (current run's) cgroup directory
+	// when it has one.
+	Cgroup string `msgpack:"cgroup,omitempty" json:"cgroup,omitempty"`
 	// Usage is the resource use of the job's process tree, sampled when
 	// status or list-jobs is answered; absent for finished jobs.
 	Usage *Usage `msgpack:"usage,omitempty" json:"usage,omitempty"`
