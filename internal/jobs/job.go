@@ -400,8 +400,7 @@ func (j *Job) start() error {
 	}
 	go j.waitLoop()
 	if j.cg != nil {
-		j.m.wg.Add(1)
-		go j.watchEscapes(runDone)
+		j.m.watchEscapes(j, runDone)
 	}
 	pending, pid := j.pendingKill, j.pid
 	j.mu.Unlock()
@@ -459,7 +458,7 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 	}
 	stdin := j.m.devNull
 	if j.spec.Stdin {
-		r, w, err := os.Pipe()
+		r, w, err := childPipe(false)
 		if err != nil {
 			return nil, files, fmt.Errorf("create stdin pipe: %w", err)
 		}
@@ -471,7 +470,7 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 	}
 	var outs [2]*os.File
 	for i := range outs {
-		r, w, err := os.Pipe()
+		r, w, err := childPipe(true)
 		if err != nil {
 			for _, f := range files.parent {
 				f.Close()
@@ -491,6 +490,28 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 		cmd.Stdin = stdin // else os/exec opens /dev/null itself
 	}
 	return cmd, files, nil
+}
+
+// childPipe makes a pipe for a child's stdio. Our end (the read end for
+// output, the write end for input) is non-blocking and in the netpoller,
+// so reads and writes can time out and be interrupted; the child's end
+// stays blocking and out of the poller (it is only handed to the child
+// and closed), which spares two epoll registrations per pipe.
+func childPipe(output bool) (r, w *os.File, err error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	ours := p[1]
+	if output {
+		ours = p[0]
+	}
+	if err := syscall.SetNonblock(ours, true); err != nil {
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 // preparePTY sets up a terminal: the child gets the slave side as stdin,
@@ -578,13 +599,28 @@ func (j *Job) readLoop(i int, f *os.File, done chan struct{}) {
 			close(done)
 		}
 	}()
-	bp := j.m.readBufs.Get().(*[]byte)
-	defer j.m.readBufs.Put(bp)
-	buf := *bp
 	for {
-		n, err := f.Read(buf)
+		// Read straight into the stream's merge buffer, behind the room
+		// for the event header: a busy stream's output becomes event
+		// payloads without being copied.
+		j.mu.Lock()
+		buf := j.pending[i]
+		if buf == nil {
+			buf = j.m.getOutBuf()
+			j.pending[i] = buf
+		}
+		if len(buf) == cap(buf) { // full (flushes happen before): hand it on
+			j.flushLocked(i)
+			if buf = j.pending[i]; buf == nil {
+				buf = j.m.getOutBuf()
+				j.pending[i] = buf
+			}
+		}
+		start := len(buf)
+		j.mu.Unlock()
+		n, err := f.Read(buf[start:cap(buf)])
 		if n > 0 {
-			j.output(i, buf[:n])
+			j.output(i, buf, start, n)
 		}
 		if err != nil {
 			return
@@ -592,14 +628,29 @@ func (j *Job) readLoop(i int, f *os.File, done chan struct{}) {
 	}
 }
 
-func (j *Job) output(i int, p []byte) {
+// output takes n bytes that a read put at buf[start:] (buf being stream
+// i's merge buffer when the read began).
+func (j *Job) output(i int, buf []byte, start, n int) {
 	if h := j.m.hooks.OutputBytes; h != nil {
-		h(streams[i], len(p))
+		h(streams[i], n)
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	cur := j.pending[i]
+	if cur != nil && len(cur) == start && &cur[:cap(cur)][0] == &buf[:cap(buf)][0] {
+		cur = cur[:start+n]
+	} else {
+		// The merge timer flushed while this read ran: the new bytes sit
+		// behind output already sent; move them into a buffer of their own.
+		if cur == nil {
+			cur = j.m.getOutBuf()
+		}
+		cur = append(cur, buf[start:start+n]...)
+	}
+	j.pending[i] = cur
+	p := cur[len(cur)-n:]
 	j.lastOutputAt = j.m.now()
-	j.streamN[i] += int64(len(p))
+	j.streamN[i] += int64(n)
 	if j.idleT != nil && j.state != Exited {
 		j.idleT.Reset(j.noOutput)
 	}
@@ -610,12 +661,7 @@ func (j *Job) output(i int, p []byte) {
 			j.bracketed = on > off
 		}
 	}
-	if j.pending[i] == nil && len(p) >= 16<<10 {
-		// Busy stream: room for a whole event at once, not doubling steps.
-		j.pending[i] = make([]byte, 0, max(j.m.cfg.MergeMaxBytes, len(p)))
-	}
-	j.pending[i] = append(j.pending[i], p...)
-	if len(j.pending[i]) >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
+	if len(cur)-protocol.OutputHeadroom >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
 		j.flushLocked(i)
 		return
 	}
@@ -629,8 +675,11 @@ func (j *Job) output(i int, p []byte) {
 	}
 }
 
-// flushLocked turns stream i's pending output into events of at most
-// MergeMaxBytes each.
+// flushLocked turns stream i's pending output into one event (of at most
+// MergeMaxBytes). A large one is sent without a copy: its buffer becomes
+// the event's payload (and the ring's chunk) and the stream gets a new
+// one; a small one is copied into an event of its own size, and the
+// buffer is reused.
 func (j *Job) flushLocked(i int) {
 	if j.state == Exited {
 		return
@@ -639,24 +688,28 @@ func (j *Job) flushLocked(i int) {
 		t.Stop()
 		j.flushT[i] = nil
 	}
-	p := j.pending[i]
-	j.pending[i] = nil
-	for len(p) > 0 {
-		n := min(len(p), j.m.cfg.MergeMaxBytes)
-		data := p[:n:n]
-		p = p[n:]
-		// One copy of the output: the event's encoded payload, whose tail
-		// the ring's chunk aliases (the pending buffer is then released).
-		j.seq++
-		ev := protocol.NewOutputEvent(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, data)
-		ev.Attempt = j.attemptTag()
-		if j.m.sink != nil {
-			j.m.sink.Publish(ev)
-		}
-		stored := ev.Payload[len(ev.Payload)-n:]
-		j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload, attempt: ev.Attempt})
-		j.offset += int64(n)
+	cur := j.pending[i]
+	n := len(cur) - protocol.OutputHeadroom
+	if n <= 0 {
+		return
 	}
+	j.seq++
+	var ev protocol.Event
+	if n >= j.m.cfg.MergeMaxBytes/2 {
+		ev = protocol.NewOutputEventInPlace(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, cur)
+		j.pending[i] = nil
+	} else {
+		ev = protocol.NewOutputEvent(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, cur[protocol.OutputHeadroom:])
+		j.pending[i] = cur[:protocol.OutputHeadroom]
+	}
+	ev.Attempt = j.attemptTag()
+	if j.m.sink != nil {
+		j.m.sink.Publish(ev)
+	}
+	// The ring's chunk aliases the payload's tail: the only copy kept.
+	stored := ev.Payload[len(ev.Payload)-n:]
+	j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload, attempt: ev.Attempt})
+	j.offset += int64(n)
 }
 
 func (j *Job) idleFired(runDone <-chan struct{}) {
@@ -989,6 +1042,10 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	j.mu.Lock()
 	for i := range j.pending {
 		j.flushLocked(i)
+		if b := j.pending[i]; b != nil { // the readers are gone: reuse it
+			j.m.putOutBuf(b)
+			j.pending[i] = nil
+		}
 	}
 	for _, t := range []*time.Timer{j.overallT, j.idleT, j.watchdogT} {
 		if t != nil {
@@ -1328,18 +1385,43 @@ func (j *Job) detectEscapes(runDone <-chan struct{}) {
 	}
 }
 
-// watchEscapes looks for escaped processes while the job runs (cgroup
-// jobs only), every second, until the job is finalized.
-func (j *Job) watchEscapes(runDone <-chan struct{}) {
-	defer j.m.wg.Done()
+// watchEscapes has the escape watcher check the run (cgroup jobs only)
+// every escapeCheckPeriod until it ends.
+func (m *Manager) watchEscapes(j *Job, runDone <-chan struct{}) {
+	m.emu.Lock()
+	m.watched[j] = runDone
+	m.emu.Unlock()
+}
+
+// escapeWatcher looks for escaped processes of every running cgroup job,
+// once per escapeCheckPeriod (one goroutine for all jobs).
+func (m *Manager) escapeWatcher() {
+	defer m.wg.Done()
 	t := time.NewTicker(escapeCheckPeriod)
 	defer t.Stop()
+	type run struct {
+		j    *Job
+		done <-chan struct{}
+	}
+	var runs []run
 	for {
 		select {
-		case <-runDone:
+		case <-m.stop:
 			return
 		case <-t.C:
-			j.detectEscapes(runDone)
+		}
+		runs = runs[:0]
+		m.emu.Lock()
+		for j, done := range m.watched {
+			if over(done) {
+				delete(m.watched, j)
+				continue
+			}
+			runs = append(runs, run{j, done})
+		}
+		m.emu.Unlock()
+		for _, r := range runs {
+			r.j.detectEscapes(r.done)
 		}
 	}
 }

@@ -153,9 +153,14 @@ type Manager struct {
 	// finN numbers finished jobs in the order they finished (Job.finN).
 	finN uint64
 
-	// readBufs holds the output readers' buffers (32 KiB each): short
-	// jobs would otherwise allocate two per run.
-	readBufs sync.Pool
+	// watched are the running cgroup jobs' runs the escape watcher checks.
+	emu     sync.Mutex
+	watched map[*Job]<-chan struct{}
+
+	// outBufs holds output merge buffers (MergeMaxBytes plus the event
+	// header room) that were not handed on as event payloads: short jobs
+	// would otherwise allocate two per run.
+	outBufs sync.Pool
 
 	wg     sync.WaitGroup // job goroutines and the sweeper
 	stop   chan struct{}
@@ -194,13 +199,27 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	if f, err := os.Open(os.DevNull); err == nil {
 		m.devNull = f
 	}
-	m.readBufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	m.outBufs.New = func() any {
+		b := make([]byte, protocol.OutputHeadroom, protocol.OutputHeadroom+m.cfg.MergeMaxBytes)
+		return &b
+	}
+	m.watched = map[*Job]<-chan struct{}{}
 	for _, o := range opts {
 		o(m)
 	}
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.sweeper()
+	go m.escapeWatcher()
 	return m
+}
+
+func (m *Manager) getOutBuf() []byte {
+	return *m.outBufs.Get().(*[]byte)
+}
+
+func (m *Manager) putOutBuf(b []byte) {
+	b = b[:protocol.OutputHeadroom]
+	m.outBufs.Put(&b)
 }
 
 // Config returns the effective configuration.

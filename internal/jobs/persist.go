@@ -83,48 +83,36 @@ func (j *Job) fingerprintLocked() {
 }
 
 // Snapshots returns the persistent state of every job not finished and
-// of the maxFinished most recently finished ones (all when maxFinished < 0).
-// For a finished job for which skip (if set) reports true, only its id and
-// last seq are filled in (the caller has the rest already): a finished job
-// does not change until its last seq does (a service started again).
-func (m *Manager) Snapshots(maxFinished int, skip func(id string, lastSeq uint64) bool) []Snapshot {
-	type fin struct {
-		j *Job
-		n uint64
-	}
+// of the maxFinished most recently finished one-shot jobs (all when
+// maxFinished < 0); services are always included. A finished job for
+// which cached (if set) reports true is left out: the caller has its
+// record already (a finished job does not change until its last seq does,
+// e.g. a service started again).
+func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint64) bool) []Snapshot {
 	m.mu.Lock()
-	js := make([]fin, 0, len(m.jobs))
-	for _, j := range m.jobs {
-		js = append(js, fin{j, j.finN})
-	}
 	// The maxFinished most recently finished one-shot jobs are those
-	// numbered above cut (no sort needed).
+	// numbered above cut (no sort, and old ones are not even collected).
 	var cut uint64
 	if maxFinished >= 0 && m.finN > uint64(maxFinished) {
 		cut = m.finN - uint64(maxFinished)
 	}
-	m.mu.Unlock()
-	var done []fin
-	out := make([]Snapshot, 0, len(js))
-	for _, f := range js {
-		if _, ok := f.j.finishedAt(); ok && f.j.svc == nil {
-			// n == 0: finished a moment ago, not numbered yet (newest).
-			if f.n == 0 || f.n > cut || maxFinished < 0 {
-				done = append(done, f)
-			}
+	js := make([]*Job, 0, min(len(m.jobs), m.active+maxFinished+16))
+	for _, j := range m.jobs {
+		if maxFinished >= 0 && j.svc == nil && j.finN != 0 && j.finN <= cut {
 			continue
 		}
-		out = append(out, f.j.Snapshot())
+		js = append(js, j)
 	}
-	for _, f := range done {
-		f.j.mu.Lock()
-		seq := f.j.seq
-		f.j.mu.Unlock()
-		if skip != nil && skip(f.j.id, seq) {
-			out = append(out, Snapshot{Info: protocol.JobInfo{JobID: f.j.id, State: protocol.StateExited, LastSeq: seq}})
+	m.mu.Unlock()
+	out := make([]Snapshot, 0, len(js))
+	for _, j := range js {
+		j.mu.Lock()
+		finished, seq := j.state == Exited, j.seq
+		j.mu.Unlock()
+		if finished && cached != nil && cached(j.id, seq) {
 			continue
 		}
-		out = append(out, f.j.Snapshot())
+		out = append(out, j.Snapshot())
 	}
 	return out
 }

@@ -244,6 +244,11 @@ func (j *Journal) Save(doc *File) error {
 // caller can encode unchanging records once).
 func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 	var b bytes.Buffer
+	size := 256 + len(hdr.InstanceID)
+	for _, r := range jobs {
+		size += len(r) + 1
+	}
+	b.Grow(size)
 	str := func(s string) { e, _ := json.Marshal(s); b.Write(e) }
 	fmt.Fprintf(&b, `{"version":%d,"instanceId":`, Version)
 	str(hdr.InstanceID)

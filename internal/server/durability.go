@@ -278,23 +278,22 @@ func (s *Server) writeJournal(periodic bool) {
 	if s.recCache == nil {
 		s.recCache = map[string]cachedRecord{}
 	}
+	// Finished records do not change: each is encoded once and reused.
+	encoded := make([][]byte, 0, len(s.recCache)+16)
+	keep := make(map[string]cachedRecord, len(s.recCache)+16)
 	snaps := s.jobs.Snapshots(s.cfg.JournalMaxFinished, func(id string, seq uint64) bool {
 		c, ok := s.recCache[id]
+		if ok && c.seq == seq {
+			encoded = append(encoded, c.b)
+			keep[id] = c
+		}
 		return ok && c.seq == seq
 	})
 	if periodic {
 		s.scanMembers(snaps)
 	}
-	// Finished records never change: each is encoded once and reused.
-	encoded := make([][]byte, 0, len(snaps))
-	keep := make(map[string]cachedRecord, len(s.recCache))
 	for _, sn := range snaps {
 		id := sn.Info.JobID
-		if c, ok := s.recCache[id]; ok && sn.Info.State == protocol.StateExited && c.seq == sn.Info.LastSeq {
-			encoded = append(encoded, c.b)
-			keep[id] = c
-			continue
-		}
 		r := s.record(sn)
 		r.Members = s.members[id]
 		b, err := json.Marshal(&r)

@@ -262,7 +262,9 @@ func (c *Client) readLoop(cn *conn) {
 		if len(msg.Frames) == 0 {
 			continue
 		}
-		rep, err := protocol.DecodeReply(msg.Frames[len(msg.Frames)-1])
+		// Each message is a fresh buffer: the reply (and the output a
+		// backfill carries) may alias it.
+		rep, err := protocol.DecodeReplyNoCopy(msg.Frames[len(msg.Frames)-1])
 		if err != nil {
 			continue
 		}
@@ -279,17 +281,26 @@ func (c *Client) readLoop(cn *conn) {
 // Call sends op with args and decodes the result into result (which may be
 // nil). Server errors are returned as *protocol.Error.
 func (c *Client) Call(ctx context.Context, op protocol.Op, args, result any) error {
+	rep, err := c.call(ctx, op, args)
+	if err != nil {
+		return err
+	}
+	return rep.DecodeResult(result)
+}
+
+// call sends op with args and returns the reply envelope.
+func (c *Client) call(ctx context.Context, op protocol.Op, args any) (*protocol.Reply, error) {
 	// RequestTimeout bounds every request; an earlier ctx deadline wins.
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
 	id := c.prefix + strconv.FormatUint(c.nextID.Add(1), 36)
 	body, err := protocol.EncodeRequest(id, op, args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cn, err := c.connect(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ch := make(chan *protocol.Reply, 1)
 	c.mu.Lock()
@@ -303,19 +314,19 @@ func (c *Client) Call(ctx context.Context, op protocol.Op, args, result any) err
 	if err := cn.sock.Send(zmqx.NewMsg(nil, body)); err != nil {
 		forget()
 		c.drop(cn)
-		return &ConnectError{Address: c.opts.ControlAddress, Err: err}
+		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err}
 	}
 	select {
 	case rep, ok := <-ch:
 		if !ok {
-			return ErrClosed
+			return nil, ErrClosed
 		}
-		return rep.DecodeResult(result)
+		return rep, nil
 	case <-ctx.Done():
 		forget()
 		// The socket may be wedged (peer gone): start afresh next time.
 		c.drop(cn)
-		return fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, ctx.Err())
+		return nil, fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, ctx.Err())
 	}
 }
 
@@ -383,9 +394,19 @@ func (c *Client) Subscribe(ctx context.Context, jobID string, from uint64, limit
 	case <-ctx.Done():
 		return protocol.SubscribeResult{}, ctx.Err()
 	}
-	var r protocol.SubscribeResult
-	err := c.Call(ctx, protocol.OpSubscribe, &protocol.SubscribeArgs{JobID: jobID, FromSeq: from, Limit: limit}, &r)
-	return r, err
+	rep, err := c.call(ctx, protocol.OpSubscribe, &protocol.SubscribeArgs{JobID: jobID, FromSeq: from, Limit: limit})
+	if err != nil {
+		return protocol.SubscribeResult{}, err
+	}
+	if !rep.OK {
+		return protocol.SubscribeResult{}, rep.Error
+	}
+	// The events' output aliases the reply (no copy of megabytes).
+	r, err := protocol.DecodeSubscribeResult(rep.Result)
+	if err != nil {
+		return protocol.SubscribeResult{}, err
+	}
+	return *r, nil
 }
 
 // StartService runs a service job (spawned with a restart policy) again:

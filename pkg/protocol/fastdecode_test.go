@@ -82,6 +82,13 @@ func TestFastEncodeMatchesMarshal(t *testing.T) {
 			if got := EncodeEvent(&fast); !bytes.Equal(got, want) {
 				t.Fatalf("event seq %d: fast %x slow %x", seq, got[:min(40, len(got))], want[:min(40, len(want))])
 			}
+			if c.data != nil {
+				buf := append(make([]byte, OutputHeadroom), c.data...)
+				inPlace := NewOutputEventInPlace("j-abc", seq, 1763760000000, KindStdout, c.off, buf)
+				if !bytes.Equal(inPlace.Payload, slow.Payload) || &inPlace.Payload[len(inPlace.Payload)-1] != &buf[len(buf)-1] && len(c.data) > 0 {
+					t.Fatalf("in place off %d len %d: %x", c.off, len(c.data), inPlace.Payload[:min(40, len(inPlace.Payload))])
+				}
+			}
 		}
 	}
 	for _, attempt := range []int{1, 127, 128, 70000} {
@@ -105,4 +112,76 @@ func TestFastEncodeMatchesMarshal(t *testing.T) {
 	if got := EncodeEvent(&ev); !bytes.Equal(got, want) {
 		t.Fatalf("long strings: fast %x slow %x", got[:40], want[:40])
 	}
+}
+
+// TestFastReplyAndSubscribeMatchGeneric: the no-copy decoders read replies
+// and subscribe results exactly as the generic decoder does.
+func TestFastReplyAndSubscribeMatchGeneric(t *testing.T) {
+	code := 3
+	var evs []Event
+	for i := 0; i < 5; i++ {
+		evs = append(evs, NewOutputEvent("j-x", uint64(i+2), 1763760000000, KindStdout, int64(i*70000), bytes.Repeat([]byte{byte(i)}, 70000)))
+	}
+	ex, _ := NewEvent("j-x", 7, 1763760000001, KindExited, ExitPayload{Reason: ReasonExit, ExitCode: &code})
+	ex.Attempt = 2
+	evs = append(evs, ex)
+	res := SubscribeResult{Job: JobInfo{JobID: "j-x", State: StateExited, ExitCode: &code}, Events: evs,
+		Missing: []SeqRange{{From: 1, To: 1}}, MissingBytes: 12, More: true}
+	b, err := OKReply("r-1", &res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := DecodeReplyNoCopy(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, _ := DecodeReply(b)
+	if fast.ID != slow.ID || fast.OK != slow.OK || !bytes.Equal(fast.Result, slow.Result) || fast.V != slow.V {
+		t.Fatalf("reply: fast %+v slow %+v", fast.ID, slow.ID)
+	}
+	if _, ok := fastReply(b); !ok {
+		t.Fatal("the fast path did not take our own reply")
+	}
+	got, err := DecodeSubscribeResult(fast.Result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fastSubscribeResult(fast.Result); !ok {
+		t.Fatal("the fast path did not take our own subscribe result")
+	}
+	var want SubscribeResult
+	if err := slow.DecodeResult(&want); err != nil {
+		t.Fatal(err)
+	}
+	if got.Job.JobID != want.Job.JobID || *got.Job.ExitCode != 3 || len(got.Events) != len(want.Events) ||
+		got.MissingBytes != 12 || !got.More || len(got.Missing) != 1 || got.Missing[0] != want.Missing[0] {
+		t.Fatalf("subscribe: got %+v", got)
+	}
+	for i := range got.Events {
+		g, w := got.Events[i], want.Events[i]
+		if g.Seq != w.Seq || g.Kind != w.Kind || g.Attempt != w.Attempt || g.Ts != w.Ts || !bytes.Equal(g.Payload, w.Payload) {
+			t.Fatalf("event %d differs", i)
+		}
+	}
+	e := ErrorReply("r-2", Errorf(CodeNotFound, "no job"))
+	fe, err := DecodeReplyNoCopy(e)
+	if err != nil || fe.OK || fe.Error == nil || fe.Error.Code != CodeNotFound || fe.ID != "r-2" {
+		t.Fatalf("error reply: %+v %v", fe, err)
+	}
+	if _, err := DecodeReplyNoCopy([]byte{0x81, 0xa2, 'o', 'k', 0xc2}); err == nil {
+		t.Fatal("a reply that is neither ok nor error was accepted")
+	}
+}
+
+// FuzzDecodeReply: the no-copy reply and subscribe decoders never panic.
+func FuzzDecodeReply(f *testing.F) {
+	res := SubscribeResult{Events: []Event{NewOutputEvent("j", 2, 3, KindStdout, 0, []byte("hi"))}}
+	b, _ := OKReply("r", &res)
+	f.Add(b)
+	f.Add(ErrorReply("r", Errorf(CodeNotFound, "x")))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeReplyNoCopy(b); err == nil && r.OK {
+			_, _ = DecodeSubscribeResult(r.Result)
+		}
+	})
 }

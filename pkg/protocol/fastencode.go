@@ -52,18 +52,39 @@ func appendStr(b []byte, s string) []byte {
 }
 
 func appendBin(b []byte, d []byte) []byte {
-	n := len(d)
-	switch {
-	case d == nil:
+	if d == nil {
 		return append(b, 0xc0)
-	case n <= 0xff:
-		b = append(b, 0xc4, byte(n))
-	case n <= 0xffff:
-		b = append(b, 0xc5, byte(n>>8), byte(n))
-	default:
-		b = append(b, 0xc6, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
-	return append(b, d...)
+	return append(appendBinHeader(b, len(d)), d...)
+}
+
+func appendBinHeader(b []byte, n int) []byte {
+	switch {
+	case n <= 0xff:
+		return append(b, 0xc4, byte(n))
+	case n <= 0xffff:
+		return append(b, 0xc5, byte(n>>8), byte(n))
+	}
+	return append(b, 0xc6, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+}
+
+// OutputHeadroom is the room NewOutputEventInPlace needs before the data.
+const OutputHeadroom = 32
+
+// NewOutputEventInPlace builds the same event as NewOutputEvent for the
+// data buf[OutputHeadroom:], without copying it: the payload header is
+// written into the headroom just before the data, and the payload aliases
+// buf (which must not change afterwards).
+func NewOutputEventInPlace(jobID string, seq uint64, ts int64, kind Kind, offset int64, buf []byte) Event {
+	var hdr [OutputHeadroom]byte
+	h := append(hdr[:0], 0x82)
+	h = appendStr(h, "offset")
+	h = appendInt(h, offset)
+	h = appendStr(h, "data")
+	h = appendBinHeader(h, len(buf)-OutputHeadroom)
+	start := OutputHeadroom - len(h)
+	copy(buf[start:], h)
+	return Event{V: Version, JobID: jobID, Seq: seq, Ts: ts, Kind: kind, Payload: buf[start:len(buf):len(buf)]}
 }
 
 // NewOutputEvent builds a job.stdout/job.stderr event like NewEvent with
