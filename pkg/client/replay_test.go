@@ -1,0 +1,117 @@
+package client_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/server"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// TestOverlappingReplaysNeverDuplicate: the client's event socket is fed
+// by a relay (real ZeroMQ SUB -> PUB between the supervisor and the
+// client) that republishes every event, replays the last ten again every
+// seventh one, and drops every thirteenth (so the client also backfills
+// over the control socket, overlapping with the replays). The client must
+// still deliver every seq exactly once, in order, and the exact bytes.
+func TestOverlappingReplaysNeverDuplicate(t *testing.T) {
+	// The ring holds the whole output: any loss would be the client's.
+	s := start(t, func(c *server.Config) { c.Jobs.RingBytes = 64 << 20 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	in, err := zmqx.Dial(ctx, zmqx.Sub, s.cfg.Event, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := in.SetOption(zmqx.OptionSubscribe, ""); err != nil {
+		t.Fatal(err)
+	}
+	relayAddr := "ipc://" + filepath.Join(t.TempDir(), "relay.sock")
+	out := zmq4.NewPub(ctx)
+	defer out.Close()
+	if err := out.Listen(relayAddr); err != nil {
+		t.Fatal(err)
+	}
+	var replayed, dropped atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var hist []zmq4.Msg
+		for i := 1; ; i++ {
+			m, err := in.Recv()
+			if err != nil {
+				return
+			}
+			if i%13 == 0 {
+				dropped.Add(1)
+			} else if out.Send(m) != nil {
+				return
+			}
+			hist = append(hist, m)
+			if len(hist) > 10 {
+				hist = hist[1:]
+			}
+			if i%7 == 0 {
+				for _, old := range hist {
+					if out.Send(old) != nil {
+						return
+					}
+					replayed.Add(1)
+				}
+			}
+		}
+	}()
+	defer func() { in.Close(); out.Close(); wg.Wait() }()
+
+	c := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: relayAddr, RequestTimeout: 10 * time.Second})
+	defer c.Close()
+	args, want := patterned(8 << 20)
+	job, err := c.Spawn(ctx, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	var last uint64
+	var exit protocol.ExitPayload
+	err = c.Follow(ctx, job.JobID, 1, func(ev protocol.Event) error {
+		if ev.Seq != last+1 {
+			t.Fatalf("seq %d after %d: delivered out of order or twice", ev.Seq, last)
+		}
+		last = ev.Seq
+		switch ev.Kind {
+		case protocol.KindStdout:
+			p, err := ev.Output()
+			if err != nil {
+				return err
+			}
+			h.Write(p.Data)
+		case protocol.KindExited, protocol.KindFailed:
+			return ev.DecodePayload(&exit)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [32]byte
+	copy(got[:], h.Sum(nil))
+	if got != want || exit.ExitCode == nil || *exit.ExitCode != 0 {
+		t.Fatalf("sha256 mismatch or bad exit %+v", exit)
+	}
+	if replayed.Load() == 0 || dropped.Load() == 0 {
+		t.Fatalf("the relay neither replayed (%d) nor dropped (%d): the test proved nothing", replayed.Load(), dropped.Load())
+	}
+	t.Logf("%d seqs delivered once each; the relay replayed %d events and dropped %d", last, replayed.Load(), dropped.Load())
+}
