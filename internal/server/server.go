@@ -56,6 +56,8 @@ type Server struct {
 	httpS  *http.Server
 
 	inflight chan struct{}
+	// evtMu guards evt, which RestartEventSocket replaces.
+	evtMu sync.RWMutex
 	// work hands requests to idle workers (unbuffered: only a waiting
 	// worker takes one).
 	work     chan func()
@@ -209,7 +211,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.recover()
 	s.writeJournal(false)
 
-	s.pub.sock = s.evt
+	s.pub.sock = eventSink{s}
 	s.pubWG.Add(1)
 	go func() { defer s.pubWG.Done(); s.pub.run(s.stopPub, 2*time.Second) }()
 	s.wg.Add(2)
@@ -238,7 +240,49 @@ func (s *Server) Start(ctx context.Context) (err error) {
 func (s *Server) Addr() net.Addr { return s.ctl.Addr() }
 
 // EventAddr returns the bound address of the event socket.
-func (s *Server) EventAddr() net.Addr { return s.evt.Addr() }
+func (s *Server) EventAddr() net.Addr {
+	s.evtMu.RLock()
+	defer s.evtMu.RUnlock()
+	return s.evt.Addr()
+}
+
+// EventSubscribers counts the connections subscribed to the event socket.
+func (s *Server) EventSubscribers() int {
+	s.evtMu.RLock()
+	defer s.evtMu.RUnlock()
+	if s.evt == nil {
+		return 0
+	}
+	return s.evt.Subscribers()
+}
+
+// eventSink hands the publisher's events to the current event socket.
+type eventSink struct{ s *Server }
+
+func (e eventSink) SendParts(topic []byte, parts ...[]byte) error {
+	e.s.evtMu.RLock()
+	defer e.s.evtMu.RUnlock()
+	return e.s.evt.SendParts(topic, parts...)
+}
+
+// RestartEventSocket closes the event socket, disconnecting every
+// subscriber, and listens again on the same endpoint. Events published in
+// between reach nobody (as with any PUB socket without subscribers); they
+// stay retained, and clients that reconnect backfill them with subscribe.
+func (s *Server) RestartEventSocket() error {
+	s.evtMu.Lock()
+	defer s.evtMu.Unlock()
+	if err := s.evt.Close(); err != nil {
+		s.log.Warn("closing the event socket", "err", err)
+	}
+	evt, err := zmqx.ListenPub(s.ctx, s.cfg.Event, s.policy(s.cfg.Event, 64<<10), s.cfg.SubscriberQueueBytes)
+	if err != nil {
+		return fmt.Errorf("reopen --event %s: %w", s.cfg.Event, err)
+	}
+	s.evt = evt
+	s.log.Warn("event socket restarted: subscribers were disconnected", "endpoint", s.cfg.Event)
+	return nil
+}
 
 // MetricsAddr returns the bound metrics address, or nil.
 func (s *Server) MetricsAddr() net.Addr {
@@ -293,7 +337,9 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.cancel()
 	s.ctl.Close()
+	s.evtMu.Lock()
 	s.evt.Close()
+	s.evtMu.Unlock()
 	s.wg.Wait()
 	close(s.stopJournal)
 	s.journalWG.Wait()
@@ -702,5 +748,6 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		JournalCorrupt:    f(s.journalCorrupt.Load),
 		OrphansReconciled: f(s.orphansReconciled.Load),
 		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
+		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },
 	})
 }

@@ -1,8 +1,11 @@
 package client_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
+	"fmt"
+	"io"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -114,4 +117,55 @@ func TestOverlappingReplaysNeverDuplicate(t *testing.T) {
 		t.Fatalf("the relay neither replayed (%d) nor dropped (%d): the test proved nothing", replayed.Load(), dropped.Load())
 	}
 	t.Logf("%d seqs delivered once each; the relay replayed %d events and dropped %d", last, replayed.Load(), dropped.Load())
+}
+
+// TestEventSocketRestartMidJob: the supervisor's event socket is closed
+// (every subscriber cut off) and opened again while a job prints; the
+// client's reader still gets every line exactly once and in order, and
+// its follower subscribes to the new socket again.
+func TestEventSocketRestartMidJob(t *testing.T) {
+	s := start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const lines = 120 // ~6 s at 50 ms per line
+	j, err := s.c.Start(ctx, protocol.SpawnArgs{Shell: fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); sleep 0.05; done`, lines)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	r := bufio.NewReader(j.Stdout())
+	restarted := false
+	for i := 1; i <= lines; i++ {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		if want := fmt.Sprintf("line %d\n", i); l != want {
+			t.Fatalf("got %q; want %q", l, want)
+		}
+		if i == 10 {
+			if s.EventSubscribers() == 0 {
+				t.Fatal("the client never subscribed to events")
+			}
+			if err := s.RestartEventSocket(); err != nil {
+				t.Fatal(err)
+			}
+			restarted = true
+			if n := s.EventSubscribers(); n != 0 {
+				t.Fatalf("%d subscribers right after the restart", n)
+			}
+		}
+		if restarted && i == lines-20 && s.EventSubscribers() == 0 {
+			// The follower re-dials after 3 s of silence; by now (5 s
+			// later) it must be back on the new socket.
+			t.Fatal("the client did not subscribe to the restarted event socket")
+		}
+	}
+	if _, err := r.ReadString('\n'); err != io.EOF {
+		t.Fatalf("after the last line: %v", err)
+	}
+	exit, err := j.Wait(ctx)
+	if err != nil || exit.Reason != protocol.ReasonExit {
+		t.Fatalf("exit %+v %v", exit, err)
+	}
 }
