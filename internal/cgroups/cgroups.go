@@ -321,13 +321,19 @@ type LimitResult struct {
 // in the parent's cgroup.controllers; failures (including invalid values)
 // become Unavailable entries with the errno text; it never fails the job.
 func (c *Cgroup) SetLimits(memoryMax int64, cpuWeight int) LimitResult {
+	return c.setLimits(memoryMax, cpuWeight, writeCgroupFile)
+}
+
+// setLimits is SetLimits writing interface files with write (tests make
+// the kernel refuse through it).
+func (c *Cgroup) setLimits(memoryMax int64, cpuWeight int, write func(path, value string) error) LimitResult {
 	c.noReuse = true
 	res := LimitResult{Unavailable: map[string]string{}}
 	parent := filepath.Dir(c.Path)
 	set := func(file, ctrl, value string) {
-		if why := enableController(parent, ctrl); why != "" {
+		if why := enableController(parent, ctrl, write); why != "" {
 			res.Unavailable[file] = why
-		} else if err := writeCgroupFile(filepath.Join(c.Path, file), value); err != nil {
+		} else if err := write(filepath.Join(c.Path, file), value); err != nil {
 			res.Unavailable[file] = err.Error()
 		} else {
 			res.Applied = append(res.Applied, file+"="+value)
@@ -356,9 +362,8 @@ func (b *Base) Controllers() []string {
 }
 
 // writeCgroupFile writes an interface file that must exist (no O_CREAT: a
-// missing file means a missing controller, not one to make up). A
-// variable so that tests can make the kernel refuse.
-var writeCgroupFile = func(path, value string) error {
+// missing file means a missing controller, not one to make up).
+func writeCgroupFile(path, value string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return err
@@ -397,7 +402,7 @@ const internalProcsHint = `cgroup v2's "no internal processes" rule allows enabl
 
 // enableController makes ctrl available to the children of dir (a Base
 // dir): "" if it is, else why not.
-func enableController(dir, ctrl string) string {
+func enableController(dir, ctrl string, write func(path, value string) error) string {
 	if sub, _ := readFields(filepath.Join(dir, "cgroup.subtree_control")); slices.Contains(sub, ctrl) {
 		return ""
 	}
@@ -409,7 +414,7 @@ func enableController(dir, ctrl string) string {
 	if !slices.Contains(avail, ctrl) {
 		return prefix + whyMissing(dir, ctrl)
 	}
-	err = writeCgroupFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+ctrl)
+	err = write(filepath.Join(dir, "cgroup.subtree_control"), "+"+ctrl)
 	if err == nil {
 		return ""
 	}

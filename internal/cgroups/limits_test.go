@@ -156,14 +156,12 @@ func TestSetLimitsEnablesControllers(t *testing.T) {
 		"base/j-1/cpu.weight":     "100\n",
 	})
 	var writes []string
-	defer func(orig func(string, string) error) { writeCgroupFile = orig }(writeCgroupFile)
-	orig := writeCgroupFile
-	writeCgroupFile = func(path, value string) error {
+	logged := func(path, value string) error {
 		rel, _ := filepath.Rel(root, path)
 		writes = append(writes, rel+"<"+value)
-		return orig(path, value)
+		return writeCgroupFile(path, value)
 	}
-	res := cg.SetLimits(1<<20, 7)
+	res := cg.setLimits(1<<20, 7, logged)
 	if strings.Join(res.Applied, " ") != "memory.max=1048576 cpu.weight=7" || len(res.Unavailable) != 0 {
 		t.Fatalf("%+v", res)
 	}
@@ -179,7 +177,7 @@ func TestSetLimitsEnablesControllers(t *testing.T) {
 		t.Fatal(err)
 	}
 	writes = nil
-	if res := cg.SetLimits(2<<20, 0); len(res.Applied) != 1 || strings.Join(writes, " ") != "base/j-1/memory.max<2097152" {
+	if res := cg.setLimits(2<<20, 0, logged); len(res.Applied) != 1 || strings.Join(writes, " ") != "base/j-1/memory.max<2097152" {
 		t.Fatalf("%+v, writes %q", res, writes)
 	}
 	if got := (&Base{Dir: filepath.Join(root, "base")}).Controllers(); strings.Join(got, " ") != "cpu memory pids" {
@@ -191,11 +189,10 @@ func TestSetLimitsEnablesControllers(t *testing.T) {
 // base that holds processes; the reason says so and what to do.
 func TestSetLimitsBusyParent(t *testing.T) {
 	_, cg := fakeTree(t, "", map[string]string{"base/cgroup.controllers": "cpu memory\n"})
-	defer func(orig func(string, string) error) { writeCgroupFile = orig }(writeCgroupFile)
-	writeCgroupFile = func(path, value string) error {
+	busy := func(path, value string) error {
 		return &os.PathError{Op: "write", Path: path, Err: syscall.EBUSY}
 	}
-	res := cg.SetLimits(1<<20, 0)
+	res := cg.setLimits(1<<20, 0, busy)
 	why := res.Unavailable["memory.max"]
 	for _, want := range []string{"memory controller not available in " + filepath.Dir(cg.Path), "device or resource busy", "no internal processes", "--cgroup-parent"} {
 		if !strings.Contains(why, want) {
