@@ -65,23 +65,29 @@ func (m *mp) be(k int) (uint64, error) {
 	return v, nil
 }
 
-func (m *mp) mapLen() (int, error) {
+func (m *mp) mapLen() (int, error) { return m.length(0x80, 0xde, false) }
+
+// length reads the element count of a map (fix 0x80, 16-bit 0xde, 32-bit
+// 0xdf) or an array (0x90, 0xdc, 0xdd; nil allowed: empty).
+func (m *mp) length(fix, c16 byte, nilOK bool) (int, error) {
 	c, err := m.byte()
 	if err != nil {
 		return 0, err
 	}
 	switch {
-	case c >= 0x80 && c <= 0x8f:
+	case c >= fix && c <= fix+0x0f:
 		return int(c & 0x0f), nil
-	case c == 0xde:
+	case c == c16:
 		v, err := m.be(2)
 		return int(v), err
-	case c == 0xdf:
+	case c == c16+1:
 		v, err := m.be(4)
 		if v > math.MaxInt32 {
 			return 0, errMP
 		}
 		return int(v), err
+	case c == 0xc0 && nilOK:
+		return 0, nil
 	}
 	return 0, errMP
 }

@@ -16,28 +16,7 @@ func DecodeReplyNoCopy(b []byte) (*Reply, error) {
 	return r, nil
 }
 
-func (m *mp) arrLen() (int, error) {
-	c, err := m.byte()
-	if err != nil {
-		return 0, err
-	}
-	switch {
-	case c >= 0x90 && c <= 0x9f:
-		return int(c & 0x0f), nil
-	case c == 0xdc:
-		v, err := m.be(2)
-		return int(v), err
-	case c == 0xdd:
-		v, err := m.be(4)
-		if v > math.MaxInt32 {
-			return 0, errMP
-		}
-		return int(v), err
-	case c == 0xc0:
-		return 0, nil
-	}
-	return 0, errMP
-}
+func (m *mp) arrLen() (int, error) { return m.length(0x90, 0xdc, true) }
 
 // span skips one value and returns its encoding (aliasing m.b).
 func (m *mp) span() ([]byte, error) {
