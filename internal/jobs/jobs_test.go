@@ -113,3 +113,46 @@ func TestExitRacingKill(t *testing.T) {
 type countingSink struct{}
 
 func (countingSink) Publish(protocol.Event) {}
+
+// TestSnapshotsKeepsNewestFinished: the journal snapshot holds every
+// running job and the maxFinished most recently finished ones (all with
+// a negative bound), and leaves out the ones the caller has cached.
+func TestSnapshotsKeepsNewestFinished(t *testing.T) {
+	m := New(Config{MaxJobs: 100}, nil, nil)
+	defer m.Close(context.Background())
+	var ids []string
+	for i := 0; i < 5; i++ {
+		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _ := m.Get(info.JobID)
+		<-j.Done()
+		ids = append(ids, info.JobID)
+	}
+	running, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		j, _ := m.Get(running.JobID)
+		_, _ = j.Kill(protocol.ReasonManualCancel, SigKill)
+		<-j.Done()
+	}()
+	got := func(max int, cached func(string, uint64) bool) map[string]bool {
+		out := map[string]bool{}
+		for _, s := range m.Snapshots(max, cached) {
+			out[s.Info.JobID] = true
+		}
+		return out
+	}
+	if s := got(2, nil); len(s) != 3 || !s[running.JobID] || !s[ids[3]] || !s[ids[4]] {
+		t.Fatalf("max 2: %v", s)
+	}
+	if s := got(-1, nil); len(s) != 6 {
+		t.Fatalf("all: %v", s)
+	}
+	if s := got(-1, func(id string, _ uint64) bool { return id == ids[0] }); len(s) != 5 || s[ids[0]] {
+		t.Fatalf("cached left out: %v", s)
+	}
+}

@@ -96,7 +96,7 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 	if maxFinished >= 0 && m.finN > uint64(maxFinished) {
 		cut = m.finN - uint64(maxFinished)
 	}
-	js := make([]*Job, 0, min(len(m.jobs), m.active+maxFinished+16))
+	js := make([]*Job, 0, min(len(m.jobs), m.active+max(maxFinished, 0)+16))
 	for _, j := range m.jobs {
 		if maxFinished >= 0 && j.svc == nil && j.finN != 0 && j.finN <= cut {
 			continue
