@@ -142,7 +142,7 @@ const maxConcurrentBackfills = 8
 
 // conn is one control socket and its reader goroutine.
 type conn struct {
-	sock   zmqx.Socket
+	sock   *zmqx.Client
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -208,7 +208,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 			}
 		}
 		sctx, cancel := context.WithCancel(context.Background())
-		sock, err := zmqx.DialToken(sctx, zmqx.Dealer, c.opts.ControlAddress, c.opts.DialTimeout, c.opts.tokenFor(c.opts.ControlAddress))
+		sock, err := zmqx.DialClient(sctx, "DEALER", c.opts.ControlAddress, c.opts.DialTimeout, c.opts.tokenFor(c.opts.ControlAddress))
 		if err != nil {
 			cancel()
 			lastErr = err
@@ -255,16 +255,16 @@ func (c *Client) drop(cn *conn) {
 func (c *Client) readLoop(cn *conn) {
 	defer close(cn.done)
 	for {
-		msg, err := cn.sock.Recv()
+		frames, err := cn.sock.Recv()
 		if err != nil {
 			return
 		}
-		if len(msg.Frames) == 0 {
+		if len(frames) == 0 {
 			continue
 		}
-		// Each message is a fresh buffer: the reply (and the output a
+		// Each frame is a fresh buffer: the reply (and the output a
 		// backfill carries) may alias it.
-		rep, err := protocol.DecodeReplyNoCopy(msg.Frames[len(msg.Frames)-1])
+		rep, err := protocol.DecodeReplyNoCopy(frames[len(frames)-1])
 		if err != nil {
 			continue
 		}
@@ -311,7 +311,7 @@ func (c *Client) call(ctx context.Context, op protocol.Op, args any) (*protocol.
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}
-	if err := cn.sock.Send(zmqx.NewMsg(nil, body)); err != nil {
+	if err := cn.sock.Send(body); err != nil {
 		forget()
 		c.drop(cn)
 		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err}
@@ -322,6 +322,20 @@ func (c *Client) call(ctx context.Context, op protocol.Op, args any) (*protocol.
 			return nil, ErrClosed
 		}
 		return rep, nil
+	case <-cn.done:
+		// The connection broke (supervisor gone or restarting): no reply
+		// can come on it. The next call dials afresh.
+		select {
+		case rep, ok := <-ch: // the reply made it just before
+			if ok {
+				return rep, nil
+			}
+			return nil, ErrClosed
+		default:
+		}
+		forget()
+		c.drop(cn)
+		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.New("connection lost before the reply")}
 	case <-ctx.Done():
 		forget()
 		// The socket may be wedged (peer gone): start afresh next time.

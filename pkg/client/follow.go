@@ -142,10 +142,10 @@ func (s *subscription) connect(ctx context.Context) {
 	s.lastHear = time.Now()
 	s.live = false
 	s.mu.Unlock()
-	sub, err := zmqx.DialToken(sctx, zmqx.Sub, s.c.opts.EventAddress, s.c.opts.DialTimeout, s.c.opts.tokenFor(s.c.opts.EventAddress))
+	sub, err := zmqx.DialClient(sctx, "SUB", s.c.opts.EventAddress, s.c.opts.DialTimeout, s.c.opts.tokenFor(s.c.opts.EventAddress))
 	if err == nil {
 		for _, t := range s.topics {
-			err = errors.Join(err, sub.SetOption(zmqx.OptionSubscribe, t))
+			err = errors.Join(err, sub.Subscribe(t))
 		}
 		if err != nil {
 			sub.Close()
@@ -159,7 +159,7 @@ func (s *subscription) connect(ctx context.Context) {
 	s.mu.Unlock()
 	s.wg.Add(2)
 	go func() {
-		// zmq4's Recv only returns once the socket is closed.
+		// Recv returns once the connection is closed.
 		defer s.wg.Done()
 		<-sctx.Done()
 		sub.Close()
@@ -167,15 +167,15 @@ func (s *subscription) connect(ctx context.Context) {
 	go func() {
 		defer s.wg.Done()
 		for {
-			msg, err := sub.Recv()
+			frames, err := sub.Recv()
 			if err != nil {
 				return
 			}
-			if len(msg.Frames) != 2 {
+			if len(frames) != 2 {
 				continue
 			}
 			// The frame is ours alone: decode without copying the payload.
-			ev, err := protocol.DecodeEventNoCopy(msg.Frames[1])
+			ev, err := protocol.DecodeEventNoCopy(frames[1])
 			if err != nil {
 				continue
 			}

@@ -1,0 +1,217 @@
+package zmqx
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Client is one client-side ZMTP 3.0 connection of the kinds pkg/client
+// uses: a DEALER talking to the supervisor's ROUTER, or a SUB listening to
+// its PUB. Unlike the zmq4 engine it runs no goroutines of its own: Recv
+// reads the next message on the caller's goroutine (one hop less per
+// message on the spawn and output paths). Send is safe for concurrent use;
+// Recv must be called from one goroutine at a time. Close unblocks Recv.
+type Client struct {
+	conn net.Conn
+	r    *bufio.Reader
+	wmu  sync.Mutex
+	// writeTimeout bounds one Send (a peer that stopped reading).
+	writeTimeout time.Duration
+}
+
+// clientMaxFrame bounds a frame the client accepts (the supervisor sends
+// at most a few MiB per reply; a larger header is a broken peer).
+const clientMaxFrame = 1 << 30
+
+// DialClient connects to endpoint (ipc:// or tcp://) as a socketType peer
+// ("DEALER" or "SUB") and completes the ZMTP handshake: mechanism NULL, or
+// PLAIN with token as the password when token is not empty.
+func DialClient(ctx context.Context, socketType, endpoint string, timeout time.Duration, token string) (*Client, error) {
+	scheme, addr, err := Split(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	network := "tcp"
+	if scheme == "ipc" {
+		network = "unix"
+	}
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
+	}
+	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writeTimeout: 10 * time.Second}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if err := c.handshake(socketType, token); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func (c *Client) handshake(socketType, token string) error {
+	mech := "NULL"
+	if token != "" {
+		mech = "PLAIN"
+	}
+	g := make([]byte, greetingLen)
+	g[0], g[9] = 0xFF, 0x7F
+	g[10], g[11] = 3, 0
+	copy(g[12:32], mech)
+	if _, err := c.conn.Write(g); err != nil {
+		return fmt.Errorf("send greeting: %w", err)
+	}
+	var peer [greetingLen]byte
+	if _, err := io.ReadFull(c.r, peer[:]); err != nil {
+		return fmt.Errorf("read greeting: %w", err)
+	}
+	if peer[0] != 0xFF || peer[9]&0x01 != 0x01 || peer[10] < 3 {
+		return errors.New("the peer does not speak ZMTP 3")
+	}
+	if pm := strings.TrimRight(string(peer[12:32]), "\x00"); pm != mech {
+		// A refusal follows as an ERROR command when the peer can say why.
+		if _, body, err := c.readCommand(); err == nil {
+			return fmt.Errorf("server wants mechanism %s, not %s: %s", pm, mech, errorReason(body))
+		}
+		return fmt.Errorf("server wants mechanism %s, not %s", pm, mech)
+	}
+	meta := metadata("Socket-Type", socketType)
+	if token != "" {
+		if len(token) > 255 {
+			return errors.New("plain: the token must be at most 255 bytes")
+		}
+		const user = "exec-supervisor"
+		hello := append([]byte{byte(len(user))}, user...)
+		hello = append(append(hello, byte(len(token))), token...)
+		if err := writeCommand(c.conn, zmq4.CmdHello, hello); err != nil {
+			return fmt.Errorf("plain: send HELLO: %w", err)
+		}
+		if err := c.expect(zmq4.CmdWelcome); err != nil {
+			return fmt.Errorf("plain: %w", err)
+		}
+		if err := writeCommand(c.conn, zmq4.CmdInitiate, meta); err != nil {
+			return fmt.Errorf("plain: send INITIATE: %w", err)
+		}
+	} else if err := writeCommand(c.conn, zmq4.CmdReady, meta); err != nil {
+		return fmt.Errorf("send READY: %w", err)
+	}
+	return c.expect(zmq4.CmdReady)
+}
+
+// expect reads one command and fails unless it is name.
+func (c *Client) expect(name string) error {
+	got, body, err := c.readCommand()
+	switch {
+	case err != nil:
+		return fmt.Errorf("waiting for %s: %w", name, err)
+	case got == zmq4.CmdError:
+		return fmt.Errorf("server refused: %s", errorReason(body))
+	case got != name:
+		return fmt.Errorf("expected %s, got %q", name, got)
+	}
+	return nil
+}
+
+func (c *Client) readCommand() (string, []byte, error) {
+	flags, body, err := c.readFrame()
+	if err != nil {
+		return "", nil, err
+	}
+	if flags&flagCommand == 0 {
+		return "", nil, errors.New("expected a command, got a message")
+	}
+	name, rest := cmdName(body)
+	return name, rest, nil
+}
+
+func (c *Client) readFrame() (byte, []byte, error) {
+	var hdr [9]byte
+	if _, err := io.ReadFull(c.r, hdr[:2]); err != nil {
+		return 0, nil, err
+	}
+	size := uint64(hdr[1])
+	if hdr[0]&flagLong != 0 {
+		if _, err := io.ReadFull(c.r, hdr[2:9]); err != nil {
+			return 0, nil, err
+		}
+		size = binary.BigEndian.Uint64(hdr[1:9])
+	}
+	if size > clientMaxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes from the server: refusing", size)
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return 0, nil, err
+	}
+	return hdr[0], body, nil
+}
+
+// Recv returns the next message's frames (each a fresh buffer the caller
+// owns). Commands the server sends between messages are skipped; an ERROR
+// command ends the connection.
+func (c *Client) Recv() ([][]byte, error) {
+	var frames [][]byte
+	for {
+		flags, body, err := c.readFrame()
+		if err != nil {
+			return nil, err
+		}
+		if flags&flagCommand != 0 {
+			if name, rest := cmdName(body); name == zmq4.CmdError {
+				return nil, fmt.Errorf("server error: %s", errorReason(rest))
+			}
+			continue
+		}
+		frames = append(frames, body)
+		if flags&flagMore == 0 {
+			return frames, nil
+		}
+	}
+}
+
+// Send sends one message of the given frames (one writev).
+func (c *Client) Send(frames ...[]byte) error {
+	bufs := make(net.Buffers, 0, 2*len(frames))
+	for i, f := range frames {
+		var flags byte
+		if i < len(frames)-1 {
+			flags = flagMore
+		}
+		if len(f) > 255 {
+			h := make([]byte, 9)
+			h[0] = flags | flagLong
+			binary.BigEndian.PutUint64(h[1:], uint64(len(f)))
+			bufs = append(bufs, h, f)
+		} else {
+			bufs = append(bufs, []byte{flags, byte(len(f))}, f)
+		}
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	_, err := bufs.WriteTo(c.conn)
+	return err
+}
+
+// Subscribe asks a PUB for messages whose first frame starts with topic
+// (ZMTP 3.0 subscription message).
+func (c *Client) Subscribe(topic string) error {
+	return c.Send(append([]byte{1}, topic...))
+}
+
+// Close closes the connection; a Recv in progress returns an error.
+func (c *Client) Close() error { return c.conn.Close() }

@@ -1,0 +1,141 @@
+package zmqx
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echoRouter serves a ROUTER that answers every message with its frames.
+func echoRouter(t *testing.T, endpoint string, token string) *Router {
+	t.Helper()
+	r, err := ListenRouter(context.Background(), endpoint, &Policy{Token: token}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			in, err := r.Recv()
+			if err != nil {
+				return
+			}
+			_ = r.Send(in.Peer, in.Frames)
+			in.Peer.Release()
+		}
+	}()
+	t.Cleanup(func() { r.Close(); <-done })
+	return r
+}
+
+// TestClientDealerAgainstRouter: our client DEALER completes the NULL and
+// PLAIN handshakes with our ROUTER and round-trips messages of every frame
+// size class; a wrong token is refused with the server's reason.
+func TestClientDealerAgainstRouter(t *testing.T) {
+	for _, token := range []string{"", "s3cret-token"} {
+		endpoint := "ipc://" + filepath.Join(t.TempDir(), "r.sock")
+		echoRouter(t, endpoint, token)
+		c, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, token)
+		if err != nil {
+			t.Fatalf("token %q: %v", token, err)
+		}
+		for _, size := range []int{0, 1, 255, 256, 70000, 1 << 20} {
+			body := bytes.Repeat([]byte{byte(size)}, size)
+			if err := c.Send([]byte("x"), body); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 || string(got[0]) != "x" || !bytes.Equal(got[1], body) {
+				t.Fatalf("size %d: echo of %d frames", size, len(got))
+			}
+		}
+		c.Close()
+		if _, err := c.Recv(); err == nil {
+			t.Fatal("Recv after Close succeeded")
+		}
+		if token != "" {
+			if _, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, "wrong"); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+				t.Fatalf("wrong token: %v", err)
+			}
+			if _, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, ""); err == nil || !strings.Contains(err.Error(), "PLAIN") {
+				t.Fatalf("no token against a PLAIN server: %v", err)
+			}
+		}
+	}
+}
+
+// TestClientSubAgainstPub: our client SUB subscribes to a topic on our PUB
+// and receives only matching messages, in order.
+func TestClientSubAgainstPub(t *testing.T) {
+	endpoint := "ipc://" + filepath.Join(t.TempDir(), "p.sock")
+	p, err := ListenPub(context.Background(), endpoint, &Policy{}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := DialClient(context.Background(), "SUB", endpoint, time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Subscribe("job/a/"); err != nil {
+		t.Fatal(err)
+	}
+	// The subscription travels asynchronously: publish until it shows.
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Subscribers() == 0 || !p.subscribed("job/a/") {
+		if time.Now().After(deadline) {
+			t.Fatal("subscription never arrived")
+		}
+		time.Sleep(time.Millisecond) // no notification for a processed subscription
+	}
+	for i := 0; i < 3; i++ {
+		_ = p.SendParts([]byte("job/b/"), []byte("other"))
+		_ = p.SendParts([]byte("job/a/"), []byte{byte(i)}, bytes.Repeat([]byte("z"), 1000))
+	}
+	for i := 0; i < 3; i++ {
+		m, err := c.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) != 2 || string(m[0]) != "job/a/" || m[1][0] != byte(i) || len(m[1]) != 1001 {
+			t.Fatalf("message %d: %q", i, m[0])
+		}
+	}
+}
+
+// TestClientRefusesHugeFrame: a frame header claiming more than the bound
+// is refused before anything is allocated for it.
+func TestClientRefusesHugeFrame(t *testing.T) {
+	c := &Client{r: bufioOf([]byte{flagLong, 0, 0, 0, 1, 0, 0, 0, 0})}
+	if _, err := c.Recv(); err == nil || !strings.Contains(err.Error(), "refusing") {
+		t.Fatalf("huge frame: %v", err)
+	}
+}
+
+// subscribed reports whether some subscriber asked for exactly topic.
+func (p *Publisher) subscribed(topic string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.subs {
+		s.tmu.Lock()
+		for _, t := range s.topics {
+			if string(t) == topic {
+				s.tmu.Unlock()
+				return true
+			}
+		}
+		s.tmu.Unlock()
+	}
+	return false
+}
+
+func bufioOf(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
