@@ -55,7 +55,7 @@ func benchSpawnTrueCfg(b *testing.B, par int, cfg Config) {
 			if err != nil {
 				return
 			}
-			if ev, err := protocol.DecodeEvent(m.Frames[1]); err == nil && ev.Kind.Terminal() {
+			if ev, err := protocol.DecodeEventNoCopy(m.Frames[1]); err == nil && ev.Kind.Terminal() {
 				close(waiter(ev.JobID))
 				select {
 				case exits <- ev.JobID:
