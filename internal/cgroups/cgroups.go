@@ -262,6 +262,7 @@ func (c *Cgroup) Remove(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for c.Populated() {
 		if time.Now().After(deadline) {
+			c.closeFiles() // left for the leftover sweep at the next start
 			return fmt.Errorf("cgroup %s still has processes %v", c.Path, c.Procs())
 		}
 		time.Sleep(5 * time.Millisecond) // no cheaper notification than polling cgroup.events here

@@ -139,6 +139,9 @@ type Job struct {
 	limits       *protocol.LimitsInfo
 	// recovered: restored from the journal without a full spec.
 	recovered bool
+	// restartGen tells a restart timer of an earlier delay from the
+	// current one.
+	restartGen uint64
 	// finN is the job's place in the order jobs finished (guarded by the
 	// Manager's mu; 0 until counted).
 	finN uint64
@@ -348,6 +351,9 @@ func (j *Job) start() error {
 		j.mu.Unlock()
 		if cg != nil {
 			_ = j.m.cgroups.Release(cg, true, time.Second) // nothing ever ran in it
+			j.mu.Lock()
+			j.cg = nil
+			j.mu.Unlock()
 		}
 		for _, f := range files.parent {
 			f.Close()
@@ -405,7 +411,7 @@ func (j *Job) start() error {
 	pending, pid := j.pendingKill, j.pid
 	j.mu.Unlock()
 	if pending != "" {
-		_, _ = j.Kill(pending, 0)
+		_, _ = j.kill(runDone, pending, 0)
 	}
 	j.m.log.Info("job started", "job", j.id, "pid", pid, "argv", argv, "cwd", j.spec.Cwd, "attempt", attempt,
 		"timeout", j.timeout, "noOutputTimeout", j.noOutput)
@@ -746,6 +752,10 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 	if j.svc != nil && endsSupervision(reason) && j.endReason == "" {
 		j.endReason = reason
 	}
+	if j.state == Restarting && !endsSupervision(reason) {
+		j.mu.Unlock()
+		return false, nil // a timeout or watchdog of a run that is over
+	}
 	if j.state == Restarting {
 		// Between runs: nothing to signal; supervision ends here (the
 		// last run's end is in the history, not in this fate).
@@ -826,22 +836,22 @@ func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}) {
 	if err := j.signalLocked(sigKill); err != nil {
 		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
 	}
-	first := j.markCleanupKillLocked()
+	first, mode := j.markCleanupKillLocked()
 	j.mu.Unlock()
-	j.countCleanupKill(first)
+	j.countCleanupKill(first, mode)
 }
 
 // markCleanupKillLocked records that the job needed SIGKILL and reports
 // whether this is the first time (each job is counted once).
-func (j *Job) markCleanupKillLocked() bool {
-	first := !j.cleanupKilled
+func (j *Job) markCleanupKillLocked() (first bool, mode string) {
+	first = !j.cleanupKilled
 	j.cleanupKilled = true
-	return first
+	return first, j.ownership()
 }
 
-func (j *Job) countCleanupKill(first bool) {
+func (j *Job) countCleanupKill(first bool, mode string) {
 	if h := j.m.hooks.CleanupKill; h != nil && first {
-		h(j.ownership())
+		h(mode)
 	}
 }
 
@@ -850,8 +860,13 @@ func (j *Job) countCleanupKill(first bool) {
 func (j *Job) Signal(sig syscall.Signal) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.state == Exited {
+	switch j.state {
+	case Exited:
 		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has already exited", j.id)
+	case Starting, Restarting:
+		// No process of this job runs now (the previous run's cgroup may
+		// already serve another job).
+		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no running process right now (%s)", j.id, j.state)
 	}
 	return j.signalLocked(sig)
 }
@@ -947,9 +962,9 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 	if !waitGone(j.scopeAlive, time.Until(deadline), j.killNow) {
 		j.mu.Lock()
 		_ = j.signalLocked(sigKill)
-		first := j.markCleanupKillLocked()
+		first, mode := j.markCleanupKillLocked()
 		j.mu.Unlock()
-		j.countCleanupKill(first)
+		j.countCleanupKill(first, mode)
 		if !waitGone(j.scopeAlive, 5*time.Second, nil) {
 			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
 			j.markGroupGone()

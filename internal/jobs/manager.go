@@ -272,8 +272,10 @@ func (m *Manager) changed() {
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	m.mu.Lock()
 	m.active--
-	m.finN++
-	j.finN = m.finN
+	if j.svc == nil { // services are always journaled
+		m.finN++
+		j.finN = m.finN
+	}
 	m.mu.Unlock()
 	if m.hooks.Finished != nil {
 		m.hooks.Finished(reason)
@@ -330,12 +332,17 @@ func (m *Manager) Remove(id string) error {
 	if err != nil {
 		return err
 	}
-	if !j.Finished() {
+	// Checked and deleted under the job's lock: a service cannot be
+	// started again in between (startService takes the same locks).
+	j.mu.Lock()
+	if j.state != Exited {
+		j.mu.Unlock()
 		return protocol.Errorf(protocol.CodeJobRunning, "job %s is still running: kill it first", id)
 	}
 	m.mu.Lock()
 	delete(m.jobs, id)
 	m.mu.Unlock()
+	j.mu.Unlock()
 	m.changed()
 	return nil
 }

@@ -79,6 +79,12 @@ func (j *Job) fingerprintLocked() {
 		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.pid, "err", err)
 		return
 	}
+	// waitLoop may have reaped it just before setting leaderExited: the
+	// ticks are this process's only if it was not reaped after the read
+	// (the Process tracks that through its pidfd, immune to pid reuse).
+	if j.cmd.Process.Signal(syscall.Signal(0)) != nil {
+		return
+	}
 	j.startTicks = t
 }
 

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -107,5 +108,64 @@ func TestBackoffHugeMultiplier(t *testing.T) {
 	}
 	if d != time.Minute {
 		t.Fatalf("delay after 500 failures: %v; want the 1 min cap", d)
+	}
+}
+
+// TestLateKillOfEndedRunIsIgnored: a kill bound to a run that is over (a
+// restart op or timer racing the run's own end) never reaches the next
+// run, and signals between runs are refused (the last run's cgroup or
+// group may belong to someone else by then).
+func TestLateKillOfEndedRunIsIgnored(t *testing.T) {
+	m := New(Config{MaxJobs: 10, Grace: time.Second}, nil, nil)
+	defer m.Close(context.Background())
+	info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get(info.JobID)
+	j.mu.Lock()
+	run1 := j.runDone
+	j.mu.Unlock()
+	if _, err := m.Restart(info.JobID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		in := j.Info()
+		if in.Attempt == 2 && in.State == protocol.StateRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no second run: %+v", in)
+		}
+		time.Sleep(5 * time.Millisecond) // waiting for the process table, no event for it here
+	}
+	if _, err := j.kill(run1, protocol.ReasonManualRestart, 0); err != nil {
+		t.Fatal(err)
+	}
+	j.mu.Lock()
+	killing, state := j.killing, j.state
+	j.mu.Unlock()
+	if killing || state != Running {
+		t.Fatalf("a kill bound to run 1 reached run 2 (killing %v, state %s)", killing, state)
+	}
+
+	// Between runs: no signal goes anywhere.
+	crash, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"false"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, RestartDelayMs: 60_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := m.Get(crash.JobID)
+	for c.Info().State != protocol.StateRestarting {
+		if time.Now().After(deadline) {
+			t.Fatalf("never restarting: %+v", c.Info())
+		}
+		time.Sleep(5 * time.Millisecond) // as above
+	}
+	if err := c.Signal(SigTerm); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("signal while restarting: %v", err)
+	}
+	if in := c.Info(); in.Cgroup != "" {
+		t.Fatalf("a restarting job names a cgroup: %+v", in)
 	}
 }

@@ -89,7 +89,9 @@ func (j *Job) afterRunLocked() bool {
 	if h := j.m.hooks.Restarted; h != nil {
 		h()
 	}
-	j.restartT = time.AfterFunc(delay, j.restartFired)
+	j.restartGen++
+	gen := j.restartGen
+	j.restartT = time.AfterFunc(delay, func() { j.restartFired(gen) })
 	return true
 }
 
@@ -180,9 +182,9 @@ func tailLines(b []byte, n int) []string {
 }
 
 // restartFired starts the next run once the restart delay is over.
-func (j *Job) restartFired() {
+func (j *Job) restartFired(gen uint64) {
 	j.mu.Lock()
-	if j.state != Restarting {
+	if j.state != Restarting || gen != j.restartGen {
 		j.mu.Unlock()
 		return // stopped, killed or started by hand meanwhile
 	}
@@ -213,6 +215,7 @@ func (j *Job) beginRunLocked() {
 	j.attempt++
 	j.runOffset = j.offset
 	j.cmd = nil
+	j.pid, j.pgid = 0, 0
 	j.startTicks = 0
 	j.reason, j.exitCode, j.signal, j.errMsg = "", nil, "", ""
 	j.killing, j.cleanupKilled, j.pendingKill = false, false, ""
@@ -269,9 +272,12 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 			return j.Info(), nil
 		}
 		j.restartReq = true
+		runDone := j.runDone
 		j.mu.Unlock()
 		m.log.Info("service restart requested", "job", id)
-		if _, err := j.Kill(protocol.ReasonManualRestart, 0); err != nil {
+		// Bound to this run: if it ends by itself meanwhile, the restart
+		// it asked for happens anyway and the next run is left alone.
+		if _, err := j.kill(runDone, protocol.ReasonManualRestart, 0); err != nil {
 			return j.Info(), err
 		}
 		return j.Info(), nil
@@ -294,6 +300,10 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 	}
 	m.mu.Lock()
 	switch {
+	case m.jobs[id] != j:
+		m.mu.Unlock()
+		j.mu.Unlock()
+		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeNotFound, "job %s was removed", id)
 	case m.closed:
 		m.mu.Unlock()
 		j.mu.Unlock()

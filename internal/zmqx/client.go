@@ -29,9 +29,15 @@ type Client struct {
 	writeTimeout time.Duration
 }
 
-// clientMaxFrame bounds a frame the client accepts (the supervisor sends
-// at most a few MiB per reply; a larger header is a broken peer).
-const clientMaxFrame = 1 << 30
+// clientMaxFrame bounds a frame, clientMaxMessage a whole message, and
+// clientMaxFrames the frames of one message that the client accepts (the
+// supervisor sends at most a few MiB per reply and two frames per event;
+// more is a broken peer).
+const (
+	clientMaxFrame   = 256 << 20
+	clientMaxMessage = 256 << 20
+	clientMaxFrames  = 16
+)
 
 // DialClient connects to endpoint (ipc:// or tcp://) as a socketType peer
 // ("DEALER" or "SUB") and completes the ZMTP handshake: mechanism NULL, or
@@ -165,6 +171,7 @@ func (c *Client) readFrame() (byte, []byte, error) {
 // command ends the connection.
 func (c *Client) Recv() ([][]byte, error) {
 	var frames [][]byte
+	total := 0
 	for {
 		flags, body, err := c.readFrame()
 		if err != nil {
@@ -177,8 +184,12 @@ func (c *Client) Recv() ([][]byte, error) {
 			continue
 		}
 		frames = append(frames, body)
+		total += len(body)
 		if flags&flagMore == 0 {
 			return frames, nil
+		}
+		if len(frames) >= clientMaxFrames || total > clientMaxMessage {
+			return nil, fmt.Errorf("message of more than %d frames or %d bytes from the server: refusing", clientMaxFrames, clientMaxMessage)
 		}
 	}
 }

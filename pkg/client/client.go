@@ -191,10 +191,18 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 	}
 	if c.conn != nil {
 		cn := c.conn
+		select {
+		case <-cn.done: // its reader ended: the connection is gone
+			c.conn = nil
+			c.mu.Unlock()
+			go cn.close()
+		default:
+			c.mu.Unlock()
+			return cn, nil
+		}
+	} else {
 		c.mu.Unlock()
-		return cn, nil
 	}
-	c.mu.Unlock()
 
 	var lastErr error
 	for attempt := 0; attempt < c.opts.MaxReconnectAttempts; attempt++ {
