@@ -1262,9 +1262,9 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 		res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: j.seq})
 	}
 	if len(res.Missing) > 0 {
-		// Exact when the output lost is all the output before the oldest
-		// retained byte; for a range starting mid-way an upper bound.
-		res.MissingBytes = j.out.from()
+		// Exact from the eviction index; an upper bound (all evicted
+		// output) only for ranges older than what the index keeps.
+		res.MissingBytes, _ = j.out.missingBytes(res.Missing)
 	}
 	return res, nil
 }

@@ -156,3 +156,38 @@ func TestSnapshotsKeepsNewestFinished(t *testing.T) {
 		t.Fatalf("cached left out: %v", s)
 	}
 }
+
+// TestRingMissingBytesExact: the size of a missing seq range is exact,
+// also for a range starting mid-way through the evicted output, and an
+// upper bound (all evicted bytes) once the range is older than the
+// eviction index keeps.
+func TestRingMissingBytesExact(t *testing.T) {
+	r := newRing(30)
+	for seq := uint64(2); seq <= 11; seq++ {
+		off := int64(seq-2) * 10
+		r.add(chunk{Chunk: protocol.Chunk{Seq: seq, Offset: off, Data: bytes.Repeat([]byte{'x'}, 10)}})
+	}
+	for _, c := range []struct {
+		rs   []protocol.SeqRange
+		want int64
+	}{
+		{[]protocol.SeqRange{{From: 2, To: 8}}, 70},
+		{[]protocol.SeqRange{{From: 5, To: 8}}, 40},
+		{[]protocol.SeqRange{{From: 1, To: 3}, {From: 6, To: 6}}, 30},
+	} {
+		if n, exact := r.missingBytes(c.rs); n != c.want || !exact {
+			t.Errorf("%v: %d (exact %v); want %d", c.rs, n, exact, c.want)
+		}
+	}
+	big := newRing(10)
+	for seq := uint64(2); seq < 2+goneMax*2; seq++ {
+		big.add(chunk{Chunk: protocol.Chunk{Seq: seq, Offset: int64(seq-2) * 10, Data: bytes.Repeat([]byte{'y'}, 10)}})
+	}
+	if n, exact := big.missingBytes([]protocol.SeqRange{{From: 2, To: 5}}); exact || n != big.evicted {
+		t.Fatalf("range older than the index: %d exact %v; want the upper bound %d", n, exact, big.evicted)
+	}
+	last := uint64(2 + goneMax*2 - 2)
+	if n, exact := big.missingBytes([]protocol.SeqRange{{From: last - 10, To: last - 1}}); !exact || n != 100 {
+		t.Fatalf("recent range: %d exact %v; want 100", n, exact)
+	}
+}

@@ -1,6 +1,10 @@
 package jobs
 
-import "github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+import (
+	"sort"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
 
 // chunk is one output event as retained: its data is immutable once stored.
 type chunk struct {
@@ -22,6 +26,11 @@ type ring struct {
 	head    int
 	bytes   int
 	evicted int64 // bytes ever evicted
+	// gone indexes the newest evicted chunks (seq and offset, at most
+	// goneMax), so that the size of a missing seq range is exact; goneCut
+	// says older entries were dropped from it.
+	gone    []seqOffset
+	goneCut bool
 	// end is the combined output offset just past the newest byte ever stored.
 	end int64
 }
@@ -35,6 +44,11 @@ func (r *ring) add(c chunk) {
 	r.end = c.Offset + int64(len(c.Data))
 	for r.bytes > r.max && r.head < len(r.chunks) {
 		old := &r.chunks[r.head]
+		if len(r.gone) >= goneMax {
+			r.gone = append(r.gone[:0], r.gone[goneMax/2:]...)
+			r.goneCut = true
+		}
+		r.gone = append(r.gone, seqOffset{old.Seq, old.Offset})
 		r.bytes -= len(old.Data)
 		r.evicted += int64(len(old.Data))
 		*old = chunk{}
@@ -50,6 +64,50 @@ func (r *ring) add(c chunk) {
 }
 
 func (r *ring) live() []chunk { return r.chunks[r.head:] }
+
+type seqOffset struct {
+	seq    uint64
+	offset int64
+}
+
+// goneMax bounds the eviction index (16 bytes an entry).
+const goneMax = 4096
+
+// offsetFrom returns the output offset at which the first output event
+// with seq >= seq begins (the end of the output if there is none), and
+// whether that is known exactly.
+func (r *ring) offsetFrom(seq uint64) (int64, bool) {
+	i := sort.Search(len(r.gone), func(i int) bool { return r.gone[i].seq >= seq })
+	if i < len(r.gone) {
+		// Exact unless older entries were dropped and seq is before the
+		// oldest kept one (or no entry ever recorded that region).
+		exact := i > 0 || (!r.goneCut && r.gone[0].offset == 0)
+		return r.gone[i].offset, exact
+	}
+	exact := len(r.gone) > 0 || r.evicted == 0
+	for _, c := range r.live() {
+		if c.Seq >= seq {
+			return c.Offset, exact
+		}
+	}
+	return r.end, exact
+}
+
+// missingBytes sums the output of the seq ranges rs that are no longer
+// retained, and says whether the sum is exact (otherwise it is an upper
+// bound: everything evicted).
+func (r *ring) missingBytes(rs []protocol.SeqRange) (int64, bool) {
+	var n int64
+	for _, m := range rs {
+		from, ok1 := r.offsetFrom(m.From)
+		to, ok2 := r.offsetFrom(m.To + 1)
+		if !ok1 || !ok2 {
+			return r.evicted, false
+		}
+		n += to - from
+	}
+	return n, true
+}
 
 // from is the offset of the oldest retained byte.
 func (r *ring) from() int64 {

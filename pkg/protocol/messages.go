@@ -313,7 +313,9 @@ type SubscribeResult struct {
 	Events []Event `msgpack:"events" json:"events"`
 	// Missing lists seq ranges in [FromSeq, LastSeq] no longer retained.
 	Missing []SeqRange `msgpack:"missing,omitempty" json:"missing,omitempty"`
-	// MissingBytes is the output size of the missing events.
+	// MissingBytes is the output size of the missing events (exact, or
+	// all evicted output for ranges older than the supervisor's index of
+	// its last 4096 evicted events).
 	MissingBytes int64 `msgpack:"missingBytes" json:"missingBytes"`
 	// More is true when Limit cut the reply short.
 	More bool `msgpack:"more" json:"more"`
