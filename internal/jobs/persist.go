@@ -176,7 +176,16 @@ func (m *Manager) Restore(s Snapshot) error {
 	j.runDone, j.runStarted = make(chan struct{}), make(chan struct{})
 	close(j.runDone)
 	close(j.runStarted)
-	if sv := s.Service; sv != nil && sv.Spec.Restart.Enabled() {
+	sv := s.Service
+	if sv != nil && sv.Spec.Restart.Enabled() {
+		// The journal is input too: a spec that would not pass spawn's
+		// checks is not supervised again.
+		if err := sv.Spec.Validate(); err != nil {
+			m.log.Warn("journal: service spec invalid; restored as a finished job that cannot be started again", "job", info.JobID, "err", err)
+			sv = nil
+		}
+	}
+	if sv != nil && sv.Spec.Restart.Enabled() {
 		j.spec = sv.Spec
 		j.svc = newBackoff(*sv.Spec.Restart)
 		j.svc.consecutive, j.svc.ends = sv.Consecutive, sv.Ends

@@ -169,3 +169,30 @@ func TestLateKillOfEndedRunIsIgnored(t *testing.T) {
 		t.Fatalf("a restarting job names a cgroup: %+v", in)
 	}
 }
+
+// TestRestoreRefusesInvalidServiceSpec: a journal record whose service
+// spec would not pass spawn's checks (a tampered or damaged file) is
+// restored as a plain finished job, never supervised with its values.
+func TestRestoreRefusesInvalidServiceSpec(t *testing.T) {
+	m := New(Config{}, nil, nil)
+	defer m.Close(context.Background())
+	bad := protocol.SpawnArgs{Argv: []string{"true"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways, BackoffMultiplier: -3, MaxRestarts: intp(0)}}
+	good := protocol.SpawnArgs{Argv: []string{"true"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}}
+	for id, spec := range map[string]protocol.SpawnArgs{"j-bad": bad, "j-good": good} {
+		err := m.Restore(Snapshot{Info: protocol.JobInfo{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonShutdown, Argv: []string{"true"}},
+			Service: &ServiceState{Spec: spec, Attempt: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Start("j-bad"); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("start of a job with an invalid recorded spec: %v", err)
+	}
+	info, err := m.Start("j-good")
+	if err != nil || info.Attempt != 4 {
+		t.Fatalf("start of a valid recorded service: %+v %v", info, err)
+	}
+	j, _ := m.Get("j-good")
+	_, _ = j.Kill(protocol.ReasonStopped, 0)
+	<-j.Done()
+}
