@@ -21,7 +21,9 @@ type FollowFunc func(ev protocol.Event) error
 
 // Follow streams the events of jobID with seq >= from (0 or 1 means from
 // the start) to fn, exactly once and in seq order, until the job's
-// terminal event (job.exited or job.failed) has been delivered. Events no
+// terminal event (job.exited or job.failed) has been delivered. A service
+// started again after it ended has later events: following goes on
+// through such an earlier terminal event to the last one. Events no
 // longer retained by the supervisor are reported to fn as one job.gap
 // event (Seq 0) naming the missing seqs, then following goes on.
 //
@@ -90,8 +92,14 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 					return err
 				}
 			case ev.Seq == f.next:
-				if done, err := f.deliver(ev); done || err != nil {
+				done, err := f.deliver(ev)
+				if err != nil {
 					return err
+				}
+				if done {
+					if more, err := f.continues(ctx, ev); !more || err != nil {
+						return err
+					}
 				}
 			}
 			// ev.Seq < f.next: a duplicate, already delivered.
@@ -279,6 +287,20 @@ func (f *follower) deliver(ev protocol.Event) (done bool, err error) {
 	return ev.Kind.Terminal(), nil
 }
 
+// continues reports whether the job goes on after the terminal event ev
+// (just delivered live): only a service can be started again, so only
+// then is the supervisor asked.
+func (f *follower) continues(ctx context.Context, ev protocol.Event) (bool, error) {
+	if ev.Attempt == 0 {
+		return false, nil
+	}
+	res, err := f.c.Subscribe(ctx, f.jobID, f.next, 1)
+	if err != nil {
+		return false, fmt.Errorf("follow %s: %w", f.jobID, err)
+	}
+	return res.Job.LastSeq > ev.Seq, nil
+}
+
 // backfill fetches every retained event from f.next on, reporting missing
 // ranges as gap events.
 func (f *follower) backfill(ctx context.Context) (bool, error) {
@@ -302,9 +324,15 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 			if ev.Seq < f.next {
 				continue
 			}
-			if done, err := f.deliver(ev); done || err != nil {
-				return done, err
+			done, err := f.deliver(ev)
+			if err != nil {
+				return true, err
 			}
+			if done && res.Job.LastSeq <= ev.Seq {
+				return true, nil
+			}
+			// else: an earlier supervision period of a service that was
+			// started again; its later events follow.
 		}
 		if !res.More {
 			if res.Job.Finished() && res.Job.LastSeq < f.next {

@@ -169,3 +169,44 @@ func TestEventSocketRestartMidJob(t *testing.T) {
 		t.Fatalf("exit %+v %v", exit, err)
 	}
 }
+
+// TestFollowGoesThroughEarlierSupervisionPeriods: a service that ended
+// and was started again has two terminal events; following from seq 1
+// delivers both and ends at the last one.
+func TestFollowGoesThroughEarlierSupervisionPeriods(t *testing.T) {
+	s := start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	two := 2
+	info, err := s.c.Spawn(ctx, protocol.SpawnArgs{Shell: "echo run; exit 1",
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, RestartDelayMs: 10, MaxRestarts: &two}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminals := func() (n int, last protocol.ExitPayload) {
+		err := s.c.Follow(ctx, info.JobID, 1, func(ev protocol.Event) error {
+			if ev.Kind.Terminal() {
+				n++
+				return ev.DecodePayload(&last)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, last
+	}
+	if n, last := terminals(); n != 1 || last.Reason != protocol.ReasonRestartLimit {
+		t.Fatalf("first period: %d terminal events, last %+v", n, last)
+	}
+	if _, err := s.c.StartService(ctx, info.JobID); err != nil {
+		t.Fatal(err)
+	}
+	if n, last := terminals(); n != 2 || last.Reason != protocol.ReasonRestartLimit {
+		t.Fatalf("after a second period: %d terminal events, last %+v", n, last)
+	}
+	st, err := s.c.Status(ctx, info.JobID)
+	if err != nil || st.Attempt != 4 || st.State != protocol.StateExited {
+		t.Fatalf("status %+v %v", st, err)
+	}
+}
