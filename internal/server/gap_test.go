@@ -26,37 +26,59 @@ func TestGapsAreAnnouncedAndBackfilled(t *testing.T) {
 	for i := 0; i < 20000; i++ {
 		fmt.Fprintf(&want, "line %06d\n", i)
 	}
-	job, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: `i=0; while [ $i -lt 20000 ]; do printf 'line %06d\n' $i; i=$((i+1)); done`})
+	// Two jobs print at once: a lone job's events go to the socket inline,
+	// without queueing; two publishing together overflow the tiny queue.
+	follow := func(id string) ([]byte, error) {
+		var got bytes.Buffer
+		var next int64
+		lastSeq := uint64(0)
+		err := ts.client.Follow(ctx, id, 1, func(ev protocol.Event) error {
+			if ev.Kind == protocol.KindGap {
+				return fmt.Errorf("follow reported lost events although all are retained: %s", ev.Payload)
+			}
+			if ev.Seq != lastSeq+1 {
+				return fmt.Errorf("seq %d after %d", ev.Seq, lastSeq)
+			}
+			lastSeq = ev.Seq
+			if ev.Kind == protocol.KindStdout {
+				var p protocol.OutputPayload
+				if err := ev.DecodePayload(&p); err != nil {
+					return err
+				}
+				if p.Offset != next {
+					return fmt.Errorf("offset %d, want %d", p.Offset, next)
+				}
+				next += int64(len(p.Data))
+				got.Write(p.Data)
+			}
+			return nil
+		})
+		return got.Bytes(), err
+	}
+	var ids []string
+	for i := 0; i < 2; i++ {
+		job, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: `i=0; while [ $i -lt 20000 ]; do printf 'line %06d\n' $i; i=$((i+1)); done`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, job.JobID)
+	}
+	otherErr := make(chan error, 1)
+	go func() {
+		b, err := follow(ids[1])
+		if err == nil && !bytes.Equal(b, want.Bytes()) {
+			err = fmt.Errorf("second job: %d bytes differ from the %d written", len(b), want.Len())
+		}
+		otherErr <- err
+	}()
+	b, err := follow(ids[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got bytes.Buffer
-	var next int64
-	lastSeq := uint64(0)
-	err = ts.client.Follow(ctx, job.JobID, 1, func(ev protocol.Event) error {
-		if ev.Kind == protocol.KindGap {
-			return fmt.Errorf("follow reported lost events although all are retained: %s", ev.Payload)
-		}
-		if ev.Seq != lastSeq+1 {
-			return fmt.Errorf("seq %d after %d", ev.Seq, lastSeq)
-		}
-		lastSeq = ev.Seq
-		if ev.Kind == protocol.KindStdout {
-			var p protocol.OutputPayload
-			if err := ev.DecodePayload(&p); err != nil {
-				return err
-			}
-			if p.Offset != next {
-				return fmt.Errorf("offset %d, want %d", p.Offset, next)
-			}
-			next += int64(len(p.Data))
-			got.Write(p.Data)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := <-otherErr; err != nil {
 		t.Fatal(err)
 	}
+	got := bytes.NewBuffer(b)
 	if sha256.Sum256(got.Bytes()) != sha256.Sum256(want.Bytes()) {
 		t.Fatalf("reassembled %d bytes, want %d; they differ", got.Len(), want.Len())
 	}

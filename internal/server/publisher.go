@@ -26,6 +26,10 @@ type publisher struct {
 	gapJobs []string // jobs with gaps, in order of first drop
 	wake    chan struct{}
 	closed  bool
+	// live is set once run serves (the socket is in place); inflight
+	// counts events being sent right now, by run or inline by Publish.
+	live     bool
+	inflight int
 
 	published atomic.Uint64
 	dropped   atomic.Uint64
@@ -46,11 +50,22 @@ func newPublisher(log *slog.Logger, sock sender, hwm int) *publisher {
 	return &publisher{log: log, sock: sock, hwm: hwm, gaps: map[string][]protocol.SeqRange{}, wake: make(chan struct{}, 1), now: time.Now}
 }
 
-// Publish implements jobs.Sink. It never blocks.
+// Publish implements jobs.Sink. It never blocks. When nothing is queued
+// or being sent, the event goes to the socket's queues at once, on the
+// caller's goroutine (one handoff less on every event's way out); order
+// per job holds because a job publishes one event at a time and an inline
+// send only starts when no other send is under way.
 func (p *publisher) Publish(ev protocol.Event) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		return
+	}
+	if p.live && p.head == len(p.q) && len(p.gapJobs) == 0 && p.inflight == 0 {
+		p.inflight++
+		p.mu.Unlock()
+		p.send(ev)
+		p.sent()
 		return
 	}
 	if len(p.q)-p.head >= p.hwm {
@@ -84,11 +99,27 @@ func (p *publisher) dropOldestLocked() {
 	p.gaps[old.JobID] = rs
 }
 
-// next returns the next message to send: a pending gap of ev's job comes
-// before ev; with an empty queue, any pending gap.
+// sent ends one send counted in inflight.
+func (p *publisher) sent() {
+	p.mu.Lock()
+	p.inflight--
+	p.mu.Unlock()
+}
+
+// next returns the next message to send (counted in inflight until sent
+// is called): a pending gap of ev's job comes before ev; with an empty
+// queue, any pending gap.
 func (p *publisher) next() (protocol.Event, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	ev, ok := p.nextLocked()
+	if ok {
+		p.inflight++
+	}
+	return ev, ok
+}
+
+func (p *publisher) nextLocked() (protocol.Event, bool) {
 	if p.head < len(p.q) {
 		ev := p.q[p.head]
 		if rs := p.gaps[ev.JobID]; len(rs) > 0 && rs[0].To < ev.Seq {
@@ -128,6 +159,9 @@ func (p *publisher) takeGapLocked(id string) protocol.Event {
 // run sends queued events until stop is closed, then flushes what is
 // queued (bounded by flushBudget) and returns.
 func (p *publisher) run(stop <-chan struct{}, flushBudget time.Duration) {
+	p.mu.Lock()
+	p.live = true
+	p.mu.Unlock()
 	for {
 		for {
 			ev, ok := p.next()
@@ -135,6 +169,7 @@ func (p *publisher) run(stop <-chan struct{}, flushBudget time.Duration) {
 				break
 			}
 			p.send(ev)
+			p.sent()
 			select {
 			case <-stop:
 				p.flush(flushBudget)
@@ -159,6 +194,7 @@ func (p *publisher) flush(budget time.Duration) {
 			break
 		}
 		p.send(ev)
+		p.sent()
 	}
 	p.mu.Lock()
 	p.closed = true

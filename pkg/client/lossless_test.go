@@ -70,6 +70,26 @@ func TestByteExactWithSlowConsumerAndGaps(t *testing.T) {
 	})
 	ctx := ctxT(t, 5*time.Minute)
 	args, want := patterned(size)
+	// A second job printing at the same time: events of a lone job go to
+	// the socket inline, without queueing; two publishing at once make
+	// the queue build up past the tiny HWM.
+	noiseArgs, noiseWant := patterned(size / 2)
+	noise, err := s.c.Start(ctx, noiseArgs, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noise.Close()
+	noiseErr := make(chan error, 1)
+	go func() {
+		h := sha256.New()
+		k, err := io.Copy(h, noise.Stdout())
+		var got [32]byte
+		copy(got[:], h.Sum(nil))
+		if err == nil && (k != int64(size/2) || got != noiseWant) {
+			err = fmt.Errorf("second job: %d bytes, sha256 match %v", k, got == noiseWant)
+		}
+		noiseErr <- err
+	}()
 	j, err := s.c.Start(ctx, args, 64<<20)
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +119,9 @@ func TestByteExactWithSlowConsumerAndGaps(t *testing.T) {
 	}
 	if exit, err := j.Wait(ctx); err != nil || exit.Reason != protocol.ReasonExit {
 		t.Fatalf("exit %+v %v", exit, err)
+	}
+	if err := <-noiseErr; err != nil {
+		t.Fatal(err)
 	}
 	drops := counter(t, s.MetricsAddr().String(), "exec_supervisor_events_dropped_total")
 	if drops == "" || drops == "0" {
