@@ -241,6 +241,37 @@ func (s *streamBuf) close(err error) {
 	s.cond.Broadcast()
 }
 
+// WriteTo writes the output to w as it arrives (io.Copy uses it: no copy
+// through an intermediate buffer) until the end of the stream, returning
+// nil then, or the first error: an in-band loss error, the error that
+// ended following, or w's.
+func (s *streamBuf) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		s.mu.Lock()
+		for len(s.items) == 0 && !s.closed {
+			s.cond.Wait()
+		}
+		if len(s.items) == 0 {
+			err := s.err
+			s.mu.Unlock()
+			return n, err
+		}
+		it := s.items[0]
+		s.items = s.items[1:]
+		s.size -= len(it.data)
+		s.mu.Unlock()
+		if it.err != nil {
+			return n, it.err
+		}
+		k, err := w.Write(it.data)
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
 // Read returns buffered output, then an in-band loss error once, then
 // io.EOF (or the error that ended following).
 func (s *streamBuf) Read(p []byte) (int, error) {
