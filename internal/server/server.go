@@ -216,6 +216,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	go func() { defer s.pubWG.Done(); s.pub.run(s.stopPub, 2*time.Second) }()
 	s.wg.Add(2)
 	go s.recvLoop()
+	// From now on each peer's reader hands its requests over itself (one
+	// goroutine handoff less per request than going through recvLoop).
+	s.ctl.SetHandler(func(m zmqx.Incoming) { s.incoming(m) })
 	go s.heartbeatLoop()
 	s.journalWG.Add(1)
 	go func() { defer s.journalWG.Done(); s.journalLoop(s.stopJournal) }()
@@ -409,9 +412,9 @@ func (s *Server) heartbeatLoop() {
 	}
 }
 
-// recvLoop reads control requests. A message is [identity, "", body]
-// (REQ, or DEALER speaking the REQ envelope) or [identity, body] (bare
-// DEALER); replies use the same envelope.
+// recvLoop handles the control requests queued before the peers' readers
+// were told to hand requests over directly (see Start), until the socket
+// closes.
 func (s *Server) recvLoop() {
 	defer s.wg.Done()
 	for {
@@ -419,56 +422,69 @@ func (s *Server) recvLoop() {
 		if err != nil {
 			return // closed
 		}
-		if len(msg.Frames) < 1 || msg.Peer.Closed() {
-			msg.Peer.Release() // nobody left to answer
-			continue
-		}
-		envelope, body := [][]byte(nil), msg.Frames
-		if len(body) >= 2 && len(body[0]) == 0 {
-			envelope, body = msg.Frames[:1], body[1:]
-		}
-		if len(body) != 1 {
-			s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeBadRequest,
-				"request must be one body frame after the envelope; got %d frames", len(body))))
-			msg.Peer.Release()
-			continue
-		}
-		select {
-		case s.inflight <- struct{}{}:
-		case <-s.ctx.Done():
+		if !s.incoming(msg) {
 			return
 		}
-		// Close waits for handlers; once it has started waiting, no new
-		// handler may be added (a WaitGroup must not grow during Wait).
-		s.reqMu.Lock()
-		if s.reqStopped {
-			s.reqMu.Unlock()
-			<-s.inflight
-			s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down")))
-			msg.Peer.Release()
-			continue
-		}
-		s.reqWG.Add(1)
-		s.reqMu.Unlock()
-		p, env, b := msg.Peer, envelope, body[0]
-		task := func() {
-			defer s.reqWG.Done()
-			defer func() { <-s.inflight }()
-			defer p.Release()
-			if p.Closed() {
-				return // the peer went away while this waited
-			}
-			s.reply(p, env, s.handle(b))
-		}
-		// An idle worker takes it, else a new one starts (at most
-		// MaxInFlight run at once, bounded by inflight above).
-		select {
-		case s.work <- task:
-		default:
-			s.wg.Add(1)
-			go s.worker(task)
-		}
 	}
+}
+
+// incoming takes one control request, on its peer's reader goroutine (or
+// recvLoop's), and hands it to a worker. A message is [identity, "",
+// body] (REQ, or DEALER speaking the REQ envelope) or [identity, body]
+// (bare DEALER); replies use the same envelope. It reports false when the
+// server is stopping.
+func (s *Server) incoming(msg zmqx.Incoming) bool {
+	if len(msg.Frames) < 1 || msg.Peer.Closed() {
+		msg.Peer.Release() // nobody left to answer
+		return true
+	}
+	envelope, body := [][]byte(nil), msg.Frames
+	if len(body) >= 2 && len(body[0]) == 0 {
+		envelope, body = msg.Frames[:1], body[1:]
+	}
+	if len(body) != 1 {
+		s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeBadRequest,
+			"request must be one body frame after the envelope; got %d frames", len(body))))
+		msg.Peer.Release()
+		return true
+	}
+	select {
+	case s.inflight <- struct{}{}:
+	case <-s.ctx.Done():
+		msg.Peer.Release()
+		return false
+	}
+	// Close waits for handlers; once it has started waiting, no new
+	// handler may be added (a WaitGroup must not grow during Wait).
+	s.reqMu.Lock()
+	if s.reqStopped {
+		s.reqMu.Unlock()
+		<-s.inflight
+		s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down")))
+		msg.Peer.Release()
+		return true
+	}
+	s.reqWG.Add(1)
+	s.reqMu.Unlock()
+	p, env, b := msg.Peer, envelope, body[0]
+	task := func() {
+		defer s.reqWG.Done()
+		defer func() { <-s.inflight }()
+		defer p.Release()
+		if p.Closed() {
+			return // the peer went away while this waited
+		}
+		s.reply(p, env, s.handle(b))
+	}
+	// An idle worker takes it, else a new one starts (at most
+	// MaxInFlight run at once, bounded by inflight above).
+	select {
+	case s.work <- task:
+	default:
+		s.wg.Add(1)
+		go s.worker(task)
+	}
+	return true
 }
 
 // workerIdle is how long a request worker waits for more work before it

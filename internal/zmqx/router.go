@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -24,12 +25,21 @@ type Router struct {
 	maxQueue int
 	in       chan Incoming
 	done     chan struct{}
+	// handler, once set, receives messages on the peers' reader
+	// goroutines instead of Recv.
+	handler atomic.Pointer[func(Incoming)]
 
 	mu     sync.Mutex
 	peers  map[*Peer]struct{}
 	closed bool
 	wg     sync.WaitGroup
 }
+
+// SetHandler makes every peer's reader pass its messages to h (on the
+// reader's goroutine) instead of queueing them for Recv. h must hand the
+// work on quickly: the peer's next message waits for it. Messages queued
+// before are still returned by Recv.
+func (r *Router) SetHandler(h func(Incoming)) { r.handler.Store(&h) }
 
 // Incoming is one message from a peer.
 type Incoming struct {
@@ -277,6 +287,11 @@ func (p *Peer) readLoop() {
 			return
 		case <-p.r.done:
 			return
+		}
+		if h := p.r.handler.Load(); h != nil {
+			(*h)(Incoming{Peer: p, Frames: frames})
+			frames = nil
+			continue
 		}
 		select {
 		case p.r.in <- Incoming{Peer: p, Frames: frames}:
