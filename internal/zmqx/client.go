@@ -196,21 +196,7 @@ func (c *Client) Recv() ([][]byte, error) {
 
 // Send sends one message of the given frames (one writev).
 func (c *Client) Send(frames ...[]byte) error {
-	bufs := make(net.Buffers, 0, 2*len(frames))
-	for i, f := range frames {
-		var flags byte
-		if i < len(frames)-1 {
-			flags = flagMore
-		}
-		if len(f) > 255 {
-			h := make([]byte, 9)
-			h[0] = flags | flagLong
-			binary.BigEndian.PutUint64(h[1:], uint64(len(f)))
-			bufs = append(bufs, h, f)
-		} else {
-			bufs = append(bufs, []byte{flags, byte(len(f))}, f)
-		}
-	}
+	bufs, _ := encodeMessage(frames)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_ = c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
