@@ -1,8 +1,12 @@
 package jobs
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,7 +29,10 @@ func (m *Manager) EnableSubreaper() error {
 }
 
 // reapLoop reaps orphaned descendants on SIGCHLD (and every few seconds,
-// for signals coalesced away).
+// for signals coalesced away). Every job's exit raises SIGCHLD too, so a
+// pass is cheap (the supervisor's own children, not the process table)
+// and passes are at least reapPause apart: an orphan's zombie may wait
+// that long.
 func (m *Manager) reapLoop() {
 	defer m.wg.Done()
 	sig := make(chan os.Signal, 1)
@@ -42,35 +49,91 @@ func (m *Manager) reapLoop() {
 		case <-t.C:
 		}
 		m.reapOrphans()
+		pause := time.NewTimer(reapPause)
+		select {
+		case <-m.stop:
+			pause.Stop()
+			m.reapOrphans()
+			return
+		case <-pause.C:
+		}
 	}
 }
 
-// reapOrphans reaps zombie children that are not job leaders (those are
-// reaped by their job's waiter). The write lock excludes the window in
+// reapPause is the least time between two reaping passes.
+const reapPause = 20 * time.Millisecond
+
+// reapOrphans reaps exited children that are not job leaders (those are
+// reaped by their job's waiter). The candidates are found without a lock;
+// the reaping itself holds the write lock, which excludes the window in
 // which a new leader exists but is not yet registered.
 func (m *Manager) reapOrphans() {
+	var cands []int
+	for _, pid := range ownChildren() {
+		m.lmu.Lock()
+		_, leader := m.leaders[pid]
+		m.lmu.Unlock()
+		if !leader {
+			cands = append(cands, pid)
+		}
+	}
+	if len(cands) == 0 {
+		return
+	}
 	m.reapMu.Lock()
 	defer m.reapMu.Unlock()
-	me := os.Getpid()
-	var zombies []int
-	eachProc(func(p *procEntry) bool {
-		if p.state == "Z" && p.ppid == me {
-			zombies = append(zombies, p.pid)
-		}
-		return true
-	})
-	for _, pid := range zombies {
+	for _, pid := range cands {
 		m.lmu.Lock()
 		_, leader := m.leaders[pid]
 		m.lmu.Unlock()
 		if leader {
-			continue
+			continue // registered meanwhile: its waiter reaps it
 		}
 		var ws syscall.WaitStatus
 		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && got == pid {
 			m.reaped.Add(1)
 		}
 	}
+}
+
+// ownChildren lists the supervisor's child processes: from
+// /proc/self/task/*/children (a few small files) where the kernel has
+// them, else by scanning the process table.
+func ownChildren() []int {
+	var out []int
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err == nil {
+		ok := true
+		for _, t := range tasks {
+			b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					if _, serr := os.Stat("/proc/self/task/" + t.Name()); serr == nil {
+						ok = false // the kernel lacks CONFIG_PROC_CHILDREN
+						break
+					}
+				}
+				continue // the thread ended meanwhile
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					out = append(out, pid)
+				}
+			}
+		}
+		if ok {
+			return out
+		}
+	}
+	me := os.Getpid()
+	out = out[:0]
+	eachProc(func(p *procEntry) bool {
+		if p.ppid == me {
+			out = append(out, p.pid)
+		}
+		return true
+	})
+	return out
 }
 
 func (m *Manager) addLeader(pid int) {
