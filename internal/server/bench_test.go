@@ -3,14 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -25,106 +23,10 @@ func BenchmarkSpawnTrue(b *testing.B) {
 	}
 }
 
-func benchSpawnTrue(b *testing.B, par int) { benchSpawnTrueCfg(b, par, benchConfig(b)) }
-
-func benchSpawnTrueCfg(b *testing.B, par int, cfg Config) {
-	ts := startServer(b, cfg)
-	ctx := context.Background()
-	sub, err := zmqx.Dial(ctx, zmqx.Sub, cfg.Event, time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Close()
-	_ = sub.SetOption(zmqx.OptionSubscribe, protocol.TopicJobPrefix)
-	exits := make(chan string, 1024)
-	var mu sync.Mutex
-	waiters := map[string]chan struct{}{}
-	waiter := func(id string) chan struct{} {
-		mu.Lock()
-		defer mu.Unlock()
-		ch := waiters[id]
-		if ch == nil {
-			ch = make(chan struct{})
-			waiters[id] = ch
-		}
-		return ch
-	}
-	go func() {
-		for {
-			m, err := sub.Recv()
-			if err != nil {
-				return
-			}
-			if ev, err := protocol.DecodeEventNoCopy(m.Frames[1]); err == nil && ev.Kind.Terminal() {
-				close(waiter(ev.JobID))
-				select {
-				case exits <- ev.JobID:
-				default:
-				}
-			}
-		}
-	}()
-	// Let the subscription reach the publisher: wait for one job's exit.
-	for got := false; !got; {
-		j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"/bin/true"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case id := <-exits:
-			got = id == j.JobID
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	// run executes n calls of one across par workers.
-	run := func(n int, one func() error) time.Duration {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for w := 0; w < par; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for next.Add(1) <= int64(n) {
-					if err := one(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return time.Since(start)
-	}
-	direct1 := func() error { return exec.Command("/bin/true").Run() }
-	sup1 := func() error {
-		j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"/bin/true"}})
-		if err != nil {
-			return err
-		}
-		select {
-		case <-waiter(j.JobID):
-			return nil
-		case <-time.After(10 * time.Second):
-			return fmt.Errorf("no exit event for %s", j.JobID)
-		}
-	}
-	// The two are interleaved in batches so that both see the same
-	// machine (load here drifts by 2x within seconds).
-	b.ResetTimer()
-	var direct, sup time.Duration
-	for done := 0; done < b.N; {
-		n := min(50, b.N-done)
-		direct += run(n, direct1)
-		sup += run(n, sup1)
-		done += n
-	}
-	b.StopTimer()
-	d, s := float64(b.N)/direct.Seconds(), float64(b.N)/sup.Seconds()
-	b.ReportMetric(d, "direct-jobs/s")
-	b.ReportMetric(s, "supervisor-jobs/s")
-	b.ReportMetric(s/d, "ratio")
-	b.ReportMetric(0, "ns/op")
+func benchSpawnTrue(b *testing.B, par int) {
+	ts := startServer(b, benchConfig(b))
+	direct, sup := proctest.SpawnTrueRates(b, ts.client, ts.cfg.Event, b.N, par)
+	proctest.ReportRates(b, direct, sup, "jobs/s")
 }
 
 // BenchmarkControlRoundTrip measures health round trips through

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+)
+
+// BenchmarkSpawnTrueBinary is BenchmarkSpawnTrue (internal/server) against
+// the supervisor as it is deployed: the built binary (without -race, its
+// defaults, subreaper and journal included) in a process of its own,
+// driven through pkg/client; baseline os/exec in the same run,
+// interleaved. Goal >= 0.8.
+func BenchmarkSpawnTrueBinary(b *testing.B) {
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "exec-supervisor")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	ctl, evt := "ipc://"+filepath.Join(dir, "c.sock"), "ipc://"+filepath.Join(dir, "e.sock")
+	cmd := exec.Command(bin, "--control", ctl, "--event", evt, "--state-dir", filepath.Join(dir, "state"),
+		"--metrics-addr", "", "--max-jobs", "1000", "--event-hwm", "100000", "--log-level", "error")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	c := client.New(client.Options{ControlAddress: ctl, EventAddress: evt, RequestTimeout: 10 * time.Second})
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		hctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := c.Health(hctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the supervisor did not answer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // the process is starting; nothing to wait on
+	}
+	for _, par := range []int{1, 8} {
+		b.Run(map[int]string{1: "concurrency=1", 8: "concurrency=8"}[par], func(b *testing.B) {
+			direct, sup := proctest.SpawnTrueRates(b, c, evt, b.N, par)
+			proctest.ReportRates(b, direct, sup, "jobs/s")
+		})
+	}
+}

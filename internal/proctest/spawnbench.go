@@ -1,0 +1,123 @@
+package proctest
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// SpawnTrueRates measures /bin/true spawned and waited for through a
+// supervisor (the spawn request, then the job's terminal event on the
+// event socket at eventAddr) against os/exec Start+Wait, n of each across
+// par workers. The two are interleaved in batches of 50 so that both see
+// the same machine (load on shared machines drifts within seconds). It
+// returns the jobs/s of each.
+func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int) (direct, sup float64) {
+	ctx := context.Background()
+	sub, err := zmqx.DialClient(ctx, "SUB", eventAddr, time.Second, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := sub.Subscribe(protocol.TopicJobPrefix); err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	waiters := map[string]chan struct{}{}
+	waiter := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		ch := waiters[id]
+		if ch == nil {
+			ch = make(chan struct{})
+			waiters[id] = ch
+		}
+		return ch
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := sub.Recv()
+			if err != nil {
+				return
+			}
+			if len(m) == 2 {
+				if ev, err := protocol.DecodeEventNoCopy(m[1]); err == nil && ev.Kind.Terminal() {
+					close(waiter(ev.JobID))
+				}
+			}
+		}
+	}()
+	defer func() { sub.Close(); <-done }()
+	spawn := func() error {
+		j, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"/bin/true"}})
+		if err != nil {
+			return err
+		}
+		select {
+		case <-waiter(j.JobID):
+			return nil
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("no exit event for %s", j.JobID)
+		}
+	}
+	// The subscription travels asynchronously: wait until one job's exit
+	// is heard.
+	for heard := false; !heard; {
+		j, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"/bin/true"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-waiter(j.JobID):
+			heard = true
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	run := func(k int, one func() error) time.Duration {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for w := 0; w < par; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(k) {
+					if err := one(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	direct1 := func() error { return exec.Command("/bin/true").Run() }
+	b.ResetTimer()
+	var dd, sd time.Duration
+	for k := 0; k < n; {
+		batch := min(50, n-k)
+		dd += run(batch, direct1)
+		sd += run(batch, spawn)
+		k += batch
+	}
+	b.StopTimer()
+	return float64(n) / dd.Seconds(), float64(n) / sd.Seconds()
+}
+
+// ReportRates reports a baseline and a measured rate and their ratio.
+func ReportRates(b *testing.B, direct, sup float64, unit string) {
+	b.ReportMetric(direct, "direct-"+unit)
+	b.ReportMetric(sup, "supervisor-"+unit)
+	b.ReportMetric(sup/direct, "ratio")
+	b.ReportMetric(0, "ns/op")
+}
