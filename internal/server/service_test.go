@@ -311,9 +311,9 @@ func TestNotifyReadyAndWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := c.Spawn(ctxT(t, 5*time.Second), protocol.SpawnArgs{
-		Argv: []string{exe}, Stdin: true, Notify: true, WatchdogIntervalMs: 600,
-		// 5 pings 100 ms apart keep it alive past one interval, then it hangs.
-		Env:     map[string]string{"ES_NOTIFY_HELPER": "100:5"},
+		Argv: []string{exe}, Stdin: true, Notify: true, WatchdogIntervalMs: 1500,
+		// 6 pings 100 ms apart after READY=1, then it hangs.
+		Env:     map[string]string{"ES_NOTIFY_HELPER": "100:6"},
 		Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, RestartDelayMs: 10},
 	})
 	if err != nil {
@@ -364,8 +364,9 @@ func TestNotifyReadyAndWatchdog(t *testing.T) {
 	if len(rs) != 1 || rs[0].Reason != protocol.ReasonWatchdog {
 		t.Fatalf("restarts %+v; want one with reason watchdog", rs)
 	}
-	// Fed for ~500 ms, then silent for the 600 ms interval.
-	if rs[0].DurationMs < 1000 {
+	// Unfed, the watchdog fires 1500 ms after the start; fed until ~600 ms
+	// after READY=1, it fires a whole interval after the last ping.
+	if rs[0].DurationMs < 1900 {
 		t.Fatalf("the run lasted %d ms: the watchdog fired although it was fed", rs[0].DurationMs)
 	}
 	st, _ = c.Status(ctxT(t, 5*time.Second), info.JobID)
