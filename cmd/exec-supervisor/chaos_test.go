@@ -763,15 +763,6 @@ func jobCgroupProcs(s *sup, id string) []int {
 	return nil
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
-}
-
 // TestEscapeTreeAcrossShutdownAndCrash: children that left their process
 // group (setsid, double fork, nohup) are gone after a SIGTERM shutdown, and
 // after a SIGKILL of the supervisor followed by a restart.
@@ -799,7 +790,7 @@ func TestEscapeTreeAcrossShutdownAndCrash(t *testing.T) {
 			}
 			t.Cleanup(func() {
 				for _, p := range members {
-					if alive(p) {
+					if proctest.Alive(p) {
 						syscall.Kill(p, syscall.SIGKILL)
 					}
 				}
@@ -811,7 +802,7 @@ func TestEscapeTreeAcrossShutdownAndCrash(t *testing.T) {
 				s.kill9()
 				n := 0
 				for _, p := range members {
-					if alive(p) {
+					if proctest.Alive(p) {
 						n++
 					}
 				}
@@ -819,33 +810,12 @@ func TestEscapeTreeAcrossShutdownAndCrash(t *testing.T) {
 				e.start(t)
 			}
 			for _, p := range members {
-				if alive(p) {
+				if proctest.Alive(p) {
 					t.Errorf("process %d of the job survived (%s)", p, how)
 				}
 			}
 		})
 	}
-}
-
-// zombieChildren lists zombie processes whose parent is pid.
-func zombieChildren(pid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // TestNoZombiesAfterOrphanedGrandchildren: 200 short jobs each leave a
@@ -875,9 +845,9 @@ func TestNoZombiesAfterOrphanedGrandchildren(t *testing.T) {
 			}
 			pid := s.cmd.Process.Pid
 			deadline := time.Now().Add(15 * time.Second)
-			for len(zombieChildren(pid)) > 0 {
+			for len(proctest.ZombieChildren(pid)) > 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("zombie children of the supervisor: %v", zombieChildren(pid))
+					t.Fatalf("zombie children of the supervisor: %v", proctest.ZombieChildren(pid))
 				}
 				time.Sleep(50 * time.Millisecond) // the reaper runs on SIGCHLD and every 5 s
 			}
@@ -918,7 +888,7 @@ func TestEscapeTreeWithoutCgroups(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, p := range pids {
-			if alive(p) {
+			if proctest.Alive(p) {
 				syscall.Kill(p, syscall.SIGKILL)
 			}
 		}
@@ -931,10 +901,10 @@ func TestEscapeTreeWithoutCgroups(t *testing.T) {
 	if err := c.Follow(ctx, j.JobID, 1, func(protocol.Event) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if alive(pids["double"]) || alive(pids["nohup"]) {
-		t.Fatalf("group members survived: double %v nohup %v", alive(pids["double"]), alive(pids["nohup"]))
+	if proctest.Alive(pids["double"]) || proctest.Alive(pids["nohup"]) {
+		t.Fatalf("group members survived: double %v nohup %v", proctest.Alive(pids["double"]), proctest.Alive(pids["nohup"]))
 	}
-	if !alive(pids["setsid"]) {
+	if !proctest.Alive(pids["setsid"]) {
 		t.Fatal("expected the setsid child to escape without cgroups (the documented limit); it did not")
 	}
 	t.Logf("without cgroups, only the setsid child (pid %d) survived its job, as documented", pids["setsid"])
@@ -1002,7 +972,7 @@ func TestServiceHistorySurvivesKill9(t *testing.T) {
 	if st.State != protocol.StateRunning || st.Attempt != 2 || st.Pid == svc.Pid {
 		t.Fatalf("running service after the restart: %+v", st)
 	}
-	if alive(svc.Pid) {
+	if proctest.Alive(svc.Pid) {
 		t.Fatalf("the previous run's process %d is still alive", svc.Pid)
 	}
 	hist, err = s2.client.History(ctx, svc.JobID)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,8 +136,6 @@ type Job struct {
 	watchdog     time.Duration
 	watchdogT    *time.Timer
 	limits       *protocol.LimitsInfo
-	// recovered: restored from the journal without a full spec.
-	recovered bool
 	// restartGen tells a restart timer of an earlier delay from the
 	// current one.
 	restartGen uint64
@@ -1364,11 +1361,11 @@ func (j *Job) detectEscapes(runDone <-chan struct{}) {
 	}
 	var escaped []int
 	for _, pid := range cg.Procs() {
-		_, pg, sid, ok := procStat(strconv.Itoa(pid))
+		p, ok := LookupProcess(pid)
 		if !ok {
 			continue
 		}
-		if (isPTY && sid != pgid) || (!isPTY && pg != pgid) {
+		if (isPTY && p.Sid != pgid) || (!isPTY && p.Pgid != pgid) {
 			escaped = append(escaped, pid)
 		}
 	}

@@ -390,6 +390,13 @@ func (m *Manager) Sweep() int {
 	return n
 }
 
+// closing reports whether Drain or Close was called.
+func (m *Manager) closing() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
 // Drain stops accepting spawns (they get CodeShuttingDown); running jobs
 // are left alone.
 func (m *Manager) Drain() {

@@ -196,8 +196,6 @@ func (m *Manager) Restore(s Snapshot) error {
 			j.grace = time.Duration(sv.Spec.GraceMs) * time.Millisecond
 		}
 		j.runOffset = info.OutputEnd
-	} else {
-		j.recovered = true
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -252,7 +250,7 @@ func Identify(pid int, startTicks uint64, bootID string) Liveness {
 	if err != nil {
 		return Gone
 	}
-	if state, _, _, ok := procStat(strconv.Itoa(pid)); ok && (state == "Z" || state == "X") {
+	if p, ok := LookupProcess(pid); ok && p.Zombie {
 		return Gone
 	}
 	if startTicks == 0 || ticks != startTicks || bootID == "" || bootID != BootID() {
@@ -328,8 +326,8 @@ func ProvesGroup(pgid int, session bool, members []ProcID, bootID string) bool {
 		if Identify(p.Pid, p.StartTicks, bootID) != Ours {
 			continue
 		}
-		_, pg, sid, ok := procStat(strconv.Itoa(p.Pid))
-		if ok && ((!session && pg == pgid) || (session && sid == pgid)) {
+		pr, ok := LookupProcess(p.Pid)
+		if ok && ((!session && pr.Pgid == pgid) || (session && pr.Sid == pgid)) {
 			return true
 		}
 	}

@@ -46,50 +46,36 @@ func signalGroup(pgid int, sig syscall.Signal) error {
 // time in clock ticks after boot. Together with the boot id it identifies a
 // process across pid reuse.
 func ProcStartTicks(pid int) (uint64, error) {
-	// Read on every spawn: one open, one read into a stack buffer, one
-	// close (the line is well under 1 KiB).
-	var path [32]byte
-	p := strconv.AppendInt(append(path[:0], "/proc/"...), int64(pid), 10)
-	p = append(p, "/stat"...)
-	fd, err := syscall.Open(string(p), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, fmt.Errorf("read stat of pid %d: %w", pid, err)
 	}
-	var buf [1024]byte
-	n, err := syscall.Read(fd, buf[:])
-	syscall.Close(fd)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("read stat of pid %d: %v", pid, err)
-	}
-	return parseStartTicks(buf[:n], pid)
+	return parseStartTicks(b, pid)
 }
 
 func parseStartTicks(b []byte, pid int) (uint64, error) {
-	// comm (field 2) may contain spaces and parentheses: split after the last ')'.
+	f, ok := statFields(b)
+	// f[0] is field 3 (state), so field 22 is f[19].
+	if !ok || len(f) < 20 {
+		return 0, fmt.Errorf("parse stat of pid %d: malformed", pid)
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse start time of pid %d: %w", pid, err)
+	}
+	return v, nil
+}
+
+// statFields splits a /proc/<pid>/stat line after the command name (which
+// may contain spaces and parentheses): f[0] is field 3 (state), f[1] the
+// ppid, f[2] the pgrp, f[3] the session. false when it is malformed.
+func statFields(b []byte) ([]string, bool) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("parse stat of pid %d: no comm field", pid)
+		return nil, false
 	}
-	// After ')' come fields 3, 4, ...: field 22 is the 20th.
-	rest := b[i+1:]
-	for field := 3; ; field++ {
-		rest = bytes.TrimLeft(rest, " ")
-		end := bytes.IndexByte(rest, ' ')
-		if end < 0 {
-			end = len(rest)
-		}
-		if len(rest) == 0 {
-			return 0, fmt.Errorf("parse stat of pid %d: %d fields", pid, field-1)
-		}
-		if field == 22 {
-			v, err := strconv.ParseUint(string(bytes.TrimSpace(rest[:end])), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse start time of pid %d: %w", pid, err)
-			}
-			return v, nil
-		}
-		rest = rest[end:]
-	}
+	f := strings.Fields(string(b[i+1:]))
+	return f, len(f) >= 4
 }
 
 // BootID returns the kernel's boot id, or "" when unavailable.
@@ -133,24 +119,37 @@ func signalSession(sid int, sig syscall.Signal) error {
 	return first
 }
 
-// procStat reads fields 3 (state), 5 (pgrp) and 6 (session) of
-// /proc/<pid>/stat.
-func procStat(pid string) (state string, pgid, sid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
+// Process is one entry of the process table, for callers outside the
+// package (test helpers).
+type Process struct {
+	Pid, PPid, Pgid, Sid int
+	// Zombie: exited, not yet reaped.
+	Zombie bool
+}
+
+// EachProcess calls fn for every process in /proc (one scan); fn returns
+// false to stop early.
+func EachProcess(fn func(Process) bool) {
+	eachProc(func(p *procEntry) bool {
+		return fn(Process{Pid: p.pid, PPid: p.ppid, Pgid: p.pgid, Sid: p.sid, Zombie: p.zombie()})
+	})
+}
+
+// LookupProcess reads one process's entry; false when there is none.
+func LookupProcess(pid int) (Process, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return "", 0, 0, false
+		return Process{}, false
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return "", 0, 0, false
+	f, ok := statFields(b)
+	if !ok {
+		return Process{}, false
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 4 {
-		return "", 0, 0, false
-	}
-	pgid, _ = strconv.Atoi(f[2])
-	sid, _ = strconv.Atoi(f[3])
-	return f[0], pgid, sid, true
+	p := Process{Pid: pid, Zombie: f[0] == "Z" || f[0] == "X"}
+	p.PPid, _ = strconv.Atoi(f[1])
+	p.Pgid, _ = strconv.Atoi(f[2])
+	p.Sid, _ = strconv.Atoi(f[3])
+	return p, true
 }
 
 // procEntry is one process as /proc/<pid>/stat describes it. f holds the
@@ -181,12 +180,8 @@ func eachProc(fn func(p *procEntry) bool) {
 		if err != nil {
 			continue
 		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 4 {
+		f, ok := statFields(b)
+		if !ok {
 			continue
 		}
 		p := procEntry{state: f[0], f: f}

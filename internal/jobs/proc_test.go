@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestProcStartTicks: the fast reader agrees with a plain parse of
+// TestProcStartTicks: ProcStartTicks agrees with a plain parse of
 // /proc/self/stat, and odd comm fields do not confuse it.
 func TestProcStartTicks(t *testing.T) {
 	got, err := ProcStartTicks(os.Getpid())

@@ -44,11 +44,8 @@ func (j *Job) afterRunLocked() bool {
 		inWindow int
 		restart  bool
 	)
-	j.m.mu.Lock()
-	closing := j.m.closed
-	j.m.mu.Unlock()
 	switch {
-	case j.endReason != "" || closing:
+	case j.endReason != "" || j.m.closing():
 		// Stopped, killed, or the supervisor is going away.
 	case j.restartReq:
 		j.svc.reset()
@@ -117,7 +114,7 @@ func (j *Job) runRecordLocked() protocol.RunRecord {
 	} else {
 		rec.StartedAt, rec.Pid = 0, 0
 	}
-	rec.Tail = tailLines(j.runOutputLocked(protocol.HistoryTailBytes), protocol.HistoryLines)
+	rec.Tail = TailLines(j.runOutputLocked(protocol.HistoryTailBytes), protocol.HistoryLines)
 	return rec
 }
 
@@ -152,12 +149,9 @@ func (j *Job) runOutputLocked(max int) []byte {
 // maxHistoryLine cuts very long lines of a run record.
 const maxHistoryLine = 2 << 10
 
-// TailLines is tailLines for callers outside the package (journal recovery).
-func TailLines(b []byte, n int) []string { return tailLines(b, n) }
-
-// tailLines splits b into lines and returns the last n (CR LF and LF
+// TailLines splits b into lines and returns the last n (CR LF and LF
 // endings; a partial last line counts; invalid UTF-8 is replaced).
-func tailLines(b []byte, n int) []string {
+func TailLines(b []byte, n int) []string {
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	if len(b) == 0 {
 		return []string{}
@@ -189,10 +183,7 @@ func (j *Job) restartFired(gen uint64) {
 		return // stopped, killed or started by hand meanwhile
 	}
 	j.restartT = nil
-	j.m.mu.Lock()
-	closing := j.m.closed
-	j.m.mu.Unlock()
-	if closing {
+	if j.m.closing() {
 		j.endReason = protocol.ReasonShutdown
 		j.finishLocked()
 		j.mu.Unlock()
@@ -292,12 +283,8 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		err := j.start()
 		return j.Info(), startErr(j, err)
 	}
-	// Exited: supervision starts over with the recorded spec.
-	if j.recovered {
-		j.mu.Unlock()
-		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeInvalidArgument,
-			"job %s was recorded by an earlier supervisor without its full spec; spawn it again", id)
-	}
+	// Exited: supervision starts over with the recorded spec (a job
+	// restored without a usable spec has no svc and was refused above).
 	m.mu.Lock()
 	switch {
 	case m.jobs[id] != j:
@@ -389,7 +376,8 @@ func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
 	}
 }
 
-// notifyDirName is where notify sockets live under the notify directory.
+// notifyPath is the current run's notify socket path (its directory is
+// made when missing).
 func (j *Job) notifyPath() (string, error) {
 	dir := j.m.notifyDir
 	if dir == "" {
@@ -455,14 +443,14 @@ func (j *Job) ownsPid(pid int, runDone <-chan struct{}) bool {
 		}
 		return false
 	}
-	_, pg, sid, ok := procStat(strconv.Itoa(pid))
+	p, ok := LookupProcess(pid)
 	if !ok {
 		return false
 	}
 	if isPTY {
-		return sid == pgid
+		return p.Sid == pgid
 	}
-	return pg == pgid
+	return p.Pgid == pgid
 }
 
 // notified applies one notify message of the run.
@@ -554,13 +542,24 @@ func (j *Job) wrapLimits(path string, argv []string) (string, []string, error) {
 	if l.Nice != nil {
 		applied = append(applied, fmt.Sprintf("nice=%d", *l.Nice))
 	}
+	j.recordLimits(applied, nil)
+	return cp, ca, nil
+}
+
+// recordLimits adds to what the current run's limits info reports.
+func (j *Job) recordLimits(applied []string, unavailable map[string]string) {
 	j.mu.Lock()
+	defer j.mu.Unlock()
 	if j.limits == nil {
 		j.limits = &protocol.LimitsInfo{}
 	}
 	j.limits.Applied = append(j.limits.Applied, applied...)
-	j.mu.Unlock()
-	return cp, ca, nil
+	for k, v := range unavailable {
+		if j.limits.Unavailable == nil {
+			j.limits.Unavailable = map[string]string{}
+		}
+		j.limits.Unavailable[k] = v
+	}
 }
 
 // hasCgroupLimits reports whether the spec asks for cgroup limits.
@@ -572,23 +571,11 @@ func (j *Job) hasCgroupLimits() bool {
 // applyCgroupLimits writes the spec's cgroup limits on the run's new
 // cgroup (before any process is in it) and records what took.
 func (j *Job) applyCgroupLimits(cg *cgroups.Cgroup) {
-	l := j.spec.Limits
-	if l == nil || (l.MemoryMaxBytes == 0 && l.CPUWeight == 0) {
+	if !j.hasCgroupLimits() {
 		return
 	}
-	res := cg.SetLimits(l.MemoryMaxBytes, l.CPUWeight)
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.limits == nil {
-		j.limits = &protocol.LimitsInfo{}
-	}
-	j.limits.Applied = append(j.limits.Applied, res.Applied...)
-	for k, v := range res.Unavailable {
-		if j.limits.Unavailable == nil {
-			j.limits.Unavailable = map[string]string{}
-		}
-		j.limits.Unavailable[k] = v
-	}
+	res := cg.SetLimits(j.spec.Limits.MemoryMaxBytes, j.spec.Limits.CPUWeight)
+	j.recordLimits(res.Applied, res.Unavailable)
 	if len(res.Unavailable) > 0 {
 		j.m.log.Warn("job cgroup limits not applied", "job", j.id, "unavailable", res.Unavailable)
 	}
@@ -596,24 +583,17 @@ func (j *Job) applyCgroupLimits(cg *cgroups.Cgroup) {
 
 // noCgroupLimits records cgroup limits as unavailable (no cgroup per job).
 func (j *Job) noCgroupLimits() {
-	l := j.spec.Limits
-	if l == nil || (l.MemoryMaxBytes == 0 && l.CPUWeight == 0) {
+	if !j.hasCgroupLimits() {
 		return
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.limits == nil {
-		j.limits = &protocol.LimitsInfo{}
-	}
-	if j.limits.Unavailable == nil {
-		j.limits.Unavailable = map[string]string{}
-	}
 	why := "no cgroup per job (cgroup v2 not writable here, or --no-cgroups); see health.cgroupsNote"
-	if l.MemoryMaxBytes > 0 {
-		j.limits.Unavailable["memory.max"] = why
+	unavailable := map[string]string{}
+	if j.spec.Limits.MemoryMaxBytes > 0 {
+		unavailable["memory.max"] = why
 	}
-	if l.CPUWeight > 0 {
-		j.limits.Unavailable["cpu.weight"] = why
+	if j.spec.Limits.CPUWeight > 0 {
+		unavailable["cpu.weight"] = why
 	}
+	j.recordLimits(nil, unavailable)
 	j.m.log.Warn("job cgroup limits not applied: no cgroup per job", "job", j.id)
 }

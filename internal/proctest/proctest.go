@@ -7,42 +7,33 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 )
 
-// stat is what the tests need of /proc/<pid>/stat.
-type stat struct {
-	pid, ppid, pgid, sid int
-	zombie               bool
+func scan() []jobs.Process {
+	var out []jobs.Process
+	jobs.EachProcess(func(p jobs.Process) bool {
+		out = append(out, p)
+		return true
+	})
+	return out
 }
 
-func scan() []stat {
-	ents, _ := os.ReadDir("/proc")
-	out := make([]stat, 0, len(ents))
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+// Alive reports whether pid is a live (not zombie) process.
+func Alive(pid int) bool {
+	p, ok := jobs.LookupProcess(pid)
+	return ok && !p.Zombie
+}
+
+// ZombieChildren lists the unreaped exited children of pid.
+func ZombieChildren(pid int) []int {
+	var out []int
+	for _, s := range scan() {
+		if s.PPid == pid && s.Zombie {
+			out = append(out, s.Pid)
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 4 {
-			continue
-		}
-		st := stat{pid: pid, zombie: f[0] == "Z" || f[0] == "X"}
-		st.ppid, _ = strconv.Atoi(f[1])
-		st.pgid, _ = strconv.Atoi(f[2])
-		st.sid, _ = strconv.Atoi(f[3])
-		out = append(out, st)
 	}
 	return out
 }
@@ -51,8 +42,8 @@ func scan() []stat {
 func Children(pid int) []int {
 	var out []int
 	for _, s := range scan() {
-		if s.ppid == pid && !s.zombie {
-			out = append(out, s.pid)
+		if s.PPid == pid && !s.Zombie {
+			out = append(out, s.Pid)
 		}
 	}
 	return out
@@ -63,8 +54,8 @@ func Children(pid int) []int {
 func InGroup(pgid int) []int {
 	var out []int
 	for _, s := range scan() {
-		if s.pgid == pgid && !s.zombie {
-			out = append(out, s.pid)
+		if s.Pgid == pgid && !s.Zombie {
+			out = append(out, s.Pid)
 		}
 	}
 	return out
@@ -75,9 +66,9 @@ func GroupsOfSession(sid int) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, s := range scan() {
-		if s.sid == sid && !s.zombie && !seen[s.pgid] {
-			seen[s.pgid] = true
-			out = append(out, s.pgid)
+		if s.Sid == sid && !s.Zombie && !seen[s.Pgid] {
+			seen[s.Pgid] = true
+			out = append(out, s.Pgid)
 		}
 	}
 	return out

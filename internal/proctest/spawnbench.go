@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,4 +121,10 @@ func ReportRates(b *testing.B, direct, sup float64, unit string) {
 	b.ReportMetric(sup, "supervisor-"+unit)
 	b.ReportMetric(sup/direct, "ratio")
 	b.ReportMetric(0, "ns/op")
+}
+
+// Percentile returns the q-quantile of d (sorted in place) in µs.
+func Percentile(d []time.Duration, q float64) float64 {
+	slices.Sort(d)
+	return float64(d[int(float64(len(d)-1)*q)].Microseconds())
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -85,10 +84,7 @@ func BenchmarkControlRoundTrip(b *testing.B) {
 		sup = append(sup, time.Since(t0))
 	}
 	b.StopTimer()
-	p := func(d []time.Duration, q float64) float64 {
-		slices.Sort(d)
-		return float64(d[int(float64(len(d)-1)*q)].Microseconds())
-	}
+	p := proctest.Percentile
 	b.ReportMetric(p(raw, 0.5), "raw-p50-µs")
 	b.ReportMetric(p(raw, 0.99), "raw-p99-µs")
 	b.ReportMetric(p(sup, 0.5), "health-p50-µs")

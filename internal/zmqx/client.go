@@ -3,7 +3,6 @@ package zmqx
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -133,7 +132,7 @@ func (c *Client) expect(name string) error {
 }
 
 func (c *Client) readCommand() (string, []byte, error) {
-	flags, body, err := c.readFrame()
+	flags, body, err := readFrame(c.r, clientMaxFrame)
 	if err != nil {
 		return "", nil, err
 	}
@@ -144,28 +143,6 @@ func (c *Client) readCommand() (string, []byte, error) {
 	return name, rest, nil
 }
 
-func (c *Client) readFrame() (byte, []byte, error) {
-	var hdr [9]byte
-	if _, err := io.ReadFull(c.r, hdr[:2]); err != nil {
-		return 0, nil, err
-	}
-	size := uint64(hdr[1])
-	if hdr[0]&flagLong != 0 {
-		if _, err := io.ReadFull(c.r, hdr[2:9]); err != nil {
-			return 0, nil, err
-		}
-		size = binary.BigEndian.Uint64(hdr[1:9])
-	}
-	if size > clientMaxFrame {
-		return 0, nil, fmt.Errorf("frame of %d bytes from the server: refusing", size)
-	}
-	body := make([]byte, size)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return 0, nil, err
-	}
-	return hdr[0], body, nil
-}
-
 // Recv returns the next message's frames (each a fresh buffer the caller
 // owns). Commands the server sends between messages are skipped; an ERROR
 // command ends the connection.
@@ -173,7 +150,7 @@ func (c *Client) Recv() ([][]byte, error) {
 	var frames [][]byte
 	total := 0
 	for {
-		flags, body, err := c.readFrame()
+		flags, body, err := readFrame(c.r, clientMaxFrame)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -148,9 +149,10 @@ func encodeFrame(flags byte, body []byte) []byte {
 	return append([]byte{flags, byte(len(body))}, body...)
 }
 
-// readFrame reads one frame; the hardened connection has already bounded
-// its size by the time the header is complete.
-func readFrame(r io.Reader) (byte, []byte, error) {
+// readFrame reads one frame of at most max bytes, refused before anything
+// is allocated for it (on the server side the hardened connection has
+// bounded it earlier still).
+func readFrame(r io.Reader, max uint64) (byte, []byte, error) {
 	var hdr [9]byte
 	if _, err := io.ReadFull(r, hdr[:2]); err != nil {
 		return 0, nil, err
@@ -161,6 +163,9 @@ func readFrame(r io.Reader) (byte, []byte, error) {
 			return 0, nil, err
 		}
 		size = binary.BigEndian.Uint64(hdr[1:9])
+	}
+	if size > max {
+		return 0, nil, fmt.Errorf("frame of %d bytes: refusing (the limit is %d)", size, max)
 	}
 	body := make([]byte, size)
 	if _, err := io.ReadFull(r, body); err != nil {
@@ -246,7 +251,7 @@ func (s *subscriber) matches(topic []byte) bool {
 // (subscribe) or 0 (cancel), or the ZMTP 3.1 SUBSCRIBE/CANCEL commands.
 func (s *subscriber) readLoop() {
 	for {
-		flags, body, err := readFrame(s.c)
+		flags, body, err := readFrame(s.c, s.c.parser.max)
 		if err != nil {
 			return
 		}

@@ -197,7 +197,7 @@ func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 	if _, err := io.ReadFull(c, g[:]); err != nil {
 		return err
 	}
-	flags, body, err := readFrame(c)
+	flags, body, err := readFrame(c, c.parser.max)
 	if err != nil {
 		return err
 	}
@@ -208,7 +208,7 @@ func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 		if err := writeCommand(c, zmq4.CmdWelcome, nil); err != nil {
 			return err
 		}
-		flags, body, err = readFrame(c)
+		flags, body, err = readFrame(c, c.parser.max)
 		if err != nil {
 			return err
 		}
@@ -266,7 +266,7 @@ func (p *Peer) send(frames [][]byte) error {
 func (p *Peer) readLoop() {
 	var frames [][]byte
 	for {
-		flags, body, err := readFrame(p.c)
+		flags, body, err := readFrame(p.c, p.c.parser.max)
 		if err != nil {
 			return
 		}

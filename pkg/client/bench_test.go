@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -52,12 +52,7 @@ func BenchmarkOutputThroughput(b *testing.B) {
 		sup += time.Since(t1)
 	}
 	b.StopTimer()
-	md := float64(b.N*size) / direct.Seconds() / 1e6
-	ms := float64(b.N*size) / sup.Seconds() / 1e6
-	b.ReportMetric(md, "direct-MB/s")
-	b.ReportMetric(ms, "supervisor-MB/s")
-	b.ReportMetric(ms/md, "ratio")
-	b.ReportMetric(0, "ns/op")
+	proctest.ReportRates(b, float64(b.N*size)/direct.Seconds()/1e6, float64(b.N*size)/sup.Seconds()/1e6, "MB/s")
 }
 
 // BenchmarkOutputLatency: time from writing a line to a `cat` job's stdin
@@ -102,10 +97,7 @@ func BenchmarkOutputLatency(b *testing.B) {
 				lsup = append(lsup, time.Since(t1))
 			}
 			b.StopTimer()
-			q := func(d []time.Duration, p float64) float64 {
-				slices.Sort(d)
-				return float64(d[int(float64(len(d)-1)*p)].Microseconds())
-			}
+			q := proctest.Percentile
 			b.ReportMetric(q(ldir, .5), "direct-p50-µs")
 			b.ReportMetric(q(lsup, .5), "supervisor-p50-µs")
 			b.ReportMetric(q(lsup, .99), "supervisor-p99-µs")
