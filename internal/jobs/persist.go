@@ -76,6 +76,9 @@ func (j *Job) fingerprintLocked() {
 	}
 	t, err := ProcStartTicks(j.pid)
 	if err != nil {
+		if j.cmd.Process.Signal(syscall.Signal(0)) != nil {
+			return // reaped just now (waitLoop is finishing it): nothing to record
+		}
 		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.pid, "err", err)
 		return
 	}

@@ -122,20 +122,24 @@ func TestClientRefusesHugeFrame(t *testing.T) {
 }
 
 // subscribed reports whether some subscriber asked for exactly topic.
-func (p *Publisher) subscribed(topic string) bool {
+func (p *Publisher) subscribed(topic string) bool { return p.subscribedN(topic) > 0 }
+
+// subscribedN counts the subscribers whose subscriptions include topic.
+func (p *Publisher) subscribedN(topic string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := 0
 	for s := range p.subs {
 		s.tmu.Lock()
 		for _, t := range s.topics {
 			if string(t) == topic {
-				s.tmu.Unlock()
-				return true
+				n++
+				break
 			}
 		}
 		s.tmu.Unlock()
 	}
-	return false
+	return n
 }
 
 func bufioOf(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"golang.org/x/sys/unix"
 )
 
 // Policy is how a hardened listener treats its peers. Zero values mean the
@@ -315,6 +316,9 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote string) {
 		l.policy.Debug("connection accepted", "remote", remote, "mechanism", mech)
 	}
 	c := &hardenedConn{Conn: raw, l: l, replay: pre}
+	if sc, ok := raw.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	c.parser = frameParser{max: l.policy.MaxFrameBytes, finalCmd: zmq4.CmdReady, peerTypes: l.policy.peerTypes}
 	if l.policy.Token != "" {
 		c.parser.finalCmd = zmq4.CmdInitiate
@@ -369,6 +373,9 @@ type hardenedConn struct {
 	wmu       sync.Mutex
 	// deadlineSet is when the write deadline was last moved (under wmu).
 	deadlineSet time.Time
+	// raw is the socket's descriptor access for non-blocking writes (nil
+	// if the connection has none).
+	raw syscall.RawConn
 }
 
 func (c *hardenedConn) Read(p []byte) (int, error) {
@@ -418,10 +425,7 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		chunk := p[:min(len(p), 256<<10)]
-		if now := time.Now(); now.Sub(c.deadlineSet) > c.l.policy.WriteTimeout/4 {
-			_ = c.Conn.SetWriteDeadline(now.Add(c.l.policy.WriteTimeout))
-			c.deadlineSet = now
-		}
+		c.refreshWriteDeadline()
 		n, err := c.Conn.Write(chunk)
 		written += n
 		p = p[n:]
@@ -437,16 +441,22 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 	return total, nil
 }
 
+// refreshWriteDeadline moves the write deadline WriteTimeout ahead, at
+// most every quarter timeout. c.wmu must be held.
+func (c *hardenedConn) refreshWriteDeadline() {
+	if now := time.Now(); now.Sub(c.deadlineSet) > c.l.policy.WriteTimeout/4 {
+		_ = c.Conn.SetWriteDeadline(now.Add(c.l.policy.WriteTimeout))
+		c.deadlineSet = now
+	}
+}
+
 // writeBuffers writes bufs with one writev where possible, under the same
 // progress deadline as Write.
 func (c *hardenedConn) writeBuffers(bufs net.Buffers) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	for len(bufs) > 0 {
-		if now := time.Now(); now.Sub(c.deadlineSet) > c.l.policy.WriteTimeout/4 {
-			_ = c.Conn.SetWriteDeadline(now.Add(c.l.policy.WriteTimeout))
-			c.deadlineSet = now
-		}
+		c.refreshWriteDeadline()
 		// Bound one writev so that the deadline is refreshed on progress.
 		var chunk net.Buffers
 		n := 0
@@ -466,6 +476,59 @@ func (c *hardenedConn) writeBuffers(bufs net.Buffers) error {
 	}
 	return nil
 }
+
+// tryWriteBuffers writes what the socket takes of bufs now, with one
+// writev that never waits, and returns what it did not take.
+func (c *hardenedConn) tryWriteBuffers(bufs net.Buffers) (net.Buffers, error) {
+	if c.raw == nil {
+		return bufs, nil // the writer goroutine does it
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	iov := bufs
+	if len(iov) > maxIOV {
+		iov = iov[:maxIOV]
+	}
+	// The deadline applies to this write too (an expired one would fail
+	// it), though it never waits.
+	c.refreshWriteDeadline()
+	var n int
+	var werr error
+	if err := c.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = unix.Writev(int(fd), iov)
+			if werr != unix.EINTR {
+				return true // done either way: never wait here
+			}
+		}
+	}); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return bufs, nil // not the peer's doing: the writer retries
+		}
+		c.Close()
+		return nil, err
+	}
+	switch {
+	case werr == unix.EAGAIN:
+		return bufs, nil
+	case werr != nil:
+		c.Close()
+		return nil, werr
+	}
+	// bufs may be shared (a message fanned out to several subscribers):
+	// the rest is a new slice, the buffers themselves are not touched.
+	for len(bufs) > 0 && n >= len(bufs[0]) {
+		n -= len(bufs[0])
+		bufs = bufs[1:]
+	}
+	if n > 0 {
+		bufs = append(net.Buffers{bufs[0][n:]}, bufs[1:]...)
+	}
+	return bufs, nil
+}
+
+// maxIOV bounds the buffers of one writev (the kernel's IOV_MAX).
+const maxIOV = 1024
 
 func (c *hardenedConn) Close() error {
 	var err error

@@ -11,6 +11,12 @@ import (
 // own writes them (batched, writev), and a peer whose unsent bytes would
 // exceed max is disconnected rather than allowed to grow memory or slow
 // anyone else.
+//
+// When nothing is queued or being written, the sender writes the message
+// itself with one non-blocking writev: what the socket takes goes out at
+// once (no hand-off to the writer goroutine, which costs a wake-up on the
+// reply's and the event's critical path); whatever it does not take is
+// queued for the writer, in order.
 type outQueue struct {
 	c       *hardenedConn
 	max     int
@@ -20,10 +26,13 @@ type outQueue struct {
 	mu     sync.Mutex
 	queue  []net.Buffers
 	queued int
-	closed bool
-	wake   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	// writing is set while someone (a sender's direct write or the
+	// writer) is writing: nobody else may write then.
+	writing bool
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+	once    sync.Once
 }
 
 func newOutQueue(c *hardenedConn, max int, reason string, onClose func()) *outQueue {
@@ -44,14 +53,51 @@ func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 		q.close()
 		return false
 	}
+	if len(q.queue) == 0 && !q.writing {
+		q.writing = true
+		q.mu.Unlock()
+		return q.writeDirect(wire)
+	}
 	q.queue = append(q.queue, wire)
 	q.queued += size
 	q.mu.Unlock()
+	q.wakeWriter()
+	return true
+}
+
+// writeDirect writes what the socket takes of wire without waiting
+// (q.writing is held) and queues the rest for the writer.
+func (q *outQueue) writeDirect(wire net.Buffers) bool {
+	rest, err := q.c.tryWriteBuffers(wire)
+	q.mu.Lock()
+	q.writing = false
+	if err != nil {
+		q.mu.Unlock()
+		q.close()
+		return false
+	}
+	if len(rest) > 0 {
+		n := 0
+		for _, b := range rest {
+			n += len(b)
+		}
+		// Still ahead of anything queued meanwhile.
+		q.queue = append([]net.Buffers{rest}, q.queue...)
+		q.queued += n
+	}
+	more := len(q.queue) > 0
+	q.mu.Unlock()
+	if more {
+		q.wakeWriter()
+	}
+	return true
+}
+
+func (q *outQueue) wakeWriter() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // close disconnects the peer once.
@@ -79,18 +125,24 @@ func (q *outQueue) writeLoop() {
 		}
 		for {
 			q.mu.Lock()
-			if len(q.queue) == 0 || q.closed {
+			if len(q.queue) == 0 || q.closed || q.writing {
+				// (A sender writing directly wakes us if it queues.)
 				q.mu.Unlock()
 				break
 			}
 			batch := q.queue
 			q.queue, q.queued = nil, 0
+			q.writing = true
 			q.mu.Unlock()
 			var all net.Buffers
 			for _, w := range batch {
 				all = append(all, w...)
 			}
-			if err := q.c.writeBuffers(all); err != nil {
+			err := q.c.writeBuffers(all)
+			q.mu.Lock()
+			q.writing = false
+			q.mu.Unlock()
+			if err != nil {
 				q.close()
 				return
 			}
