@@ -152,6 +152,12 @@ type Manager struct {
 	closed bool
 	// finN numbers finished jobs in the order they finished (Job.finN).
 	finN uint64
+	// Journal snapshots take live (unfinished one-shot jobs and every
+	// service) and the tail of recent (finished one-shot jobs in finN
+	// order; a removed one stays until the next sweep): their cost follows
+	// what the journal keeps, not how many finished jobs retention holds.
+	live   map[string]*Job
+	recent []*Job
 
 	// watched are the running cgroup jobs' runs the escape watcher checks.
 	emu     sync.Mutex
@@ -195,7 +201,7 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ(), bootID: BootID(), leaders: map[int]struct{}{}}
+	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, live: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ(), bootID: BootID(), leaders: map[int]struct{}{}}
 	if f, err := os.Open(os.DevNull); err == nil {
 		m.devNull = f
 	}
@@ -249,6 +255,7 @@ func (m *Manager) Spawn(args protocol.SpawnArgs) (protocol.JobInfo, error) {
 		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one", m.active, m.cfg.MaxJobs)
 	}
 	m.jobs[j.id] = j
+	m.live[j.id] = j
 	m.active++
 	m.mu.Unlock()
 
@@ -275,6 +282,8 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	if j.svc == nil { // services are always journaled
 		m.finN++
 		j.finN = m.finN
+		delete(m.live, j.id)
+		m.recent = append(m.recent, j)
 	}
 	m.mu.Unlock()
 	if m.hooks.Finished != nil {
@@ -341,6 +350,7 @@ func (m *Manager) Remove(id string) error {
 	}
 	m.mu.Lock()
 	delete(m.jobs, id)
+	delete(m.live, id)
 	m.mu.Unlock()
 	j.mu.Unlock()
 	m.changed()
@@ -383,6 +393,17 @@ func (m *Manager) Sweep() int {
 			n++
 		}
 	}
+	// Forget the removed jobs in recent (by this sweep or the remove op).
+	m.mu.Lock()
+	kept := m.recent[:0]
+	for _, j := range m.recent {
+		if m.jobs[j.id] == j {
+			kept = append(kept, j)
+		}
+	}
+	clear(m.recent[len(kept):])
+	m.recent = kept
+	m.mu.Unlock()
 	if n > 0 {
 		m.log.Debug("retention sweep", "removed", n)
 		m.changed()

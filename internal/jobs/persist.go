@@ -105,12 +105,19 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 	if maxFinished >= 0 && m.finN > uint64(maxFinished) {
 		cut = m.finN - uint64(maxFinished)
 	}
-	js := make([]*Job, 0, min(len(m.jobs), m.active+max(maxFinished, 0)+16))
-	for _, j := range m.jobs {
-		if maxFinished >= 0 && j.svc == nil && j.finN != 0 && j.finN <= cut {
-			continue
-		}
+	js := make([]*Job, 0, len(m.live)+min(len(m.recent), max(maxFinished, 0)))
+	for _, j := range m.live {
 		js = append(js, j)
+	}
+	// recent is in finN order: the jobs above cut are its tail.
+	first := len(m.recent)
+	for first > 0 && m.recent[first-1].finN > cut {
+		first--
+	}
+	for _, j := range m.recent[first:] {
+		if m.jobs[j.id] == j { // not removed
+			js = append(js, j)
+		}
 	}
 	m.mu.Unlock()
 	out := make([]Snapshot, 0, len(js))
@@ -208,6 +215,11 @@ func (m *Manager) Restore(s Snapshot) error {
 	m.finN++
 	j.finN = m.finN
 	m.jobs[j.id] = j
+	if j.svc != nil {
+		m.live[j.id] = j
+	} else {
+		m.recent = append(m.recent, j)
+	}
 	return nil
 }
 
