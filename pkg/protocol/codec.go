@@ -25,8 +25,10 @@ func JobTopic(id string) string { return TopicJobPrefix + id + "/" }
 
 // Marshal encodes v as msgpack.
 func Marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	buf := bytes.NewBuffer(make([]byte, 0, 256))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
 	enc.UseCompactInts(true)
 	enc.SetCustomStructTag("msgpack")
 	if err := enc.Encode(v); err != nil {
@@ -38,7 +40,9 @@ func Marshal(v any) ([]byte, error) {
 // unmarshal decodes msgpack b into v; a failure is a CodeBadRequest *Error
 // naming what.
 func unmarshal(b []byte, v any, what string) error {
-	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(bytes.NewReader(b))
 	if err := dec.Decode(v); err != nil {
 		return Errorf(CodeBadRequest, "decode %s: %v", what, err)
 	}
