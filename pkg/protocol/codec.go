@@ -62,24 +62,27 @@ func DecodeRequest(b []byte, max int) (*Request, error) {
 	if len(b) == 0 {
 		return nil, Errorf(CodeBadRequest, "empty request body")
 	}
-	var req Request
-	if err := unmarshal(b, &req, "request"); err != nil {
-		return nil, err
+	req, ok := fastRequest(b)
+	if !ok {
+		req = new(Request)
+		if err := unmarshal(b, req, "request"); err != nil {
+			return nil, err
+		}
 	}
 	if req.V != Version {
-		return &req, Errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, Version)
+		return req, Errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, Version)
 	}
 	if len(req.ID) > MaxIDBytes {
 		req.ID = ""
-		return &req, Errorf(CodeInvalidArgument, "request id longer than %d bytes", MaxIDBytes)
+		return req, Errorf(CodeInvalidArgument, "request id longer than %d bytes", MaxIDBytes)
 	}
 	if req.Op == "" {
-		return &req, Errorf(CodeBadRequest, "request has no op")
+		return req, Errorf(CodeBadRequest, "request has no op")
 	}
 	if !req.Op.Known() {
-		return &req, Errorf(CodeUnknownOp, "unknown op %.64q; known ops: %s", string(req.Op), opList())
+		return req, Errorf(CodeUnknownOp, "unknown op %.64q; known ops: %s", string(req.Op), opList())
 	}
-	return &req, nil
+	return req, nil
 }
 
 func opList() string {
@@ -97,8 +100,14 @@ type Validator interface{ Validate() error }
 // Validator. Missing args decode as the zero value. Errors are *Error.
 func DecodeArgs(req *Request, v any) error {
 	if len(req.Args) > 0 {
-		if err := unmarshal(req.Args, v, string(req.Op)+" args"); err != nil {
-			return err
+		a, spawn := v.(*SpawnArgs)
+		if !spawn || !fastSpawnArgs(req.Args, a) {
+			if spawn {
+				*a = SpawnArgs{} // whatever the fast path left
+			}
+			if err := unmarshal(req.Args, v, string(req.Op)+" args"); err != nil {
+				return err
+			}
 		}
 	}
 	if val, ok := v.(Validator); ok {
@@ -109,6 +118,15 @@ func DecodeArgs(req *Request, v any) error {
 
 // EncodeRequest builds a request envelope for op with args (nil for none).
 func EncodeRequest(id string, op Op, args any) ([]byte, error) {
+	w := newMW(make([]byte, 0, 128+len(id)+len(op)))
+	w.int("v", Version, false)
+	w.str("id", id, false)
+	w.str("op", string(op), false)
+	w.key("args")
+	if b, ok := fastArgs(w.b, args); ok {
+		w.b = b
+		return w.end(), nil
+	}
 	req := Request{V: Version, ID: id, Op: op}
 	if args != nil {
 		raw, err := Marshal(args)
@@ -122,6 +140,15 @@ func EncodeRequest(id string, op Op, args any) ([]byte, error) {
 
 // OKReply encodes a successful reply carrying result.
 func OKReply(id string, result any) ([]byte, error) {
+	w := newMW(make([]byte, 0, 512))
+	w.int("v", Version, false)
+	w.str("id", id, false)
+	w.bool("ok", true, false)
+	w.key("result")
+	if b, ok := fastResult(w.b, result); ok {
+		w.b = b
+		return w.end(), nil
+	}
 	raw, err := Marshal(result)
 	if err != nil {
 		return nil, err
@@ -159,14 +186,23 @@ func (r *Reply) DecodeResult(v any) error {
 	if v == nil || len(r.Result) == 0 {
 		return nil
 	}
+	if sr, ok := v.(*SpawnResult); ok {
+		if fastSpawnResult(r.Result, sr) {
+			return nil
+		}
+		*sr = SpawnResult{} // whatever the fast path left
+	}
 	return unmarshal(r.Result, v, "result")
 }
 
 // NewEvent builds an event with payload encoded.
 func NewEvent(jobID string, seq uint64, ts int64, kind Kind, payload any) (Event, error) {
-	raw, err := Marshal(payload)
-	if err != nil {
-		return Event{}, err
+	raw, ok := fastPayload(payload)
+	if !ok {
+		var err error
+		if raw, err = Marshal(payload); err != nil {
+			return Event{}, err
+		}
 	}
 	return Event{V: Version, JobID: jobID, Seq: seq, Ts: ts, Kind: kind, Payload: raw}, nil
 }

@@ -1,0 +1,632 @@
+package protocol
+
+import (
+	"maps"
+	"math"
+	"slices"
+)
+
+// Hand-written msgpack encoders and decoders for the messages of a spawn
+// (its request, its reply, its started and exit events), the supervisor's
+// busiest path. Each encoder writes what Marshal writes for the same value
+// (map keys sorted where Marshal's order is the map's); each decoder
+// yields what the generic decoder yields, or reports that it cannot and
+// the caller falls back to the generic path (nested structures, unusual
+// encodings). TestFastMessagesMatchGeneric and FuzzFastDecodeMatchesGeneric
+// hold them to that, field by field, by reflection over the structs.
+
+// mw appends a msgpack map whose entry count is set by end.
+type mw struct {
+	b     []byte
+	start int
+	n     int
+}
+
+func newMW(b []byte) mw { return mw{b: append(b, 0xde, 0, 0), start: len(b)} }
+
+func (w *mw) key(k string) {
+	w.b = appendStr(w.b, k)
+	w.n++
+}
+
+func (w *mw) str(k, v string, omitEmpty bool) {
+	if omitEmpty && v == "" {
+		return
+	}
+	w.key(k)
+	w.b = appendStr(w.b, v)
+}
+
+func (w *mw) int(k string, v int64, omitEmpty bool) {
+	if omitEmpty && v == 0 {
+		return
+	}
+	w.key(k)
+	w.b = appendInt(w.b, v)
+}
+
+func (w *mw) bool(k string, v bool, omitEmpty bool) {
+	if omitEmpty && !v {
+		return
+	}
+	w.key(k)
+	if v {
+		w.b = append(w.b, 0xc3)
+	} else {
+		w.b = append(w.b, 0xc2)
+	}
+}
+
+// strs writes a []string field (omitted when empty if omitEmpty).
+func (w *mw) strs(k string, v []string, omitEmpty bool) {
+	if omitEmpty && len(v) == 0 {
+		return
+	}
+	w.key(k)
+	if v == nil {
+		w.b = append(w.b, 0xc0)
+		return
+	}
+	w.b = appendArrayLen(w.b, len(v))
+	for _, s := range v {
+		w.b = appendStr(w.b, s)
+	}
+}
+
+// strMap writes a map[string]string field, keys sorted.
+func (w *mw) strMap(k string, v map[string]string, omitEmpty bool) {
+	if omitEmpty && len(v) == 0 {
+		return
+	}
+	w.key(k)
+	if v == nil {
+		w.b = append(w.b, 0xc0)
+		return
+	}
+	w.b = appendMapLen(w.b, len(v))
+	if len(v) == 1 {
+		for key, val := range v {
+			w.b = appendStr(appendStr(w.b, key), val)
+		}
+		return
+	}
+	for _, key := range slices.Sorted(maps.Keys(v)) {
+		w.b = appendStr(appendStr(w.b, key), v[key])
+	}
+}
+
+// raw writes an already encoded value (a RawMessage field; omitted when
+// empty if omitEmpty, nil otherwise).
+func (w *mw) raw(k string, v []byte, omitEmpty bool) {
+	if omitEmpty && len(v) == 0 {
+		return
+	}
+	w.key(k)
+	if len(v) == 0 {
+		w.b = append(w.b, 0xc0)
+		return
+	}
+	w.b = append(w.b, v...)
+}
+
+// end sets the entry count (a fixmap's one-byte header when it fits, as
+// Marshal writes it) and returns the buffer.
+func (w *mw) end() []byte {
+	if w.n < 16 {
+		w.b[w.start] = 0x80 | byte(w.n)
+		copy(w.b[w.start+1:], w.b[w.start+3:])
+		return w.b[:len(w.b)-2]
+	}
+	w.b[w.start+1], w.b[w.start+2] = byte(w.n>>8), byte(w.n)
+	return w.b
+}
+
+func appendArrayLen(b []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(b, 0x90|byte(n))
+	case n <= 0xffff:
+		return append(b, 0xdc, byte(n>>8), byte(n))
+	}
+	return append(b, 0xdd, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+}
+
+func appendMapLen(b []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(b, 0x80|byte(n))
+	case n <= 0xffff:
+		return append(b, 0xde, byte(n>>8), byte(n))
+	}
+	return append(b, 0xdf, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+}
+
+// appendSpawnArgs encodes a; it reports false for what it leaves to
+// Marshal (pty, restart or limits set).
+func appendSpawnArgs(b []byte, a *SpawnArgs) ([]byte, bool) {
+	if a.Pty != nil || a.Restart != nil || a.Limits != nil {
+		return b, false
+	}
+	w := newMW(b)
+	w.strs("argv", a.Argv, true)
+	w.str("shell", a.Shell, true)
+	w.str("cwd", a.Cwd, true)
+	w.strMap("env", a.Env, true)
+	w.str("envMode", a.EnvMode, true)
+	w.int("timeoutMs", a.TimeoutMs, true)
+	w.int("noOutputTimeoutMs", a.NoOutputTimeoutMs, true)
+	w.int("graceMs", a.GraceMs, true)
+	w.strMap("labels", a.Labels, true)
+	w.str("sessionId", a.SessionID, true)
+	w.bool("stdin", a.Stdin, true)
+	w.bool("strictOwnership", a.StrictOwnership, true)
+	w.bool("notify", a.Notify, true)
+	w.int("watchdogIntervalMs", a.WatchdogIntervalMs, true)
+	return w.end(), true
+}
+
+// appendJobInfo encodes i; it reports false for what it leaves to Marshal
+// (usage or limits set).
+func appendJobInfo(b []byte, i *JobInfo) ([]byte, bool) {
+	if i.Usage != nil || i.Limits != nil {
+		return b, false
+	}
+	w := newMW(b)
+	w.str("jobId", i.JobID, false)
+	w.str("state", string(i.State), false)
+	w.strs("argv", i.Argv, true)
+	w.str("shell", i.Shell, true)
+	w.str("cwd", i.Cwd, true)
+	w.strMap("labels", i.Labels, true)
+	w.str("sessionId", i.SessionID, true)
+	w.int("pid", int64(i.Pid), false)
+	w.int("pgid", int64(i.Pgid), false)
+	w.int("createdAt", i.CreatedAt, false)
+	w.int("startedAt", i.StartedAt, false)
+	w.int("endedAt", i.EndedAt, false)
+	w.int("lastOutputAt", i.LastOutputAt, false)
+	w.str("reason", string(i.Reason), true)
+	if i.ExitCode != nil {
+		w.int("exitCode", int64(*i.ExitCode), false)
+	}
+	w.str("signal", i.Signal, true)
+	w.str("error", i.Error, true)
+	w.int("timeoutMs", i.TimeoutMs, false)
+	w.int("noOutputTimeoutMs", i.NoOutputTimeoutMs, false)
+	w.int("stdoutBytes", i.StdoutBytes, false)
+	w.int("stderrBytes", i.StderrBytes, false)
+	w.int("retainedFrom", i.RetainedFrom, false)
+	w.int("outputEnd", i.OutputEnd, false)
+	w.key("lastSeq")
+	w.b = appendUint(w.b, i.LastSeq)
+	w.bool("pty", i.Pty, true)
+	w.int("rows", int64(i.Rows), true)
+	w.int("cols", int64(i.Cols), true)
+	w.bool("bracketedPaste", i.BracketedPaste, true)
+	w.bool("stdinOpen", i.StdinOpen, true)
+	w.str("ownership", i.Ownership, true)
+	w.str("cgroup", i.Cgroup, true)
+	w.str("restart", i.Restart, true)
+	w.int("attempt", int64(i.Attempt), true)
+	w.int("restarts", int64(i.Restarts), true)
+	w.int("restartsInWindow", int64(i.RestartsInWindow), true)
+	w.int("nextRestartAt", i.NextRestartAt, true)
+	w.int("uptimeMs", i.UptimeMs, true)
+	w.bool("notify", i.Notify, true)
+	w.bool("ready", i.Ready, true)
+	w.str("notifyStatus", i.NotifyStatus, true)
+	w.int("lastWatchdogAt", i.LastWatchdogAt, true)
+	w.bool("stopping", i.Stopping, true)
+	return w.end(), true
+}
+
+func appendStartedPayload(b []byte, p *StartedPayload) []byte {
+	w := newMW(b)
+	w.int("pid", int64(p.Pid), false)
+	w.int("pgid", int64(p.Pgid), false)
+	w.strs("argv", p.Argv, true)
+	w.str("shell", p.Shell, true)
+	w.str("cwd", p.Cwd, true)
+	w.strMap("labels", p.Labels, true)
+	w.str("sessionId", p.SessionID, true)
+	w.int("attempt", int64(p.Attempt), true)
+	return w.end()
+}
+
+func appendExitPayload(b []byte, p *ExitPayload) []byte {
+	w := newMW(b)
+	w.str("reason", string(p.Reason), false)
+	if p.ExitCode != nil {
+		w.int("exitCode", int64(*p.ExitCode), false)
+	}
+	w.str("signal", p.Signal, true)
+	w.str("error", p.Error, true)
+	w.int("durationMs", p.DurationMs, false)
+	w.int("outputEnd", p.OutputEnd, false)
+	return w.end()
+}
+
+// fastPayload encodes the event payloads of the spawn path by hand.
+func fastPayload(payload any) ([]byte, bool) {
+	switch p := payload.(type) {
+	case StartedPayload:
+		return appendStartedPayload(make([]byte, 0, 128), &p), true
+	case *StartedPayload:
+		return appendStartedPayload(make([]byte, 0, 128), p), true
+	case ExitPayload:
+		return appendExitPayload(make([]byte, 0, 96), &p), true
+	case *ExitPayload:
+		return appendExitPayload(make([]byte, 0, 96), p), true
+	}
+	return nil, false
+}
+
+// fastArgs encodes the request arguments of the spawn path by hand.
+func fastArgs(b []byte, args any) ([]byte, bool) {
+	switch a := args.(type) {
+	case *SpawnArgs:
+		return appendSpawnArgs(b, a)
+	case SpawnArgs:
+		return appendSpawnArgs(b, &a)
+	}
+	return b, false
+}
+
+// fastResult encodes the reply results of the spawn path by hand.
+func fastResult(b []byte, result any) ([]byte, bool) {
+	var r *SpawnResult
+	switch v := result.(type) {
+	case SpawnResult:
+		r = &v
+	case *SpawnResult:
+		r = v
+	default:
+		return b, false
+	}
+	w := newMW(b)
+	w.str("jobId", r.JobID, false)
+	w.key("job")
+	var ok bool
+	if w.b, ok = appendJobInfo(w.b, &r.Job); !ok {
+		return b, false
+	}
+	return w.end(), true
+}
+
+// Decoding. Every decoder returns ok=false on anything it does not
+// handle exactly like the generic decoder would (the caller then uses
+// that); unknown keys are skipped, as the generic decoder does.
+
+// str reads a str, bin or nil (empty) value as a string.
+func (m *mp) str() (string, bool) {
+	s, err := m.bytes()
+	return string(s), err == nil
+}
+
+// boolean reads true, false or nil (false).
+func (m *mp) boolean() (bool, bool) {
+	c, err := m.byte()
+	switch {
+	case err != nil:
+		return false, false
+	case c == 0xc3:
+		return true, true
+	case c == 0xc2, c == 0xc0:
+		return false, true
+	}
+	return false, false
+}
+
+// intIn reads an integer within [lo, hi].
+func (m *mp) intIn(lo, hi int64) (int64, bool) {
+	v, err := m.int()
+	return v, err == nil && v >= lo && v <= hi
+}
+
+// uint reads a non-negative integer of any size (a negative one is left
+// to the generic decoder, which wraps it).
+func (m *mp) uint() (uint64, bool) {
+	if m.i < len(m.b) {
+		if c := m.b[m.i]; c >= 0xcc && c <= 0xcf {
+			m.i++
+			v, err := m.be(1 << (c - 0xcc))
+			return v, err == nil
+		}
+	}
+	v, err := m.int()
+	return uint64(v), err == nil && v >= 0
+}
+
+// strSlice reads an array of strings; nil stays nil.
+func (m *mp) strSlice() ([]string, bool) {
+	if m.i < len(m.b) && m.b[m.i] == 0xc0 {
+		m.i++
+		return nil, true
+	}
+	n, err := m.length(0x90, 0xdc, false)
+	if err != nil || n > len(m.b)-m.i { // each element takes a byte at least
+		return nil, false
+	}
+	out := make([]string, n)
+	for k := range out {
+		s, err := m.bytes()
+		if err != nil {
+			return nil, false
+		}
+		out[k] = string(s)
+	}
+	return out, true
+}
+
+// strStrMap reads a map of strings to strings into *p; nil stays nil. A
+// second value for the same field is left to the generic decoder (which
+// merges it into the first).
+func (m *mp) strStrMap(p *map[string]string) bool {
+	if *p != nil {
+		return false
+	}
+	v, ok := m.strStrMapValue()
+	*p = v
+	return ok
+}
+
+func (m *mp) strStrMapValue() (map[string]string, bool) {
+	if m.i < len(m.b) && m.b[m.i] == 0xc0 {
+		m.i++
+		return nil, true
+	}
+	n, err := m.mapLen()
+	if err != nil || n > (len(m.b)-m.i)/2 {
+		return nil, false
+	}
+	out := make(map[string]string, n)
+	for ; n > 0; n-- {
+		k, err := m.bytes()
+		if err != nil {
+			return nil, false
+		}
+		v, err := m.bytes()
+		if err != nil {
+			return nil, false
+		}
+		out[string(k)] = string(v)
+	}
+	return out, true
+}
+
+// fields walks a map, calling field for each key with m positioned at
+// its value; field reports false to give up. Unknown keys are for field
+// to skip (m.skip).
+func (m *mp) fields(field func(key []byte) bool) bool {
+	n, err := m.mapLen()
+	if err != nil {
+		return false
+	}
+	for ; n > 0; n-- {
+		key, err := m.bytes()
+		if err != nil || !field(key) {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *mp) skipped() bool { return m.skip(0) == nil }
+
+// fastRequest decodes a request envelope; Args aliases b.
+func fastRequest(b []byte) (*Request, bool) {
+	m := mp{b: b}
+	var r Request
+	ok := m.fields(func(key []byte) bool {
+		var ok bool
+		switch string(key) {
+		case "v":
+			var v int64
+			v, ok = m.intIn(math.MinInt32, math.MaxInt32)
+			r.V = int(v)
+		case "id":
+			r.ID, ok = m.str()
+		case "op":
+			var s string
+			s, ok = m.str()
+			r.Op = Op(s)
+		case "args":
+			var raw []byte
+			raw, err := m.span()
+			ok = err == nil
+			if len(raw) == 1 && raw[0] == 0xc0 {
+				raw = nil
+			}
+			r.Args = raw
+		default:
+			ok = m.skipped()
+		}
+		return ok
+	})
+	if !ok || m.i != len(b) {
+		return nil, false
+	}
+	return &r, true
+}
+
+// fastSpawnArgs decodes spawn arguments without pty, restart or limits.
+func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
+	m := mp{b: b}
+	ok := m.fields(func(key []byte) bool {
+		var ok bool
+		switch string(key) {
+		case "argv":
+			a.Argv, ok = m.strSlice()
+		case "shell":
+			a.Shell, ok = m.str()
+		case "cwd":
+			a.Cwd, ok = m.str()
+		case "env":
+			ok = m.strStrMap(&a.Env)
+		case "envMode":
+			a.EnvMode, ok = m.str()
+		case "timeoutMs":
+			a.TimeoutMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "noOutputTimeoutMs":
+			a.NoOutputTimeoutMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "graceMs":
+			a.GraceMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "labels":
+			ok = m.strStrMap(&a.Labels)
+		case "sessionId":
+			a.SessionID, ok = m.str()
+		case "stdin":
+			a.Stdin, ok = m.boolean()
+		case "strictOwnership":
+			a.StrictOwnership, ok = m.boolean()
+		case "notify":
+			a.Notify, ok = m.boolean()
+		case "watchdogIntervalMs":
+			a.WatchdogIntervalMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "pty", "restart", "limits":
+			return false // nested: the generic decoder
+		default:
+			ok = m.skipped()
+		}
+		return ok
+	})
+	return ok && m.i == len(b)
+}
+
+// fastJobInfo decodes a job without usage or limits.
+func fastJobInfo(m *mp, i *JobInfo) bool {
+	return m.fields(func(key []byte) bool {
+		var ok bool
+		var v int64
+		var s string
+		switch string(key) {
+		case "jobId":
+			i.JobID, ok = m.str()
+		case "state":
+			s, ok = m.str()
+			i.State = State(s)
+		case "argv":
+			i.Argv, ok = m.strSlice()
+		case "shell":
+			i.Shell, ok = m.str()
+		case "cwd":
+			i.Cwd, ok = m.str()
+		case "labels":
+			ok = m.strStrMap(&i.Labels)
+		case "sessionId":
+			i.SessionID, ok = m.str()
+		case "pid":
+			v, ok = m.intIn(math.MinInt, math.MaxInt)
+			i.Pid = int(v)
+		case "pgid":
+			v, ok = m.intIn(math.MinInt, math.MaxInt)
+			i.Pgid = int(v)
+		case "createdAt":
+			i.CreatedAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "startedAt":
+			i.StartedAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "endedAt":
+			i.EndedAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "lastOutputAt":
+			i.LastOutputAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "reason":
+			s, ok = m.str()
+			i.Reason = Reason(s)
+		case "exitCode":
+			if m.i < len(m.b) && m.b[m.i] == 0xc0 {
+				m.i++
+				i.ExitCode, ok = nil, true
+				break
+			}
+			v, ok = m.intIn(math.MinInt, math.MaxInt)
+			c := int(v)
+			i.ExitCode = &c
+		case "signal":
+			i.Signal, ok = m.str()
+		case "error":
+			i.Error, ok = m.str()
+		case "timeoutMs":
+			i.TimeoutMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "noOutputTimeoutMs":
+			i.NoOutputTimeoutMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "stdoutBytes":
+			i.StdoutBytes, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "stderrBytes":
+			i.StderrBytes, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "retainedFrom":
+			i.RetainedFrom, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "outputEnd":
+			i.OutputEnd, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "lastSeq":
+			i.LastSeq, ok = m.uint()
+		case "pty":
+			i.Pty, ok = m.boolean()
+		case "rows":
+			v, ok = m.intIn(0, math.MaxUint16)
+			i.Rows = uint16(v)
+		case "cols":
+			v, ok = m.intIn(0, math.MaxUint16)
+			i.Cols = uint16(v)
+		case "bracketedPaste":
+			i.BracketedPaste, ok = m.boolean()
+		case "stdinOpen":
+			i.StdinOpen, ok = m.boolean()
+		case "ownership":
+			i.Ownership, ok = m.str()
+		case "cgroup":
+			i.Cgroup, ok = m.str()
+		case "restart":
+			i.Restart, ok = m.str()
+		case "attempt":
+			v, ok = m.intIn(math.MinInt, math.MaxInt)
+			i.Attempt = int(v)
+		case "restarts":
+			v, ok = m.intIn(math.MinInt, math.MaxInt)
+			i.Restarts = int(v)
+		case "restartsInWindow":
+			v, ok = m.intIn(math.MinInt, math.MaxInt)
+			i.RestartsInWindow = int(v)
+		case "nextRestartAt":
+			i.NextRestartAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "uptimeMs":
+			i.UptimeMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "notify":
+			i.Notify, ok = m.boolean()
+		case "ready":
+			i.Ready, ok = m.boolean()
+		case "notifyStatus":
+			i.NotifyStatus, ok = m.str()
+		case "lastWatchdogAt":
+			i.LastWatchdogAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+		case "stopping":
+			i.Stopping, ok = m.boolean()
+		case "usage", "limits":
+			return false // nested: the generic decoder
+		default:
+			ok = m.skipped()
+		}
+		return ok
+	})
+}
+
+// fastSpawnResult decodes the result of a spawn reply.
+func fastSpawnResult(b []byte, r *SpawnResult) bool {
+	m := mp{b: b}
+	seenJob := false
+	ok := m.fields(func(key []byte) bool {
+		switch string(key) {
+		case "jobId":
+			var ok bool
+			r.JobID, ok = m.str()
+			return ok
+		case "job":
+			if seenJob {
+				return false // the generic decoder merges a second one
+			}
+			seenJob = true
+			return fastJobInfo(&m, &r.Job)
+		}
+		return m.skipped()
+	})
+	return ok && m.i == len(b)
+}
