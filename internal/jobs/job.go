@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
@@ -51,7 +51,7 @@ type Job struct {
 	runStarted chan struct{}
 	// state only moves through transition.
 	state      State
-	cmd        *exec.Cmd
+	proc       *proc
 	pid, pgid  int
 	startTicks uint64
 
@@ -304,10 +304,10 @@ func (j *Job) start() error {
 	if j.spec.Notify {
 		env, err = j.openNotify(env, runDone, runStarted)
 	}
-	var cmd *exec.Cmd
+	var l *launch
 	var files procFiles
 	if err == nil {
-		cmd, files, err = j.prepare(argv, env)
+		l, files, err = j.prepare(argv, env)
 	}
 	if err == nil && j.m.cgroups != nil {
 		// Born in its own cgroup (never moved after start): everything it
@@ -320,28 +320,27 @@ func (j *Job) start() error {
 			j.mu.Lock()
 			j.cg = cg
 			j.mu.Unlock()
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = cgfd
+			l.sys.UseCgroupFD = true
+			l.sys.CgroupFD = cgfd
 		}
 	} else if err == nil {
 		j.noCgroupLimits()
 	}
+	var p *proc
 	if err == nil {
 		// The reaper must not see this leader's zombie before it is known.
 		j.m.reapMu.RLock()
-		err = cmd.Start()
+		p, err = l.start(j.m.pidfds, &j.m.waitSlots)
 		if err != nil {
 			err = fmt.Errorf("start %q: %w", argv[0], err)
 		} else {
-			j.m.addLeader(cmd.Process.Pid)
+			j.m.addLeader(p.pid)
 		}
 		j.m.reapMu.RUnlock()
 	}
-	// The child has its copies; ours of the write ends must go
-	// so that EOF arrives when the child's side closes.
-	for _, f := range files.child {
-		f.Close()
-	}
+	// The child has its copies; ours of its ends must go so that EOF
+	// arrives when the child's side closes.
+	files.closeChild()
 	if err != nil {
 		j.mu.Lock()
 		cg := j.cg
@@ -366,9 +365,9 @@ func (j *Job) start() error {
 	}
 
 	j.mu.Lock()
-	j.cmd = cmd
-	j.pid = cmd.Process.Pid
-	j.pgid = cmd.Process.Pid // Setpgid with Pgid 0: the leader's pid
+	j.proc = p
+	j.pid = p.pid
+	j.pgid = p.pid // Setpgid with Pgid 0 (or Setsid): the leader's pid
 	j.startedAt = j.m.now()
 	j.lastOutputAt = j.startedAt
 	// The process fingerprint (start ticks) is read by the first journal
@@ -432,12 +431,26 @@ func (j *Job) killRun(runDone <-chan struct{}, reason Reason) {
 
 func ptr[T any](v T) *T { return &v }
 
+// procFiles are the descriptors of one start: the child's ends (closed
+// once it has them) and ours.
 type procFiles struct {
-	child  []*os.File // stdout-w, stderr-w: closed after start
-	parent []*os.File // stdout-r, stderr-r
+	childFds   []int      // pipe ends of the child's stdio
+	childFiles []*os.File // the terminal's slave side
+	parent     []*os.File // stdout-r, stderr-r (or the terminal's master)
 }
 
-func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
+// closeChild closes our copies of the child's ends.
+func (f *procFiles) closeChild() {
+	for _, fd := range f.childFds {
+		syscall.Close(fd)
+	}
+	for _, c := range f.childFiles {
+		c.Close()
+	}
+	f.childFds, f.childFiles = nil, nil
+}
+
+func (j *Job) prepare(argv, env []string) (*launch, procFiles, error) {
 	var files procFiles
 	path, err := lookPath(argv[0], envLookup(env, "PATH"))
 	if err != nil {
@@ -459,67 +472,72 @@ func (j *Job) prepare(argv, env []string) (*exec.Cmd, procFiles, error) {
 	if j.spec.Pty != nil {
 		return j.preparePTY(path, argv, env)
 	}
-	stdin := j.m.devNull
+	l := &launch{path: path, argv: argv, env: env, dir: j.spec.Cwd, sys: &syscall.SysProcAttr{Setpgid: true}}
+	l.stdio[0] = j.m.devNullFd
 	if j.spec.Stdin {
-		r, w, err := childPipe(false)
+		w, r, err := childPipe(false)
 		if err != nil {
 			return nil, files, fmt.Errorf("create stdin pipe: %w", err)
 		}
-		files.child = append(files.child, r)
+		files.childFds = append(files.childFds, r)
 		j.mu.Lock()
 		j.stdin = w
 		j.mu.Unlock()
-		stdin = r
+		l.stdio[0] = r
 	}
-	var outs [2]*os.File
-	for i := range outs {
+	for i := 1; i <= 2; i++ {
 		r, w, err := childPipe(true)
 		if err != nil {
+			files.closeChild()
 			for _, f := range files.parent {
 				f.Close()
 			}
+			j.mu.Lock()
+			if j.stdin != nil {
+				j.stdin.Close()
+				j.stdin = nil
+			}
+			j.mu.Unlock()
 			return nil, files, fmt.Errorf("create output pipe: %w", err)
 		}
 		files.parent = append(files.parent, r)
-		files.child = append(files.child, w)
-		outs[i] = w
+		files.childFds = append(files.childFds, w)
+		l.stdio[i] = w
 	}
-	cmd := &exec.Cmd{
-		Path: path, Args: argv, Env: env, Dir: j.spec.Cwd,
-		Stdout: outs[0], Stderr: outs[1],
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
-	if stdin != nil {
-		cmd.Stdin = stdin // else os/exec opens /dev/null itself
-	}
-	return cmd, files, nil
+	return l, files, nil
 }
 
-// childPipe makes a pipe for a child's stdio. Our end (the read end for
-// output, the write end for input) is non-blocking and in the netpoller,
-// so reads and writes can time out and be interrupted; the child's end
-// stays blocking and out of the poller (it is only handed to the child
-// and closed), which spares two epoll registrations per pipe.
-func childPipe(output bool) (r, w *os.File, err error) {
+// childPipe makes a pipe for a child's stdio and returns our end (the read
+// end for output, the write end for input), non-blocking and in the
+// netpoller so that reads and writes can time out and be interrupted, and
+// the child's end, a plain blocking descriptor (only handed to the child
+// and closed: no *os.File, no poller registration).
+func childPipe(output bool) (ours *os.File, child int, err error) {
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
-		return nil, nil, fmt.Errorf("pipe: %w", err)
+		return nil, -1, fmt.Errorf("pipe: %w", err)
 	}
-	ours := p[1]
+	o, c := p[1], p[0]
 	if output {
-		ours = p[0]
+		o, c = p[0], p[1]
 	}
-	if err := syscall.SetNonblock(ours, true); err != nil {
+	// Only O_NONBLOCK among the status flags F_SETFL changes is set on a
+	// new pipe: no need to read them first.
+	if _, err := unix.FcntlInt(uintptr(o), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
 		syscall.Close(p[0])
 		syscall.Close(p[1])
-		return nil, nil, fmt.Errorf("pipe: %w", err)
+		return nil, -1, fmt.Errorf("pipe: %w", err)
 	}
-	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
+	name := "|1"
+	if output {
+		name = "|0"
+	}
+	return os.NewFile(uintptr(o), name), c, nil
 }
 
 // preparePTY sets up a terminal: the child gets the slave side as stdin,
 // stdout and stderr, in a session of its own with it as controlling tty.
-func (j *Job) preparePTY(path string, argv, env []string) (*exec.Cmd, procFiles, error) {
+func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, error) {
 	var files procFiles
 	ptmx, tty, err := pty.Open()
 	if err != nil {
@@ -544,19 +562,17 @@ func (j *Job) preparePTY(path string, argv, env []string) (*exec.Cmd, procFiles,
 		if term == "" {
 			term = "xterm-256color"
 		}
-		env = append(env, "TERM="+term)
+		env = setEnv(env, "TERM", term)
 	}
 	j.mu.Lock() // the job is already visible to status and the journal
 	j.isPTY, j.ptmx, j.rows, j.cols = true, ptmx, rows, cols
 	j.mu.Unlock()
-	files.child = []*os.File{tty}
+	files.childFiles = []*os.File{tty}
 	files.parent = []*os.File{ptmx}
-	cmd := &exec.Cmd{
-		Path: path, Args: argv, Env: env, Dir: j.spec.Cwd,
-		Stdin: tty, Stdout: tty, Stderr: tty,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0},
-	}
-	return cmd, files, nil
+	fd := int(tty.Fd())
+	l := &launch{path: path, argv: argv, env: env, dir: j.spec.Cwd, stdio: [3]int{fd, fd, fd},
+		sys: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}}
+	return l, files, nil
 }
 
 func (j *Job) failSpawn(err error) {
@@ -907,18 +923,16 @@ func (j *Job) scopeAlive() bool {
 // finalizes the job once.
 func (j *Job) waitLoop() {
 	defer j.m.wg.Done()
-	err := j.cmd.Wait()
-	j.m.removeLeader(j.cmd.Process.Pid)
-	var ws syscall.WaitStatus
-	if j.cmd.ProcessState != nil {
-		ws, _ = j.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	} else if err != nil {
+	ws, err := j.proc.wait()
+	j.m.removeLeader(j.proc.pid)
+	if err != nil {
 		j.m.log.Error("wait for job", "job", j.id, "err", err)
 	}
 	j.mu.Lock()
 	j.leaderExited = true
 	killing, deadline, cg, runDone := j.killing, j.killDeadline, j.cg, j.runDone
 	j.mu.Unlock()
+	j.proc.release() // (unreaped is not asked once leaderExited is set)
 
 	// Usually nothing is left once the leader is gone: one check of the
 	// scope then (no escape can hide in an empty cgroup).

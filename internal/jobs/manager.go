@@ -131,8 +131,16 @@ type Manager struct {
 	// shared read-only stdin of pipe jobs.
 	environ []string
 	devNull *os.File
-	bootID  string
-	cgroups *cgroups.Base
+	// devNullFd is devNull's descriptor (-1 without it), the stdin of
+	// jobs without one; pidfds is whether processes are waited for
+	// through pidfds.
+	devNullFd int
+	pidfds    bool
+	// waitSlots counts the processes waited for by a blocked thread
+	// (see blockingWaits).
+	waitSlots atomic.Int32
+	bootID    string
+	cgroups   *cgroups.Base
 	// notifyDir holds the notify sockets of notify jobs; limitsHelper is
 	// the executable that applies rlimits before exec (see internal/limits).
 	notifyDir    string
@@ -202,8 +210,10 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, live: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ(), bootID: BootID(), leaders: map[int]struct{}{}}
+	m.devNullFd, m.pidfds = -1, pidfdsWork()
 	if f, err := os.Open(os.DevNull); err == nil {
 		m.devNull = f
+		m.devNullFd = int(f.Fd())
 	}
 	m.outBufs.New = func() any {
 		b := make([]byte, protocol.OutputHeadroom, protocol.OutputHeadroom+m.cfg.MergeMaxBytes)

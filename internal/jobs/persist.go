@@ -71,12 +71,12 @@ func (j *Job) Snapshot() Snapshot {
 // under j.mu right after): /proc/<pid> is then this process. Without the
 // fingerprint a restarted supervisor could not recognise the orphan.
 func (j *Job) fingerprintLocked() {
-	if j.startTicks != 0 || j.pid <= 0 || j.leaderExited || j.cmd == nil {
+	if j.startTicks != 0 || j.pid <= 0 || j.leaderExited || j.proc == nil {
 		return
 	}
 	t, err := ProcStartTicks(j.pid)
 	if err != nil {
-		if j.cmd.Process.Signal(syscall.Signal(0)) != nil {
+		if !j.proc.unreaped() {
 			return // reaped just now (waitLoop is finishing it): nothing to record
 		}
 		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.pid, "err", err)
@@ -85,7 +85,7 @@ func (j *Job) fingerprintLocked() {
 	// waitLoop may have reaped it just before setting leaderExited: the
 	// ticks are this process's only if it was not reaped after the read
 	// (the Process tracks that through its pidfd, immune to pid reuse).
-	if j.cmd.Process.Signal(syscall.Signal(0)) != nil {
+	if !j.proc.unreaped() {
 		return
 	}
 	j.startTicks = t

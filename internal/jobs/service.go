@@ -205,7 +205,7 @@ func (j *Job) beginRunLocked() {
 	_ = j.transition(Starting)
 	j.attempt++
 	j.runOffset = j.offset
-	j.cmd = nil
+	j.proc = nil
 	j.pid, j.pgid = 0, 0
 	j.startTicks = 0
 	j.reason, j.exitCode, j.signal, j.errMsg = "", nil, "", ""
@@ -413,9 +413,9 @@ func (j *Job) openNotify(env []string, runDone, runStarted <-chan struct{}) ([]s
 	j.mu.Lock()
 	j.notifySock = sock
 	j.mu.Unlock()
-	env = append(env, "NOTIFY_SOCKET="+sock.Addr())
+	env = setEnv(env, "NOTIFY_SOCKET", sock.Addr())
 	if j.watchdog > 0 {
-		env = append(env, "WATCHDOG_USEC="+strconv.FormatInt(j.watchdog.Microseconds(), 10))
+		env = setEnv(env, "WATCHDOG_USEC", strconv.FormatInt(j.watchdog.Microseconds(), 10))
 	}
 	return env, nil
 }

@@ -3,8 +3,11 @@ package protocol
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -85,6 +88,20 @@ func TestParseSignal(t *testing.T) {
 	}
 	if _, err := ParseSignal("SIGNOPE"); CodeOf(err) != CodeInvalidArgument {
 		t.Fatalf("bad signal: %v", err)
+	}
+	// Every standard signal has its name (a crash reads SIGSEGV, not
+	// "signal 11") and parses back from it and from its number.
+	for sig := syscall.Signal(1); sig <= 31; sig++ {
+		name := SignalName(sig)
+		if !strings.HasPrefix(name, "SIG") {
+			t.Errorf("signal %d has no name: %q", int(sig), name)
+			continue
+		}
+		for _, in := range []string{name, fmt.Sprint(int(sig))} {
+			if got, err := ParseSignal(in); err != nil || got != sig {
+				t.Errorf("ParseSignal(%q) = %v, %v; want %d", in, got, err, int(sig))
+			}
+		}
 	}
 }
 

@@ -1,0 +1,207 @@
+package jobs
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// runJob spawns args on m, waits for the job's end and returns its info
+// and output (stdout then stderr).
+func runJob(t *testing.T, m *Manager, args protocol.SpawnArgs) (protocol.JobInfo, string) {
+	t.Helper()
+	info, err := m.Spawn(args)
+	if err != nil {
+		t.Fatalf("spawn %v: %v", args.Argv, err)
+	}
+	j, err := m.Get(info.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-j.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("job %v did not end", args.Argv)
+	}
+	res, err := j.Poll(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for _, c := range res.Chunks {
+		out.Write(c.Data)
+	}
+	return j.Info(), out.String()
+}
+
+// TestExitStatusAllWaitPaths: exit codes and deaths by signal come out
+// the same whether the process is waited for by a thread blocked on its
+// pidfd, through its pidfd in the netpoller (all blocking slots taken),
+// or by wait4 (kernels without usable pidfds).
+func TestExitStatusAllWaitPaths(t *testing.T) {
+	for _, path := range []string{"blocking", "polled", "wait4"} {
+		t.Run(path, func(t *testing.T) {
+			if path != "wait4" && !pidfdsWork() {
+				t.Skip("this kernel has no usable pidfds (needs Linux 5.4)")
+			}
+			m := New(Config{MaxJobs: 10}, nil, nil)
+			defer m.Close(context.Background())
+			m.pidfds = path != "wait4"
+			if path == "polled" {
+				m.waitSlots.Store(blockingWaits)
+			}
+			for _, c := range []struct {
+				shell  string
+				code   int
+				signal string
+			}{
+				{"exit 0", 0, ""}, {"exit 3", 3, ""}, {"exit 255", 255, ""},
+				{"kill -TERM $$", -1, "SIGTERM"}, {"kill -KILL $$", -1, "SIGKILL"},
+				// SIGQUIT and SIGABRT may dump core (si_code CLD_DUMPED).
+				{"ulimit -c 0; kill -QUIT $$", -1, "SIGQUIT"}, {"kill -ABRT $$", -1, "SIGABRT"},
+			} {
+				info, _ := runJob(t, m, protocol.SpawnArgs{Shell: c.shell})
+				if want := map[string]int32{"polled": blockingWaits}[path]; m.waitSlots.Load() != want {
+					t.Fatalf("%d blocking waits in use after the job, want %d", m.waitSlots.Load(), want)
+				}
+				switch {
+				case c.signal != "" && (info.Signal != c.signal || info.Reason != protocol.ReasonSignal || info.ExitCode != nil):
+					t.Errorf("%q: reason %s signal %q exit %v, want signal %s", c.shell, info.Reason, info.Signal, info.ExitCode, c.signal)
+				case c.signal == "" && (info.ExitCode == nil || *info.ExitCode != c.code || info.Reason != protocol.ReasonExit):
+					t.Errorf("%q: reason %s exit %v, want %d", c.shell, info.Reason, info.ExitCode, c.code)
+				}
+			}
+		})
+	}
+}
+
+// TestChildStatus decodes siginfo_t as the kernel fills it for each
+// si_code of SIGCHLD, and an empty one (no child exited yet).
+func TestChildStatus(t *testing.T) {
+	off := 12
+	if unsafe.Sizeof(uintptr(0)) == 8 {
+		off = 16
+	}
+	info := func(code, pid, status int32) *[128]byte {
+		var b [128]byte
+		binary.NativeEndian.PutUint32(b[0:], uint32(syscall.SIGCHLD))
+		binary.NativeEndian.PutUint32(b[8:], uint32(code))
+		binary.NativeEndian.PutUint32(b[off:], uint32(pid))
+		binary.NativeEndian.PutUint32(b[off+8:], uint32(status))
+		return &b
+	}
+	if _, exited := childStatus(&[128]byte{}); exited {
+		t.Fatal("an empty siginfo reads as an exit")
+	}
+	ws, ok := childStatus(info(1, 42, 7)) // CLD_EXITED
+	if !ok || !ws.Exited() || ws.ExitStatus() != 7 {
+		t.Fatalf("exited 7: %v %v", ws, ok)
+	}
+	ws, ok = childStatus(info(2, 42, int32(syscall.SIGTERM))) // CLD_KILLED
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM || ws.CoreDump() {
+		t.Fatalf("killed: %v %v", ws, ok)
+	}
+	ws, ok = childStatus(info(3, 42, int32(syscall.SIGSEGV))) // CLD_DUMPED
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGSEGV || !ws.CoreDump() {
+		t.Fatalf("dumped: %v %v", ws, ok)
+	}
+}
+
+// TestEnvironment: "replace" gives the job exactly its env (nothing of
+// the supervisor's); "inherit" overrides inherited values; and the
+// variables the supervisor sets itself (NOTIFY_SOCKET, TERM) replace
+// inherited ones instead of appearing twice (a program reads the first).
+func TestEnvironment(t *testing.T) {
+	m := New(Config{MaxJobs: 10}, nil, nil, WithNotifyDir(t.TempDir()))
+	defer m.Close(context.Background())
+	m.environ = []string{"PATH=" + os.Getenv("PATH"), "KEEP=1", "OVER=old", "NOTIFY_SOCKET=/run/systemd/notify", "TERM=dumb"}
+	lines := func(out string) []string {
+		ls := strings.Split(strings.TrimSpace(out), "\n")
+		slices.Sort(ls)
+		return ls
+	}
+	_, out := runJob(t, m, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}, EnvMode: protocol.EnvReplace})
+	if strings.TrimSpace(out) != "" {
+		t.Fatalf("replace with no env: the job saw %q", out)
+	}
+	_, out = runJob(t, m, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}, EnvMode: protocol.EnvReplace, Env: map[string]string{"A": "1"}})
+	if got := lines(out); !slices.Equal(got, []string{"A=1"}) {
+		t.Fatalf("replace: %q", got)
+	}
+	_, out = runJob(t, m, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}, Env: map[string]string{"OVER": "new"}})
+	if got := lines(out); !slices.Contains(got, "KEEP=1") || !slices.Contains(got, "OVER=new") || slices.Contains(got, "OVER=old") {
+		t.Fatalf("inherit: %q", got)
+	}
+	_, out = runJob(t, m, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}, Notify: true})
+	var notify []string
+	for _, l := range lines(out) {
+		if strings.HasPrefix(l, "NOTIFY_SOCKET=") {
+			notify = append(notify, l)
+		}
+	}
+	if len(notify) != 1 || notify[0] == "NOTIFY_SOCKET=/run/systemd/notify" {
+		t.Fatalf("notify job: NOTIFY_SOCKET lines %q, want exactly the job's own", notify)
+	}
+	_, out = runJob(t, m, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}, Pty: &protocol.PtyArgs{}})
+	if n := strings.Count(out, "TERM="); n != 1 || !strings.Contains(out, "TERM=xterm-256color") {
+		t.Fatalf("pty job: %d TERM entries in %q, want TERM=xterm-256color once", n, out)
+	}
+}
+
+// TestNoThreadPerRunningJob: beyond the first blockingWaits, running
+// jobs are waited for through the netpoller, not by a thread each
+// blocked in waitid.
+func TestNoThreadPerRunningJob(t *testing.T) {
+	if !pidfdsWork() {
+		t.Skip("this kernel has no usable pidfds (needs Linux 5.4): a thread waits per job there")
+	}
+	threads := func() int {
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				return n
+			}
+		}
+		t.Fatal("no Threads line")
+		return 0
+	}
+	m := New(Config{MaxJobs: 200}, nil, nil)
+	defer m.Close(context.Background())
+	before := threads()
+	const n = 150
+	var running []*Job
+	for range n {
+		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "60"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _ := m.Get(info.JobID)
+		running = append(running, j)
+	}
+	during := threads()
+	for _, j := range running {
+		if _, err := j.Kill(protocol.ReasonManualCancel, SigKill); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, j := range running {
+		<-j.Done()
+	}
+	if during-before > blockingWaits+n/5 {
+		t.Fatalf("%d threads before, %d with %d jobs running: a thread per job", before, during, n)
+	}
+	t.Logf("threads: %d before, %d with %d jobs running", before, during, n)
+}
