@@ -263,7 +263,13 @@ func lookPath(file, path string) (string, error) {
 	return "", fmt.Errorf("executable %q not found in PATH", file)
 }
 
+// buildEnv returns the job's environment. With nothing to change it is
+// the supervisor's own slice, shared: it must not be modified (setEnv
+// copies).
 func (j *Job) buildEnv() []string {
+	if len(j.spec.Env) == 0 && j.spec.EnvMode != protocol.EnvReplace {
+		return j.m.environ
+	}
 	var env []string
 	if j.spec.EnvMode != protocol.EnvReplace {
 		for _, kv := range j.m.environ {

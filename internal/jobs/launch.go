@@ -211,14 +211,15 @@ func (p *proc) release() {
 	}
 }
 
-// setEnv sets key=val in env, replacing an inherited value (the child
-// must not see two: most programs take the first).
+// setEnv returns env with key=val, replacing an inherited value (the
+// child must not see two: most programs take the first). env itself is
+// not modified (it may be the supervisor's own, shared).
 func setEnv(env []string, key, val string) []string {
-	for i, kv := range env {
-		if k, _, ok := strings.Cut(kv, "="); ok && k == key {
-			env[i] = key + "=" + val
-			return env
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k != key {
+			out = append(out, kv)
 		}
 	}
-	return append(env, key+"="+val)
+	return append(out, key+"="+val)
 }

@@ -120,7 +120,8 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 		}
 	}
 	m.mu.Unlock()
-	out := make([]Snapshot, 0, len(js))
+	// Usually most are finished and cached: room for the others only.
+	var out []Snapshot
 	for _, j := range js {
 		j.mu.Lock()
 		finished, seq := j.state == Exited, j.seq

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -129,6 +130,11 @@ type Journal struct {
 	// Writes and Failures count Save calls that succeeded and failed.
 	Writes   atomic.Uint64
 	Failures atomic.Uint64
+
+	// buf is the file being written, kept between writes (the journal
+	// is rewritten up to several times a second under load).
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 // New returns a journal at path. Nothing is read or written yet.
@@ -243,16 +249,24 @@ func (j *Journal) Save(doc *File) error {
 // hdr's fields and jobs, each an already JSON-encoded Record (so that a
 // caller can encode unchanging records once).
 func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
-	var b bytes.Buffer
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	b := &j.buf
+	b.Reset()
+	defer func() {
+		if b.Cap() > 64<<20 {
+			*b = bytes.Buffer{} // do not keep a huge one
+		}
+	}()
 	size := 256 + len(hdr.InstanceID)
 	for _, r := range jobs {
 		size += len(r) + 1
 	}
 	b.Grow(size)
 	str := func(s string) { e, _ := json.Marshal(s); b.Write(e) }
-	fmt.Fprintf(&b, `{"version":%d,"instanceId":`, Version)
+	fmt.Fprintf(b, `{"version":%d,"instanceId":`, Version)
 	str(hdr.InstanceID)
-	fmt.Fprintf(&b, `,"pid":%d,"writtenAt":%d,"jobs":[`, hdr.Pid, hdr.WrittenAt)
+	fmt.Fprintf(b, `,"pid":%d,"writtenAt":%d,"jobs":[`, hdr.Pid, hdr.WrittenAt)
 	for i, r := range jobs {
 		if i > 0 {
 			b.WriteByte(',')
