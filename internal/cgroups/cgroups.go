@@ -24,6 +24,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Base is the directory under which job cgroups are created. It keeps a
@@ -216,9 +218,11 @@ func (c *Cgroup) Populated() bool {
 		}
 		c.events = f
 	}
+	// One pread (ReadAt would read again to see EOF): the file is a few
+	// bytes, read whole at once.
 	var buf [256]byte
-	n, err := c.events.ReadAt(buf[:], 0)
-	if n == 0 && err != nil {
+	n, err := unix.Pread(int(c.events.Fd()), buf[:], 0)
+	if n <= 0 || err != nil {
 		return len(c.Procs()) > 0
 	}
 	return bytes.Contains(buf[:n], []byte("populated 1"))
