@@ -1,6 +1,7 @@
 package zmqx
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -265,8 +266,11 @@ func (p *Peer) send(frames [][]byte) error {
 // readLoop turns frames into messages for the Router's Recv.
 func (p *Peer) readLoop() {
 	var frames [][]byte
+	// Buffered: a request's frames usually come in one read, not one
+	// read per frame header and body.
+	br := bufio.NewReaderSize(p.c, 4096)
 	for {
-		flags, body, err := readFrame(p.c, p.c.parser.max)
+		flags, body, err := readFrame(br, p.c.parser.max)
 		if err != nil {
 			return
 		}
