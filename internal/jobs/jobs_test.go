@@ -191,3 +191,47 @@ func TestRingMissingBytesExact(t *testing.T) {
 		t.Fatalf("recent range: %d exact %v; want 100", n, exact)
 	}
 }
+
+// TestRemoveReleasesJobAtOnce: a removed finished job is not held by the
+// journal's finish-order list until the next sweep (its output with it),
+// and snapshots leave it out.
+func TestRemoveReleasesJobAtOnce(t *testing.T) {
+	m := New(Config{MaxJobs: 10}, nil, nil)
+	defer m.Close(context.Background())
+	var ids []string
+	for range 3 {
+		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _ := m.Get(info.JobID)
+		<-j.Done()
+		ids = append(ids, info.JobID)
+	}
+	if err := m.Remove(ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	for _, f := range m.recent {
+		if f.j != nil && f.j.id == ids[1] {
+			t.Error("the removed job is still referenced by recent")
+		}
+	}
+	n := len(m.recent)
+	m.mu.Unlock()
+	if n != 3 {
+		t.Fatalf("recent has %d entries before the sweep, want 3 (one emptied)", n)
+	}
+	for _, s := range m.Snapshots(-1, nil) {
+		if s.Info.JobID == ids[1] {
+			t.Fatal("a removed job is in the snapshot")
+		}
+	}
+	m.Sweep()
+	m.mu.Lock()
+	n = len(m.recent)
+	m.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("recent has %d entries after the sweep, want 2", n)
+	}
+}

@@ -10,12 +10,14 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -162,10 +164,11 @@ type Manager struct {
 	finN uint64
 	// Journal snapshots take live (unfinished one-shot jobs and every
 	// service) and the tail of recent (finished one-shot jobs in finN
-	// order; a removed one stays until the next sweep): their cost follows
-	// what the journal keeps, not how many finished jobs retention holds.
+	// order; a removed one's entry is emptied at once and dropped by the
+	// next sweep): their cost follows what the journal keeps, not how many
+	// finished jobs retention holds.
 	live   map[string]*Job
-	recent []*Job
+	recent []finished
 
 	// watched are the running cgroup jobs' runs the escape watcher checks.
 	emu     sync.Mutex
@@ -293,7 +296,7 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 		m.finN++
 		j.finN = m.finN
 		delete(m.live, j.id)
-		m.recent = append(m.recent, j)
+		m.recent = append(m.recent, finished{finN: j.finN, j: j})
 	}
 	m.mu.Unlock()
 	if m.hooks.Finished != nil {
@@ -361,6 +364,7 @@ func (m *Manager) Remove(id string) error {
 	m.mu.Lock()
 	delete(m.jobs, id)
 	delete(m.live, id)
+	m.forgetRecentLocked(j)
 	m.mu.Unlock()
 	j.mu.Unlock()
 	m.changed()
@@ -406,9 +410,9 @@ func (m *Manager) Sweep() int {
 	// Forget the removed jobs in recent (by this sweep or the remove op).
 	m.mu.Lock()
 	kept := m.recent[:0]
-	for _, j := range m.recent {
-		if m.jobs[j.id] == j {
-			kept = append(kept, j)
+	for _, f := range m.recent {
+		if f.j != nil && m.jobs[f.j.id] == f.j {
+			kept = append(kept, f)
 		}
 	}
 	clear(m.recent[len(kept):])
@@ -419,6 +423,28 @@ func (m *Manager) Sweep() int {
 		m.changed()
 	}
 	return n
+}
+
+// finished is an entry of Manager.recent: a finished one-shot job and its
+// place in the finish order (kept when the job is removed, to keep the
+// order searchable).
+type finished struct {
+	finN uint64
+	j    *Job // nil once removed
+}
+
+// forgetRecentLocked empties j's entry in recent (found by its finN), so
+// that a removed job's output is not held until the next sweep. m.mu must
+// be held.
+func (m *Manager) forgetRecentLocked(j *Job) {
+	if j.finN == 0 {
+		return
+	}
+	if i, ok := slices.BinarySearchFunc(m.recent, j.finN, func(f finished, n uint64) int {
+		return cmp.Compare(f.finN, n)
+	}); ok && m.recent[i].j == j {
+		m.recent[i].j = nil
+	}
 }
 
 // closing reports whether Drain or Close was called.

@@ -114,9 +114,9 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 	for first > 0 && m.recent[first-1].finN > cut {
 		first--
 	}
-	for _, j := range m.recent[first:] {
-		if m.jobs[j.id] == j { // not removed
-			js = append(js, j)
+	for _, f := range m.recent[first:] {
+		if f.j != nil && m.jobs[f.j.id] == f.j { // not removed
+			js = append(js, f.j)
 		}
 	}
 	m.mu.Unlock()
@@ -219,7 +219,7 @@ func (m *Manager) Restore(s Snapshot) error {
 	if j.svc != nil {
 		m.live[j.id] = j
 	} else {
-		m.recent = append(m.recent, j)
+		m.recent = append(m.recent, finished{finN: j.finN, j: j})
 	}
 	return nil
 }

@@ -131,8 +131,8 @@ type Journal struct {
 	Writes   atomic.Uint64
 	Failures atomic.Uint64
 
-	// buf is the file being written, kept between writes (the journal
-	// is rewritten up to several times a second under load).
+	// mu serializes writes; buf is the file being written, kept between
+	// writes (the journal is rewritten up to several times a second).
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
@@ -231,6 +231,8 @@ func parse(b []byte) (*File, error) {
 
 // Save replaces the journal with doc atomically.
 func (j *Journal) Save(doc *File) error {
+	j.mu.Lock() // one writer at a time, as SaveEncoded
+	defer j.mu.Unlock()
 	doc.Version = Version
 	b, err := json.Marshal(doc)
 	if err != nil {

@@ -248,15 +248,19 @@ func appendExitPayload(b []byte, p *ExitPayload) []byte {
 
 // fastPayload encodes the event payloads of the spawn path by hand.
 func fastPayload(payload any) ([]byte, bool) {
-	switch p := payload.(type) {
+	switch p := payload.(type) { // (a nil pointer is Marshal's: msgpack nil)
 	case StartedPayload:
 		return appendStartedPayload(make([]byte, 0, 128), &p), true
 	case *StartedPayload:
-		return appendStartedPayload(make([]byte, 0, 128), p), true
+		if p != nil {
+			return appendStartedPayload(make([]byte, 0, 128), p), true
+		}
 	case ExitPayload:
 		return appendExitPayload(make([]byte, 0, 96), &p), true
 	case *ExitPayload:
-		return appendExitPayload(make([]byte, 0, 96), p), true
+		if p != nil {
+			return appendExitPayload(make([]byte, 0, 96), p), true
+		}
 	}
 	return nil, false
 }
@@ -265,7 +269,9 @@ func fastPayload(payload any) ([]byte, bool) {
 func fastArgs(b []byte, args any) ([]byte, bool) {
 	switch a := args.(type) {
 	case *SpawnArgs:
-		return appendSpawnArgs(b, a)
+		if a != nil {
+			return appendSpawnArgs(b, a)
+		}
 	case SpawnArgs:
 		return appendSpawnArgs(b, &a)
 	}
@@ -280,7 +286,8 @@ func fastResult(b []byte, result any) ([]byte, bool) {
 		r = &v
 	case *SpawnResult:
 		r = v
-	default:
+	}
+	if r == nil {
 		return b, false
 	}
 	w := newMW(b)
@@ -337,14 +344,29 @@ func (m *mp) uint() (uint64, bool) {
 	return uint64(v), err == nil && v >= 0
 }
 
-// strSlice reads an array of strings; nil stays nil.
-func (m *mp) strSlice() ([]string, bool) {
+// fastMaxElems bounds the elements the fast decoders allocate for; a
+// longer array or map is left to the generic decoder (and its bounds).
+const fastMaxElems = 4096
+
+// strSlice reads an array of strings into *p; nil stays nil. A second
+// value for the same field is left to the generic decoder (which keeps
+// the first when the second is nil).
+func (m *mp) strSlice(p *[]string) bool {
+	if *p != nil {
+		return false
+	}
+	v, ok := m.strSliceValue()
+	*p = v
+	return ok
+}
+
+func (m *mp) strSliceValue() ([]string, bool) {
 	if m.i < len(m.b) && m.b[m.i] == 0xc0 {
 		m.i++
 		return nil, true
 	}
 	n, err := m.length(0x90, 0xdc, false)
-	if err != nil || n > len(m.b)-m.i { // each element takes a byte at least
+	if err != nil || n > len(m.b)-m.i || n > fastMaxElems { // each element takes a byte at least
 		return nil, false
 	}
 	out := make([]string, n)
@@ -376,7 +398,7 @@ func (m *mp) strStrMapValue() (map[string]string, bool) {
 		return nil, true
 	}
 	n, err := m.mapLen()
-	if err != nil || n > (len(m.b)-m.i)/2 {
+	if err != nil || n > (len(m.b)-m.i)/2 || n > fastMaxElems {
 		return nil, false
 	}
 	out := make(map[string]string, n)
@@ -456,7 +478,7 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 		var ok bool
 		switch string(key) {
 		case "argv":
-			a.Argv, ok = m.strSlice()
+			ok = m.strSlice(&a.Argv)
 		case "shell":
 			a.Shell, ok = m.str()
 		case "cwd":
@@ -506,7 +528,7 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 			s, ok = m.str()
 			i.State = State(s)
 		case "argv":
-			i.Argv, ok = m.strSlice()
+			ok = m.strSlice(&i.Argv)
 		case "shell":
 			i.Shell, ok = m.str()
 		case "cwd":

@@ -283,6 +283,23 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 		b, _ = Marshal(SpawnResult{JobID: "j", Job: info})
 		f.Add(b)
 	}
+	// Duplicate keys: the generic decoder keeps the first array when the
+	// second is nil and merges maps and nested structs.
+	dup := func(kv ...any) []byte {
+		w := newMW(nil)
+		for i := 0; i < len(kv); i += 2 {
+			w.key(kv[i].(string))
+			v, _ := Marshal(kv[i+1])
+			w.b = append(w.b, v...)
+		}
+		return w.end()
+	}
+	f.Add(dup("argv", []string{"a"}, "argv", nil))
+	f.Add(dup("shell", "x", "argv", []string{"a"}, "argv", nil))
+	f.Add(dup("env", map[string]string{"a": "b"}, "env", map[string]string{"c": "d"}))
+	f.Add(dup("labels", map[string]string{"a": "b"}, "labels", nil))
+	f.Add(dup("jobId", "j", "job", map[string]any{"argv": []string{"a"}}, "job", map[string]any{"argv": nil}))
+	f.Add(dup("v", 2, "id", "x", "op", "spawn", "args", map[string]any{"argv": []string{"a"}}, "args", nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if req, ok := fastRequest(b); ok {
 			var g Request
@@ -314,4 +331,26 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFastEncodersTakeNilPointers: a nil pointer is encoded as Marshal
+// encodes it (msgpack nil), not dereferenced.
+func TestFastEncodersTakeNilPointers(t *testing.T) {
+	if b, err := EncodeRequest("x", OpSpawn, (*SpawnArgs)(nil)); err != nil || len(b) == 0 {
+		t.Fatalf("request with nil args: %v", err)
+	}
+	b, err := OKReply("x", (*SpawnResult)(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Marshal(&Reply{V: Version, ID: "x", OK: true, Result: []byte{0xc0}})
+	if !bytes.Equal(b, want) {
+		t.Fatalf("reply with nil result: %x, want %x", b, want)
+	}
+	for _, p := range []any{(*ExitPayload)(nil), (*StartedPayload)(nil)} {
+		ev, err := NewEvent("j", 1, 1, KindExited, p)
+		if err != nil || !bytes.Equal(ev.Payload, []byte{0xc0}) {
+			t.Fatalf("%T: payload %x, %v", p, ev.Payload, err)
+		}
+	}
 }
