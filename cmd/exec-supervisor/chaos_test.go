@@ -32,6 +32,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	proctest.MaybeServeBareExec() // (the bare exec server of BenchmarkSpawnTrueBinary)
 	dir, err := os.MkdirTemp("", "es-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -17,11 +17,12 @@ import (
 
 // SpawnTrueRates measures /bin/true spawned and waited for through a
 // supervisor (the spawn request, then the job's terminal event on the
-// event socket at eventAddr) against os/exec Start+Wait, n of each across
-// par workers. The two are interleaved in batches of 50 so that both see
-// the same machine (load on shared machines drifts within seconds). It
-// returns the jobs/s of each.
-func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int) (direct, sup float64) {
+// event socket at eventAddr) against os/exec Start+Wait (the first of
+// the returned rates), n of each across par workers, interleaved (see
+// Interleave). Further runners (each one job, safe for par workers at
+// once) are measured in the same rounds; their rates follow the
+// supervisor's.
+func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int, more ...func() error) []float64 {
 	ctx := context.Background()
 	sub, err := zmqx.DialClient(ctx, "SUB", eventAddr, time.Second, "")
 	if err != nil {
@@ -83,6 +84,15 @@ func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	direct := func() error { return exec.Command("/bin/true").Run() }
+	return Interleave(b, n, par, append([]func() error{direct, spawn}, more...)...)
+}
+
+// Interleave runs each runner n times across par workers and returns
+// their rates (runs per second). They take turns in batches of 50, so
+// that all of them see the same machine (load on shared machines drifts
+// within seconds). The benchmark timer covers the rounds only.
+func Interleave(b *testing.B, n, par int, runners ...func() error) []float64 {
 	run := func(k int, one func() error) time.Duration {
 		var next atomic.Int64
 		var wg sync.WaitGroup
@@ -102,17 +112,21 @@ func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int
 		wg.Wait()
 		return time.Since(start)
 	}
-	direct1 := func() error { return exec.Command("/bin/true").Run() }
+	took := make([]time.Duration, len(runners))
 	b.ResetTimer()
-	var dd, sd time.Duration
 	for k := 0; k < n; {
 		batch := min(50, n-k)
-		dd += run(batch, direct1)
-		sd += run(batch, spawn)
+		for i, r := range runners {
+			took[i] += run(batch, r)
+		}
 		k += batch
 	}
 	b.StopTimer()
-	return float64(n) / dd.Seconds(), float64(n) / sd.Seconds()
+	rates := make([]float64, len(runners))
+	for i, d := range took {
+		rates[i] = float64(n) / d.Seconds()
+	}
+	return rates
 }
 
 // ReportRates reports a baseline and a measured rate and their ratio.

@@ -24,8 +24,8 @@ func BenchmarkSpawnTrue(b *testing.B) {
 
 func benchSpawnTrue(b *testing.B, par int) {
 	ts := startServer(b, benchConfig(b))
-	direct, sup := proctest.SpawnTrueRates(b, ts.client, ts.cfg.Event, b.N, par)
-	proctest.ReportRates(b, direct, sup, "jobs/s")
+	r := proctest.SpawnTrueRates(b, ts.client, ts.cfg.Event, b.N, par)
+	proctest.ReportRates(b, r[0], r[1], "jobs/s")
 }
 
 // BenchmarkControlRoundTrip measures health round trips through
