@@ -120,16 +120,7 @@ func (countingSink) Publish(protocol.Event) {}
 func TestSnapshotsKeepsNewestFinished(t *testing.T) {
 	m := New(Config{MaxJobs: 100}, nil, nil)
 	defer m.Close(context.Background())
-	var ids []string
-	for i := 0; i < 5; i++ {
-		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"true"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, _ := m.Get(info.JobID)
-		<-j.Done()
-		ids = append(ids, info.JobID)
-	}
+	ids := finishedTrueJobs(t, m, 5)
 	running, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
 	if err != nil {
 		t.Fatal(err)
@@ -198,16 +189,7 @@ func TestRingMissingBytesExact(t *testing.T) {
 func TestRemoveReleasesJobAtOnce(t *testing.T) {
 	m := New(Config{MaxJobs: 10}, nil, nil)
 	defer m.Close(context.Background())
-	var ids []string
-	for range 3 {
-		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"true"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, _ := m.Get(info.JobID)
-		<-j.Done()
-		ids = append(ids, info.JobID)
-	}
+	ids := finishedTrueJobs(t, m, 3)
 	if err := m.Remove(ids[1]); err != nil {
 		t.Fatal(err)
 	}
@@ -234,4 +216,21 @@ func TestRemoveReleasesJobAtOnce(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("recent has %d entries after the sweep, want 2", n)
 	}
+}
+
+// finishedTrueJobs runs n jobs of `true` one after the other on m and
+// returns their ids once all have finished.
+func finishedTrueJobs(t *testing.T, m *Manager, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _ := m.Get(info.JobID)
+		<-j.Done()
+		ids = append(ids, info.JobID)
+	}
+	return ids
 }

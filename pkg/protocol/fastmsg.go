@@ -435,6 +435,20 @@ func (m *mp) fields(field func(key []byte) bool) bool {
 
 func (m *mp) skipped() bool { return m.skip(0) == nil }
 
+// Setters for the decoders' fields: each reads one value into *p.
+
+func (m *mp) strTo(p *string) (ok bool) { *p, ok = m.str(); return ok }
+
+func (m *mp) boolTo(p *bool) (ok bool) { *p, ok = m.boolean(); return ok }
+
+func (m *mp) i64To(p *int64) (ok bool) { *p, ok = m.intIn(math.MinInt64, math.MaxInt64); return ok }
+
+func (m *mp) intTo(p *int) bool {
+	v, ok := m.intIn(math.MinInt, math.MaxInt)
+	*p = int(v)
+	return ok
+}
+
 // fastRequest decodes a request envelope; Args aliases b.
 func fastRequest(b []byte) (*Request, bool) {
 	m := mp{b: b}
@@ -447,7 +461,7 @@ func fastRequest(b []byte) (*Request, bool) {
 			v, ok = m.intIn(math.MinInt32, math.MaxInt32)
 			r.V = int(v)
 		case "id":
-			r.ID, ok = m.str()
+			ok = m.strTo(&r.ID)
 		case "op":
 			var s string
 			s, ok = m.str()
@@ -480,31 +494,31 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 		case "argv":
 			ok = m.strSlice(&a.Argv)
 		case "shell":
-			a.Shell, ok = m.str()
+			ok = m.strTo(&a.Shell)
 		case "cwd":
-			a.Cwd, ok = m.str()
+			ok = m.strTo(&a.Cwd)
 		case "env":
 			ok = m.strStrMap(&a.Env)
 		case "envMode":
-			a.EnvMode, ok = m.str()
+			ok = m.strTo(&a.EnvMode)
 		case "timeoutMs":
-			a.TimeoutMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&a.TimeoutMs)
 		case "noOutputTimeoutMs":
-			a.NoOutputTimeoutMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&a.NoOutputTimeoutMs)
 		case "graceMs":
-			a.GraceMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&a.GraceMs)
 		case "labels":
 			ok = m.strStrMap(&a.Labels)
 		case "sessionId":
-			a.SessionID, ok = m.str()
+			ok = m.strTo(&a.SessionID)
 		case "stdin":
-			a.Stdin, ok = m.boolean()
+			ok = m.boolTo(&a.Stdin)
 		case "strictOwnership":
-			a.StrictOwnership, ok = m.boolean()
+			ok = m.boolTo(&a.StrictOwnership)
 		case "notify":
-			a.Notify, ok = m.boolean()
+			ok = m.boolTo(&a.Notify)
 		case "watchdogIntervalMs":
-			a.WatchdogIntervalMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&a.WatchdogIntervalMs)
 		case "pty", "restart", "limits":
 			return false // nested: the generic decoder
 		default:
@@ -523,34 +537,32 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 		var s string
 		switch string(key) {
 		case "jobId":
-			i.JobID, ok = m.str()
+			ok = m.strTo(&i.JobID)
 		case "state":
 			s, ok = m.str()
 			i.State = State(s)
 		case "argv":
 			ok = m.strSlice(&i.Argv)
 		case "shell":
-			i.Shell, ok = m.str()
+			ok = m.strTo(&i.Shell)
 		case "cwd":
-			i.Cwd, ok = m.str()
+			ok = m.strTo(&i.Cwd)
 		case "labels":
 			ok = m.strStrMap(&i.Labels)
 		case "sessionId":
-			i.SessionID, ok = m.str()
+			ok = m.strTo(&i.SessionID)
 		case "pid":
-			v, ok = m.intIn(math.MinInt, math.MaxInt)
-			i.Pid = int(v)
+			ok = m.intTo(&i.Pid)
 		case "pgid":
-			v, ok = m.intIn(math.MinInt, math.MaxInt)
-			i.Pgid = int(v)
+			ok = m.intTo(&i.Pgid)
 		case "createdAt":
-			i.CreatedAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.CreatedAt)
 		case "startedAt":
-			i.StartedAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.StartedAt)
 		case "endedAt":
-			i.EndedAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.EndedAt)
 		case "lastOutputAt":
-			i.LastOutputAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.LastOutputAt)
 		case "reason":
 			s, ok = m.str()
 			i.Reason = Reason(s)
@@ -564,25 +576,25 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 			c := int(v)
 			i.ExitCode = &c
 		case "signal":
-			i.Signal, ok = m.str()
+			ok = m.strTo(&i.Signal)
 		case "error":
-			i.Error, ok = m.str()
+			ok = m.strTo(&i.Error)
 		case "timeoutMs":
-			i.TimeoutMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.TimeoutMs)
 		case "noOutputTimeoutMs":
-			i.NoOutputTimeoutMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.NoOutputTimeoutMs)
 		case "stdoutBytes":
-			i.StdoutBytes, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.StdoutBytes)
 		case "stderrBytes":
-			i.StderrBytes, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.StderrBytes)
 		case "retainedFrom":
-			i.RetainedFrom, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.RetainedFrom)
 		case "outputEnd":
-			i.OutputEnd, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.OutputEnd)
 		case "lastSeq":
 			i.LastSeq, ok = m.uint()
 		case "pty":
-			i.Pty, ok = m.boolean()
+			ok = m.boolTo(&i.Pty)
 		case "rows":
 			v, ok = m.intIn(0, math.MaxUint16)
 			i.Rows = uint16(v)
@@ -590,38 +602,35 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 			v, ok = m.intIn(0, math.MaxUint16)
 			i.Cols = uint16(v)
 		case "bracketedPaste":
-			i.BracketedPaste, ok = m.boolean()
+			ok = m.boolTo(&i.BracketedPaste)
 		case "stdinOpen":
-			i.StdinOpen, ok = m.boolean()
+			ok = m.boolTo(&i.StdinOpen)
 		case "ownership":
-			i.Ownership, ok = m.str()
+			ok = m.strTo(&i.Ownership)
 		case "cgroup":
-			i.Cgroup, ok = m.str()
+			ok = m.strTo(&i.Cgroup)
 		case "restart":
-			i.Restart, ok = m.str()
+			ok = m.strTo(&i.Restart)
 		case "attempt":
-			v, ok = m.intIn(math.MinInt, math.MaxInt)
-			i.Attempt = int(v)
+			ok = m.intTo(&i.Attempt)
 		case "restarts":
-			v, ok = m.intIn(math.MinInt, math.MaxInt)
-			i.Restarts = int(v)
+			ok = m.intTo(&i.Restarts)
 		case "restartsInWindow":
-			v, ok = m.intIn(math.MinInt, math.MaxInt)
-			i.RestartsInWindow = int(v)
+			ok = m.intTo(&i.RestartsInWindow)
 		case "nextRestartAt":
-			i.NextRestartAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.NextRestartAt)
 		case "uptimeMs":
-			i.UptimeMs, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.UptimeMs)
 		case "notify":
-			i.Notify, ok = m.boolean()
+			ok = m.boolTo(&i.Notify)
 		case "ready":
-			i.Ready, ok = m.boolean()
+			ok = m.boolTo(&i.Ready)
 		case "notifyStatus":
-			i.NotifyStatus, ok = m.str()
+			ok = m.strTo(&i.NotifyStatus)
 		case "lastWatchdogAt":
-			i.LastWatchdogAt, ok = m.intIn(math.MinInt64, math.MaxInt64)
+			ok = m.i64To(&i.LastWatchdogAt)
 		case "stopping":
-			i.Stopping, ok = m.boolean()
+			ok = m.boolTo(&i.Stopping)
 		case "usage", "limits":
 			return false // nested: the generic decoder
 		default:
@@ -639,7 +648,7 @@ func fastSpawnResult(b []byte, r *SpawnResult) bool {
 		switch string(key) {
 		case "jobId":
 			var ok bool
-			r.JobID, ok = m.str()
+			ok = m.strTo(&r.JobID)
 			return ok
 		case "job":
 			if seenJob {
