@@ -415,8 +415,10 @@ func (j *Job) start() error {
 	if pending != "" {
 		_, _ = j.kill(runDone, pending, 0)
 	}
-	j.m.log.Info("job started", "job", j.id, "pid", pid, "argv", argv, "cwd", j.spec.Cwd, "attempt", attempt,
-		"timeout", j.timeout, "noOutputTimeout", j.noOutput)
+	if j.m.logInfo() { // (the attributes cost allocations even when not logged)
+		j.m.log.Info("job started", "job", j.id, "pid", pid, "argv", argv, "cwd", j.spec.Cwd, "attempt", attempt,
+			"timeout", j.timeout, "noOutputTimeout", j.noOutput)
+	}
 	return nil
 }
 
@@ -1103,10 +1105,14 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	close(j.runDone)
 	sock := j.notifySock
 	j.notifySock = nil
-	attrs := []any{"job", j.id, "pid", j.pid, "reason", string(j.reason), "signal", j.signal,
-		"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
-	if j.exitCode != nil {
-		attrs = append(attrs, "exitCode", *j.exitCode)
+	var attrs []any
+	logInfo := j.m.logInfo()
+	if logInfo || j.svc != nil {
+		attrs = []any{"job", j.id, "pid", j.pid, "reason", string(j.reason), "signal", j.signal,
+			"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
+		if j.exitCode != nil {
+			attrs = append(attrs, "exitCode", *j.exitCode)
+		}
 	}
 	if j.svc != nil {
 		attrs = append(attrs, "attempt", j.attempt)
@@ -1123,7 +1129,9 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	if j.svc != nil {
 		attrs = append(attrs, "finalReason", string(reason))
 	}
-	j.m.log.Info("job exited", attrs...)
+	if logInfo {
+		j.m.log.Info("job exited", attrs...)
+	}
 	j.m.jobDone(j, reason)
 	return sock
 }

@@ -447,6 +447,9 @@ func (m *Manager) forgetRecentLocked(j *Job) {
 	}
 }
 
+// logInfo reports whether info-level records are logged at all.
+func (m *Manager) logInfo() bool { return m.log.Enabled(context.Background(), slog.LevelInfo) }
+
 // closing reports whether Drain or Close was called.
 func (m *Manager) closing() bool {
 	m.mu.Lock()
