@@ -69,6 +69,11 @@ type Config struct {
 	Jobs jobs.Config
 	// EventHWM bounds the queue of events waiting for the event socket.
 	EventHWM int
+	// EventsQueuedOnly sends every event through that queue, even when
+	// nothing waits in it (normally such an event goes to the socket at
+	// once). Not an operator setting: tests that must see the queue
+	// overflow set it.
+	EventsQueuedOnly bool
 	// HeartbeatInterval is the period of supervisor.heartbeat events.
 	HeartbeatInterval time.Duration
 	// MaxRequestBytes bounds one control request.

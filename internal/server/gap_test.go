@@ -16,6 +16,7 @@ import (
 func TestGapsAreAnnouncedAndBackfilled(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.EventHWM = 2
+	cfg.EventsQueuedOnly = true // every event through the tiny queue
 	cfg.Jobs.MergeMaxBytes = 512
 	cfg.Jobs.MergeInterval = 0
 	cfg.Jobs.RingBytes = 16 << 20
@@ -26,8 +27,8 @@ func TestGapsAreAnnouncedAndBackfilled(t *testing.T) {
 	for i := 0; i < 20000; i++ {
 		fmt.Fprintf(&want, "line %06d\n", i)
 	}
-	// Two jobs print at once: a lone job's events go to the socket inline,
-	// without queueing; two publishing together overflow the tiny queue.
+	// Two jobs print at once into the tiny queue (EventsQueuedOnly: no
+	// event skips it), which overflows.
 	follow := func(id string) ([]byte, error) {
 		var got bytes.Buffer
 		var next int64

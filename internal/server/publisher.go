@@ -30,6 +30,8 @@ type publisher struct {
 	// counts events being sent right now, by run or inline by Publish.
 	live     bool
 	inflight int
+	// queuedOnly disables sending inline (Config.EventsQueuedOnly).
+	queuedOnly bool
 
 	published atomic.Uint64
 	dropped   atomic.Uint64
@@ -61,7 +63,7 @@ func (p *publisher) Publish(ev protocol.Event) {
 		p.mu.Unlock()
 		return
 	}
-	if p.live && p.head == len(p.q) && len(p.gapJobs) == 0 && p.inflight == 0 {
+	if p.live && !p.queuedOnly && p.head == len(p.q) && len(p.gapJobs) == 0 && p.inflight == 0 {
 		p.inflight++
 		p.mu.Unlock()
 		p.send(ev)

@@ -125,6 +125,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.pub = newPublisher(s.log, nil, s.cfg.EventHWM)
+	s.pub.queuedOnly = s.cfg.EventsQueuedOnly
 	s.metrics = s.newMetrics()
 	s.pub.onPublished = func(k protocol.Kind) { s.metrics.EventsPublished.WithLabelValues(string(k)).Inc() }
 	jopts := []jobs.Option{jobs.WithNotifyDir(filepath.Join(s.cfg.StateDir, "notify"))}

@@ -64,15 +64,16 @@ func TestByteExactWithSlowConsumerAndGaps(t *testing.T) {
 	}
 	s := start(t, func(c *server.Config) {
 		c.EventHWM = 8
+		c.EventsQueuedOnly = true    // every event through the tiny queue
 		c.Jobs.RingBytes = 256 << 20 // everything stays retained: backfill can fill every gap
 		c.Jobs.MaxJobs = 200
 		c.MetricsAddr = "127.0.0.1:0"
 	})
 	ctx := ctxT(t, 5*time.Minute)
 	args, want := patterned(size)
-	// A second job printing at the same time: events of a lone job go to
-	// the socket inline, without queueing; two publishing at once make
-	// the queue build up past the tiny HWM.
+	// A second job printing at the same time: with every event through
+	// the tiny queue (EventsQueuedOnly), two publishing at once make it
+	// overflow.
 	noiseArgs, noiseWant := patterned(size / 2)
 	noise, err := s.c.Start(ctx, noiseArgs, 64<<20)
 	if err != nil {
