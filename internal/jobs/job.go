@@ -605,10 +605,10 @@ func (j *Job) failSpawn(err error) {
 		j.mu.Unlock()
 		closeNotify(sock)
 		j.m.log.Warn("service run could not start", "job", j.id, "err", err)
-		j.m.jobDone(j, j.reason)
 		return
 	}
 	_ = j.transition(Exited)
+	j.m.jobDone(j, protocol.ReasonSpawnError) // counted before anyone can see it ended
 	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, protocol.ExitPayload{
 		Reason: j.reason, Error: j.errMsg,
 	}))
@@ -616,7 +616,6 @@ func (j *Job) failSpawn(err error) {
 	j.mu.Unlock()
 	closeNotify(sock)
 	j.m.log.Warn("job spawn failed", "job", j.id, "err", err)
-	j.m.jobDone(j, protocol.ReasonSpawnError)
 }
 
 func (j *Job) readLoop(i int, f *os.File, done chan struct{}) {
@@ -784,7 +783,6 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 		j.finishLocked()
 		j.mu.Unlock()
 		j.m.log.Info("service stopped while waiting to restart", "job", j.id, "reason", string(j.reason))
-		j.m.jobDone(j, j.reason)
 		return false, nil
 	}
 	defer j.mu.Unlock()
@@ -1132,7 +1130,6 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	if logInfo {
 		j.m.log.Info("job exited", attrs...)
 	}
-	j.m.jobDone(j, reason)
 	return sock
 }
 
@@ -1149,6 +1146,10 @@ func (j *Job) finishLocked() {
 	if err := j.transition(Exited); err != nil {
 		j.m.log.Error("finalize", "err", err)
 	}
+	// Counted (active jobs, finished metric) before anyone can see it
+	// ended (status, the terminal event, done): a client that saw the end
+	// and then scrapes /metrics finds it counted.
+	j.m.jobDone(j, j.reason)
 	kind := protocol.KindFailed
 	if j.reason == protocol.ReasonExit {
 		kind = protocol.KindExited

@@ -187,7 +187,6 @@ func (j *Job) restartFired(gen uint64) {
 		j.endReason = protocol.ReasonShutdown
 		j.finishLocked()
 		j.mu.Unlock()
-		j.m.jobDone(j, j.reason)
 		return
 	}
 	j.beginRunLocked()
