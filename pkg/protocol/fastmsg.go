@@ -109,6 +109,16 @@ func (w *mw) raw(k string, v []byte, omitEmpty bool) {
 	w.b = append(w.b, v...)
 }
 
+// command writes the fields describing a job's command, in the order
+// JobInfo and StartedPayload both declare them (all omitted when empty).
+func (w *mw) command(argv []string, shell, cwd string, labels map[string]string, session string) {
+	w.strs("argv", argv, true)
+	w.str("shell", shell, true)
+	w.str("cwd", cwd, true)
+	w.strMap("labels", labels, true)
+	w.str("sessionId", session, true)
+}
+
 // end sets the entry count (a fixmap's one-byte header when it fits, as
 // Marshal writes it) and returns the buffer.
 func (w *mw) end() []byte {
@@ -174,11 +184,7 @@ func appendJobInfo(b []byte, i *JobInfo) ([]byte, bool) {
 	w := newMW(b)
 	w.str("jobId", i.JobID, false)
 	w.str("state", string(i.State), false)
-	w.strs("argv", i.Argv, true)
-	w.str("shell", i.Shell, true)
-	w.str("cwd", i.Cwd, true)
-	w.strMap("labels", i.Labels, true)
-	w.str("sessionId", i.SessionID, true)
+	w.command(i.Argv, i.Shell, i.Cwd, i.Labels, i.SessionID)
 	w.int("pid", int64(i.Pid), false)
 	w.int("pgid", int64(i.Pgid), false)
 	w.int("createdAt", i.CreatedAt, false)
@@ -224,11 +230,7 @@ func appendStartedPayload(b []byte, p *StartedPayload) []byte {
 	w := newMW(b)
 	w.int("pid", int64(p.Pid), false)
 	w.int("pgid", int64(p.Pgid), false)
-	w.strs("argv", p.Argv, true)
-	w.str("shell", p.Shell, true)
-	w.str("cwd", p.Cwd, true)
-	w.strMap("labels", p.Labels, true)
-	w.str("sessionId", p.SessionID, true)
+	w.command(p.Argv, p.Shell, p.Cwd, p.Labels, p.SessionID)
 	w.int("attempt", int64(p.Attempt), true)
 	return w.end()
 }
