@@ -240,66 +240,35 @@ func (m *mp) skip(depth int) error {
 
 func fastEvent(b []byte) (*Event, bool) {
 	m := mp{b: b}
-	n, err := m.mapLen()
-	if err != nil {
-		return nil, false
-	}
 	var ev Event
-	for ; n > 0; n-- {
-		key, err := m.bytes()
-		if err != nil {
-			return nil, false
-		}
+	ok := m.fields(func(key []byte) bool {
+		var ok bool
+		var v int64
 		switch string(key) {
 		case "v":
-			v, err := m.int()
-			if err != nil {
-				return nil, false
-			}
-			ev.V = int(v)
+			ok = m.intTo(&ev.V)
 		case "jobId":
-			s, err := m.bytes()
-			if err != nil {
-				return nil, false
-			}
-			ev.JobID = string(s)
+			ok = m.strTo(&ev.JobID)
 		case "seq":
-			v, err := m.int()
-			if err != nil || v < 0 {
-				return nil, false
-			}
+			v, ok = m.intIn(0, math.MaxInt64)
 			ev.Seq = uint64(v)
 		case "ts":
-			v, err := m.int()
-			if err != nil {
-				return nil, false
-			}
-			ev.Ts = v
+			ok = m.i64To(&ev.Ts)
 		case "kind":
-			s, err := m.bytes()
-			if err != nil {
-				return nil, false
-			}
-			ev.Kind = Kind(s)
+			var k string
+			k, ok = m.str()
+			ev.Kind = Kind(k)
 		case "attempt":
-			v, err := m.int()
-			if err != nil || v < 0 || v > 1<<31-1 {
-				return nil, false
-			}
+			v, ok = m.intIn(0, 1<<31-1)
 			ev.Attempt = int(v)
 		case "payload":
-			start := m.i
-			if err := m.skip(0); err != nil {
-				return nil, false
-			}
-			ev.Payload = b[start:m.i:m.i]
+			ev.Payload, ok = m.spanOK()
 		default:
-			if err := m.skip(0); err != nil {
-				return nil, false
-			}
+			ok = m.skipped()
 		}
-	}
-	if m.i != len(b) || ev.Kind == "" {
+		return ok
+	})
+	if !ok || m.i != len(b) || ev.Kind == "" {
 		return nil, false
 	}
 	return &ev, true
@@ -307,36 +276,19 @@ func fastEvent(b []byte) (*Event, bool) {
 
 func fastOutput(b []byte) (OutputPayload, bool) {
 	m := mp{b: b}
-	n, err := m.mapLen()
-	if err != nil {
-		return OutputPayload{}, false
-	}
 	var p OutputPayload
-	for ; n > 0; n-- {
-		key, err := m.bytes()
-		if err != nil {
-			return OutputPayload{}, false
-		}
+	ok := m.fields(func(key []byte) bool {
 		switch string(key) {
 		case "offset":
-			v, err := m.int()
-			if err != nil {
-				return OutputPayload{}, false
-			}
-			p.Offset = v
+			return m.i64To(&p.Offset)
 		case "data":
 			d, err := m.bytes()
-			if err != nil {
-				return OutputPayload{}, false
-			}
 			p.Data = d[:len(d):len(d)]
-		default:
-			if err := m.skip(0); err != nil {
-				return OutputPayload{}, false
-			}
+			return err == nil
 		}
-	}
-	if m.i != len(b) {
+		return m.skipped()
+	})
+	if !ok || m.i != len(b) {
 		return OutputPayload{}, false
 	}
 	return p, true

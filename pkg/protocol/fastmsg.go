@@ -4,6 +4,8 @@ import (
 	"maps"
 	"math"
 	"slices"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Hand-written msgpack encoders and decoders for the messages of a spawn
@@ -437,6 +439,23 @@ func (m *mp) fields(field func(key []byte) bool) bool {
 
 func (m *mp) skipped() bool { return m.skip(0) == nil }
 
+// spanOK is span reporting success as a bool.
+func (m *mp) spanOK() ([]byte, bool) {
+	b, err := m.span()
+	return b, err == nil
+}
+
+// rawTo reads one value's encoding into *p (aliasing m.b) for a
+// RawMessage field; nil reads as no value, as the generic decoder has it.
+func (m *mp) rawTo(p *msgpack.RawMessage) bool {
+	raw, ok := m.spanOK()
+	if len(raw) == 1 && raw[0] == 0xc0 {
+		raw = nil
+	}
+	*p = raw
+	return ok
+}
+
 // Setters for the decoders' fields: each reads one value into *p.
 
 func (m *mp) strTo(p *string) (ok bool) { *p, ok = m.str(); return ok }
@@ -469,13 +488,7 @@ func fastRequest(b []byte) (*Request, bool) {
 			s, ok = m.str()
 			r.Op = Op(s)
 		case "args":
-			var raw []byte
-			raw, err := m.span()
-			ok = err == nil
-			if len(raw) == 1 && raw[0] == 0xc0 {
-				raw = nil
-			}
-			r.Args = raw
+			ok = m.rawTo(&r.Args)
 		default:
 			ok = m.skipped()
 		}

@@ -1,6 +1,10 @@
 package protocol
 
-import "math"
+import (
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
 
 // DecodeReplyNoCopy decodes a reply like DecodeReply, but its Result
 // aliases b instead of being copied (a backfill reply carries megabytes
@@ -29,63 +33,38 @@ func (m *mp) span() ([]byte, error) {
 
 func fastReply(b []byte) (*Reply, bool) {
 	m := mp{b: b}
-	n, err := m.mapLen()
-	if err != nil {
-		return nil, false
-	}
 	var r Reply
-	for ; n > 0; n-- {
-		key, err := m.bytes()
-		if err != nil {
-			return nil, false
-		}
+	ok := m.fields(func(key []byte) bool {
 		switch string(key) {
 		case "v":
-			v, err := m.int()
-			if err != nil || v > math.MaxInt32 || v < math.MinInt32 {
-				return nil, false
-			}
+			v, ok := m.intIn(math.MinInt32, math.MaxInt32)
 			r.V = int(v)
+			return ok
 		case "id":
-			s, err := m.bytes()
-			if err != nil {
-				return nil, false
-			}
-			r.ID = string(s)
-		case "ok":
+			return m.strTo(&r.ID)
+		case "ok": // true or false only (anything else: the generic decoder)
 			c, err := m.byte()
-			if err != nil || (c != 0xc2 && c != 0xc3) {
-				return nil, false
-			}
 			r.OK = c == 0xc3
+			return err == nil && (c == 0xc2 || c == 0xc3)
 		case "result":
-			raw, err := m.span()
-			if err != nil {
-				return nil, false
-			}
-			if len(raw) == 1 && raw[0] == 0xc0 {
-				raw = nil
-			}
-			r.Result = raw
+			return m.rawTo(&r.Result)
 		case "error":
-			raw, err := m.span()
-			if err != nil {
-				return nil, false
+			var raw msgpack.RawMessage
+			if !m.rawTo(&raw) {
+				return false
 			}
-			if !(len(raw) == 1 && raw[0] == 0xc0) {
+			if raw != nil {
 				var e Error
 				if unmarshal(raw, &e, "error") != nil {
-					return nil, false
+					return false
 				}
 				r.Error = &e
 			}
-		default:
-			if err := m.skip(0); err != nil {
-				return nil, false
-			}
+			return true
 		}
-	}
-	if m.i != len(b) {
+		return m.skipped()
+	})
+	if !ok || m.i != len(b) {
 		return nil, false
 	}
 	return &r, true
@@ -107,38 +86,30 @@ func DecodeSubscribeResult(b []byte) (*SubscribeResult, error) {
 
 func fastSubscribeResult(b []byte) (*SubscribeResult, bool) {
 	m := mp{b: b}
-	n, err := m.mapLen()
-	if err != nil {
-		return nil, false
-	}
 	var r SubscribeResult
-	for ; n > 0; n-- {
-		key, err := m.bytes()
-		if err != nil {
-			return nil, false
-		}
+	ok := m.fields(func(key []byte) bool {
 		if string(key) == "events" {
 			cnt, err := m.arrLen()
 			if err != nil || cnt > len(b) {
-				return nil, false
+				return false
 			}
 			r.Events = make([]Event, 0, cnt)
 			for ; cnt > 0; cnt-- {
 				raw, err := m.span()
 				if err != nil {
-					return nil, false
+					return false
 				}
 				ev, ok := fastEvent(raw)
 				if !ok {
-					return nil, false
+					return false
 				}
 				r.Events = append(r.Events, *ev)
 			}
-			continue
+			return true
 		}
 		raw, err := m.span()
 		if err != nil {
-			return nil, false
+			return false
 		}
 		var dst any
 		switch string(key) {
@@ -151,13 +122,11 @@ func fastSubscribeResult(b []byte) (*SubscribeResult, bool) {
 		case "more":
 			dst = &r.More
 		default:
-			continue
+			return true
 		}
-		if unmarshal(raw, dst, "subscribe result") != nil {
-			return nil, false
-		}
-	}
-	if m.i != len(b) {
+		return unmarshal(raw, dst, "subscribe result") == nil
+	})
+	if !ok || m.i != len(b) {
 		return nil, false
 	}
 	return &r, true
