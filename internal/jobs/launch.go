@@ -37,12 +37,11 @@ const blockingWaits = 32
 type proc struct {
 	pid int
 	// pidfd is nil where the kernel has no usable pidfds (wait then
-	// blocks a thread in wait4). Without polled it is a blocking pidfd,
-	// its wait holding one of the blocking slots; with polled it is
-	// non-blocking and in the netpoller.
-	pidfd  *os.File
-	polled bool
-	slots  *atomic.Int32 // the blocking waits in use (released by release)
+	// blocks a thread in wait4). With slots it is a blocking pidfd, its
+	// wait holding one of the blocking slots; without, it is non-blocking
+	// and in the netpoller.
+	pidfd *os.File
+	slots *atomic.Int32 // the blocking waits in use (released by release)
 }
 
 // pidfdsWork reports whether the kernel has what proc needs of pidfds:
@@ -85,7 +84,6 @@ func (l *launch) start(withPidfd bool, slots *atomic.Int32) (*proc, error) {
 			unix.Close(pidfd) // wait4 then
 			return p, nil
 		}
-		p.polled = true
 	}
 	p.pidfd = os.NewFile(uintptr(pidfd), "pidfd") // polled if non-blocking
 	return p, nil
@@ -108,7 +106,7 @@ func (p *proc) wait() (syscall.WaitStatus, error) {
 	}
 	var ws syscall.WaitStatus
 	var werr error
-	if !p.polled {
+	if p.slots != nil { // a blocking pidfd
 		err = rc.Control(func(fd uintptr) {
 			var info [128]byte // siginfo_t
 			for {
