@@ -24,7 +24,7 @@ test-short:
 
 # Benchmarks, each printed with its same-run baseline.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/ ./internal/zmqx/ ./cmd/exec-supervisor/
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/ ./internal/zmqx/ ./cmd/exec-supervisor/ ./pkg/protocol/
 	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/client/
 
 lint:
