@@ -38,14 +38,21 @@ func Marshal(v any) ([]byte, error) {
 }
 
 // unmarshal decodes msgpack b into v; a failure is a CodeBadRequest *Error
-// naming what.
+// naming what. Every generic decode goes through here: checkValue first
+// makes sure no declared length exceeds b, so that what a peer sends
+// can make the decoder allocate in proportion to its size only.
 func unmarshal(b []byte, v any, what string) error {
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	dec.Reset(bytes.NewReader(b))
-	if err := dec.Decode(v); err != nil {
+	if err := checkValue(b); err != nil {
 		return Errorf(CodeBadRequest, "decode %s: %v", what, err)
 	}
+	dec := msgpack.GetDecoder()
+	dec.Reset(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		// Not back to the pool: a failed decode may have grown its
+		// buffer, which the pool would keep.
+		return Errorf(CodeBadRequest, "decode %s: %v", what, err)
+	}
+	msgpack.PutDecoder(dec)
 	return nil
 }
 

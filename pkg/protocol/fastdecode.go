@@ -156,7 +156,7 @@ func (m *mp) int() (int64, error) {
 	return 0, errMP
 }
 
-// skip passes over one value of any type; depth bounds nesting.
+// skip passes over one value of any type but ext; depth bounds nesting.
 func (m *mp) skip(depth int) error {
 	if depth > 64 {
 		return errMP
@@ -177,6 +177,11 @@ func (m *mp) skip(depth int) error {
 	case c >= 0xa0 && c <= 0xbf:
 		_, err = m.n(int(c & 0x1f))
 		return err
+	case c == 0xc1, c >= 0xc7 && c <= 0xc9, c >= 0xd4 && c <= 0xd8:
+		// Never valid (0xc1), or an ext, which the protocol does not
+		// use and unmarshal refuses (see checkValue): whatever the fast
+		// paths accept, the generic decoder must accept too.
+		return errMP
 	}
 	switch c {
 	case 0xc4, 0xd9:
@@ -196,16 +201,6 @@ func (m *mp) skip(depth int) error {
 		return err
 	case 0xcb, 0xcf, 0xd3:
 		_, err = m.n(8)
-		return err
-	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1,2,4,8,16
-		_, err = m.n(1 + 1<<(c-0xd4))
-		return err
-	case 0xc7, 0xc8, 0xc9: // ext 8/16/32
-		v, err := m.be(1 << (c - 0xc7))
-		if err != nil || v > uint64(len(m.b)) {
-			return errMP
-		}
-		_, err = m.n(int(v) + 1)
 		return err
 	case 0xdc, 0xdd:
 		v, err := m.be(2 << (c - 0xdc))

@@ -84,13 +84,20 @@ func DecodeSubscribeResult(b []byte) (*SubscribeResult, error) {
 	return &r, nil
 }
 
+// minEventBytes is the size of the smallest event fastEvent accepts: a
+// map of one entry, "kind", with a one-byte kind (81 a4 'kind' a1 x).
+const minEventBytes = 8
+
 func fastSubscribeResult(b []byte) (*SubscribeResult, bool) {
 	m := mp{b: b}
 	var r SubscribeResult
 	ok := m.fields(func(key []byte) bool {
 		if string(key) == "events" {
+			// An event fastEvent takes is at least minEventBytes long:
+			// a count the bytes left cannot hold is declined before it
+			// sizes the slice.
 			cnt, err := m.arrLen()
-			if err != nil || cnt > len(b) {
+			if err != nil || cnt > (len(b)-m.i)/minEventBytes {
 				return false
 			}
 			r.Events = make([]Event, 0, cnt)

@@ -1,0 +1,117 @@
+package protocol
+
+import "fmt"
+
+// maxNesting bounds how deeply arrays and maps may nest in a message the
+// generic decoder reads. The protocol itself nests four deep at most; the
+// hand-written decoders skip up to 65 levels below a field, so this must
+// stay above 67 for whatever they accept to be accepted here too.
+const maxNesting = 100
+
+// checkValue walks the msgpack value at the start of b, the one the
+// generic decoder (github.com/vmihailenco/msgpack/v5) would read, without
+// allocating. It fails unless
+//
+//   - every str, bin, array or map length it declares fits in the bytes
+//     left (an array or map element takes at least one byte),
+//   - it contains no ext value (the protocol has none), and
+//   - arrays and maps nest at most maxNesting deep.
+//
+// The generic decoder trusts declared lengths: it preallocates a typed
+// slice for the whole element count before reading an element (v5.4.x
+// ignores its own 1e6-element cap: vmihailenco/msgpack issue 401), and a
+// str/bin/ext read grows the pooled decoder's buffer towards the declared
+// length, keeping it across calls. A few hostile bytes could so make a
+// decode allocate gigabytes, or crash with "fatal error: out of memory".
+// An ext value is refused because the generic decoder reads a map length
+// from inside an ext (ignoring its declared size), which would let the
+// rest of the message be read out of step with what was checked here.
+// Bytes after the value are not looked at (the generic decoder ignores
+// them too).
+func checkValue(b []byte) error {
+	m := mp{b: b}
+	var left [maxNesting + 1]uint64 // values still to read at each open level
+	left[0] = 1
+	depth := 0
+	for {
+		for left[depth] == 0 {
+			if depth == 0 {
+				return nil
+			}
+			depth--
+		}
+		left[depth]--
+		at := m.i
+		c, err := m.byte()
+		if err != nil {
+			return fmt.Errorf("msgpack: truncated: a value is missing at byte %d", at)
+		}
+		var size, elems uint64 // bytes to pass over, values to read inside
+		what := ""
+		switch {
+		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+			continue
+		case c >= 0x80 && c <= 0x8f:
+			elems, what = 2*uint64(c&0x0f), "map"
+		case c >= 0x90 && c <= 0x9f:
+			elems, what = uint64(c&0x0f), "array"
+		case c >= 0xa0 && c <= 0xbf:
+			size, what = uint64(c&0x1f), "str"
+		case c == 0xc1:
+			return fmt.Errorf("msgpack: invalid code 0xc1 at byte %d", at)
+		case c >= 0xc7 && c <= 0xc9 || c >= 0xd4 && c <= 0xd8:
+			return fmt.Errorf("msgpack: ext value (code %#x) at byte %d; the protocol has no ext types", c, at)
+		case c == 0xca || c == 0xce || c == 0xd2:
+			size, what = 4, "number"
+		case c == 0xcb || c == 0xcf || c == 0xd3:
+			size, what = 8, "number"
+		case c == 0xcc || c == 0xd0:
+			size, what = 1, "number"
+		case c == 0xcd || c == 0xd1:
+			size, what = 2, "number"
+		default:
+			// 0xc4-0xc6 bin, 0xd9-0xdb str, 0xdc-0xdd array, 0xde-0xdf map:
+			// a big-endian length of 1, 2 or 4 bytes follows.
+			k := 4
+			switch c {
+			case 0xc4, 0xd9:
+				k = 1
+			case 0xc5, 0xda, 0xdc, 0xde:
+				k = 2
+			}
+			n, err := m.be(k)
+			if err != nil {
+				return fmt.Errorf("msgpack: truncated: the length at byte %d is cut short", at)
+			}
+			switch {
+			case c <= 0xc6:
+				size, what = n, "bin"
+			case c <= 0xdb:
+				size, what = n, "str"
+			case c <= 0xdd:
+				elems, what = n, "array"
+			default:
+				elems, what = 2*n, "map"
+			}
+		}
+		rest := uint64(len(b) - m.i)
+		if size > rest || elems > rest {
+			count, unit := size, "bytes"
+			if elems > 0 {
+				count, unit = elems, "elements"
+				if what == "map" {
+					count, unit = elems/2, "entries"
+				}
+			}
+			return fmt.Errorf("msgpack: %s of %d %s at byte %d, but only %d bytes follow", what, count, unit, at, rest)
+		}
+		m.i += int(size)
+		if elems > 0 {
+			if depth == maxNesting {
+				return fmt.Errorf("msgpack: arrays and maps nest more than %d deep (at byte %d)", maxNesting, at)
+			}
+			depth++
+			left[depth] = elems
+		}
+	}
+}
