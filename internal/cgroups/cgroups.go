@@ -118,12 +118,16 @@ type Cgroup struct {
 	// is removed rather than handed to another job.
 	noReuse bool
 	// events is cgroup.events kept open (read with pread: the empty
-	// check after every job's exit is on its critical path).
+	// check after every job's exit is on its critical path). A plain
+	// descriptor, 0 when not open: (*os.File).Fd would switch it to
+	// blocking mode, one more system call, on every read.
 	emu    sync.Mutex
-	events *os.File
+	events int
 	// dir is the cgroup directory kept open for SysProcAttr.CgroupFD
-	// while the cgroup is in the pool and in use.
-	dir *os.File
+	// while the cgroup is in the pool and in use; dirFd is its number
+	// (taken once: Fd costs a system call every time).
+	dir   *os.File
+	dirFd int
 }
 
 // Create makes a new cgroup named name and returns it with an open
@@ -157,14 +161,14 @@ func (b *Base) Acquire(fresh bool) (*Cgroup, int, error) {
 	name := fmt.Sprintf("c-%s-%d", b.tag, b.next)
 	b.mu.Unlock()
 	if c != nil && c.dir != nil {
-		return c, int(c.dir.Fd()), nil
+		return c, c.dirFd, nil
 	}
 	c, dir, err := b.Create(name)
 	if err != nil {
 		return nil, -1, err
 	}
-	c.dir = dir
-	return c, int(dir.Fd()), nil
+	c.dir, c.dirFd = dir, int(dir.Fd())
+	return c, c.dirFd, nil
 }
 
 // Release hands back the cgroup of a finished job: kept for reuse when
@@ -211,17 +215,17 @@ func (c *Cgroup) Procs() []int {
 func (c *Cgroup) Populated() bool {
 	c.emu.Lock()
 	defer c.emu.Unlock()
-	if c.events == nil {
-		f, err := os.Open(filepath.Join(c.Path, "cgroup.events"))
+	if c.events <= 0 {
+		fd, err := unix.Open(filepath.Join(c.Path, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return len(c.Procs()) > 0
 		}
-		c.events = f
+		c.events = fd
 	}
 	// One pread (ReadAt would read again to see EOF): the file is a few
 	// bytes, read whole at once.
 	var buf [256]byte
-	n, err := unix.Pread(int(c.events.Fd()), buf[:], 0)
+	n, err := unix.Pread(c.events, buf[:], 0)
 	if n <= 0 || err != nil {
 		return len(c.Procs()) > 0
 	}
@@ -232,9 +236,9 @@ func (c *Cgroup) Populated() bool {
 func (c *Cgroup) closeFiles() {
 	c.emu.Lock()
 	defer c.emu.Unlock()
-	if c.events != nil {
-		c.events.Close()
-		c.events = nil
+	if c.events > 0 {
+		unix.Close(c.events)
+		c.events = 0
 	}
 	if c.dir != nil {
 		c.dir.Close()

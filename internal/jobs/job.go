@@ -404,9 +404,10 @@ func (j *Job) start() error {
 	j.readersLeft.Store(int32(len(files.parent)))
 	j.readersDone = make(chan struct{})
 	for i, f := range files.parent {
-		go j.readLoop(i, f, j.readersDone)
+		done := j.readersDone
+		j.m.runners.run(func() { j.readLoop(i, f, done) })
 	}
-	go j.waitLoop()
+	j.m.runners.run(j.waitLoop)
 	if j.cg != nil {
 		j.m.watchEscapes(j, runDone)
 	}
@@ -649,6 +650,12 @@ func (j *Job) readLoop(i int, f *os.File, done chan struct{}) {
 			j.output(i, buf, start, n)
 		}
 		if err != nil {
+			if !j.isPTY {
+				// Closed here, off the way from the exit to the exit
+				// event (drain's Close is then free). A terminal's
+				// master also carries input: drain closes it.
+				f.Close()
+			}
 			return
 		}
 	}
@@ -929,8 +936,9 @@ func (j *Job) scopeAlive() bool {
 // finalizes the job once.
 func (j *Job) waitLoop() {
 	defer j.m.wg.Done()
-	ws, err := j.proc.wait()
-	j.m.removeLeader(j.proc.pid)
+	p := j.proc // (a service's next run gets a proc of its own)
+	ws, err := p.wait()
+	j.m.removeLeader(p.pid)
 	if err != nil {
 		j.m.log.Error("wait for job", "job", j.id, "err", err)
 	}
@@ -938,7 +946,7 @@ func (j *Job) waitLoop() {
 	j.leaderExited = true
 	killing, deadline, cg, runDone := j.killing, j.killDeadline, j.cg, j.runDone
 	j.mu.Unlock()
-	j.proc.release() // (unreaped is not asked once leaderExited is set)
+	p.releaseSlot() // (the pidfd is closed below)
 
 	// Usually nothing is left once the leader is gone: one check of the
 	// scope then (no escape can hide in an empty cgroup).
@@ -951,6 +959,10 @@ func (j *Job) waitLoop() {
 	}
 	j.drain()
 	sock := j.finalize(ws)
+	// The pidfd is closed after the exit event is out (unreaped is not
+	// asked once leaderExited is set; a signal through it after the reap
+	// fails, it cannot reach another process).
+	p.release()
 	closeNotify(sock)
 	// The cgroup is empty (clearGroup waited for it); removing it need
 	// not delay the job's end. (A service's next run has its own.)

@@ -203,6 +203,11 @@ func (p *proc) release() {
 	if p.pidfd != nil {
 		p.pidfd.Close()
 	}
+	p.releaseSlot()
+}
+
+// releaseSlot gives back the blocking-wait slot (once).
+func (p *proc) releaseSlot() {
 	if p.slots != nil {
 		p.slots.Add(-1)
 		p.slots = nil

@@ -179,9 +179,11 @@ type Manager struct {
 	// would otherwise allocate two per run.
 	outBufs sync.Pool
 
-	wg     sync.WaitGroup // job goroutines and the sweeper
-	stop   chan struct{}
-	closeO sync.Once
+	wg   sync.WaitGroup // job goroutines and the sweeper
+	stop chan struct{}
+	// runners run jobs' readers and waiters (see runners).
+	runners *runners
+	closeO  sync.Once
 }
 
 // Option configures a Manager.
@@ -213,6 +215,7 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, live: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ(), bootID: BootID(), leaders: map[int]struct{}{}}
+	m.runners = newRunners(m.stop, &m.wg)
 	m.devNullFd, m.pidfds = -1, pidfdsWork()
 	if f, err := os.Open(os.DevNull); err == nil {
 		m.devNull = f

@@ -104,8 +104,9 @@ func ownChildren() []int {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err == nil {
 		ok := true
+		buf := make([]byte, 0, 512)
 		for _, t := range tasks {
-			b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+			b, err := readProcFile("/proc/self/task/"+t.Name()+"/children", buf[:0])
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					if _, serr := os.Stat("/proc/self/task/" + t.Name()); serr == nil {
@@ -134,6 +135,32 @@ func ownChildren() []int {
 		return true
 	})
 	return out
+}
+
+// readProcFile appends the contents of a small /proc file to buf: three
+// system calls where os.ReadFile makes six (this runs after every job).
+func readProcFile(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return buf, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return buf, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
 func (m *Manager) addLeader(pid int) {
