@@ -88,6 +88,20 @@ func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int
 	return Interleave(b, n, par, append([]func() error{direct, spawn}, more...)...)
 }
 
+// SpawnWaitRunner runs /bin/true through c with spawn's waitMs: spawn
+// and wait in one round trip, no event socket. Give it a supervisor of
+// its own: a SpawnTrueRates subscriber on the same one would receive
+// these jobs' events too, which a client that waits has no use for.
+func SpawnWaitRunner(c *client.Client) func() error {
+	return func() error {
+		j, finished, err := c.SpawnWait(context.Background(), protocol.SpawnArgs{Argv: []string{"/bin/true"}}, 10*time.Second)
+		if err == nil && !finished {
+			err = fmt.Errorf("job %s not finished after 10 s", j.JobID)
+		}
+		return err
+	}
+}
+
 // Interleave runs each runner n times across par workers and returns
 // their rates (runs per second). They take turns in batches of 50, so
 // that all of them see the same machine (load on shared machines drifts

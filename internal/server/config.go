@@ -74,6 +74,10 @@ type Config struct {
 	// once). Not an operator setting: tests that must see the queue
 	// overflow set it.
 	EventsQueuedOnly bool
+	// MaxHeldReplies and MaxPeerHeldReplies bound the replies held for
+	// waits (spawn's waitMs, op wait) in all and per connection; 0 means
+	// 10000 and 1000. Not operator settings (tests lower them).
+	MaxHeldReplies, MaxPeerHeldReplies int
 	// HeartbeatInterval is the period of supervisor.heartbeat events.
 	HeartbeatInterval time.Duration
 	// MaxRequestBytes bounds one control request.

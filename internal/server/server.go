@@ -79,7 +79,8 @@ type Server struct {
 
 	wg    sync.WaitGroup // control loops, heartbeat
 	pubWG sync.WaitGroup // publisher
-	reqWG sync.WaitGroup // request handlers
+	reqWG sync.WaitGroup // request handlers and held replies
+	held  heldCounts     // replies held for waits (wait.go)
 	reqMu sync.Mutex     // guards reqStopped and reqWG.Add
 	// reqStopped: Close is waiting for handlers; new requests get shutting-down.
 	reqStopped bool
@@ -475,7 +476,12 @@ func (s *Server) incoming(msg zmqx.Incoming) bool {
 		if p.Closed() {
 			return // the peer went away while this waited
 		}
-		s.reply(p, env, s.handle(b))
+		out, w := s.handle(p, b)
+		if w != nil {
+			s.holdReply(p, env, w)
+			return
+		}
+		s.reply(p, env, out)
 	}
 	// An idle worker takes it, else a new one starts (at most
 	// MaxInFlight run at once, bounded by inflight above).
@@ -521,9 +527,10 @@ func (s *Server) reply(p *zmqx.Peer, env [][]byte, body []byte) {
 	}
 }
 
-// handle runs one request and returns the encoded reply. It never panics
-// on bad input; a panic in an op is turned into an internal error.
-func (s *Server) handle(body []byte) (out []byte) {
+// handle runs one request from peer p and returns the encoded reply, or
+// the wait the reply is held for (see holdReply). It never panics on bad
+// input; a panic in an op is turned into an internal error.
+func (s *Server) handle(p *zmqx.Peer, body []byte) (out []byte, w *heldReply) {
 	start := time.Now()
 	req, err := protocol.DecodeRequest(body, s.cfg.MaxRequestBytes)
 	id, op := "", protocol.Op("")
@@ -535,30 +542,34 @@ func (s *Server) handle(body []byte) (out []byte) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("panic in request handler", "op", string(req.Op), "panic", r)
-			out = protocol.ErrorReply(id, protocol.Errorf(protocol.CodeInternal, "internal error"))
+			out, w = protocol.ErrorReply(id, protocol.Errorf(protocol.CodeInternal, "internal error")), nil
 		}
 	}()
 	if err != nil {
 		s.log.Debug("bad request", "err", err)
 		pe := toWire(err)
 		code = string(pe.Code)
-		return protocol.ErrorReply(id, pe)
+		return protocol.ErrorReply(id, pe), nil
 	}
-	result, err := s.dispatch(req)
+	result, err := s.dispatch(p, req)
+	if h, ok := result.(*heldReply); ok && err == nil {
+		h.id = id
+		return nil, h
+	}
 	if err != nil {
 		pe := toWire(err)
 		code = string(pe.Code)
 		s.log.Debug("request failed", "op", string(req.Op), "code", string(pe.Code), "err", pe.Message, "took", time.Since(start))
-		return protocol.ErrorReply(id, pe)
+		return protocol.ErrorReply(id, pe), nil
 	}
 	b, err := protocol.OKReply(id, result)
 	if err != nil {
-		return protocol.ErrorReply(id, protocol.Errorf(protocol.CodeInternal, "encode reply: %v", err))
+		return protocol.ErrorReply(id, protocol.Errorf(protocol.CodeInternal, "encode reply: %v", err)), nil
 	}
 	if len(b) > 64<<20 {
-		return protocol.ErrorReply(id, protocol.Errorf(protocol.CodeTooLarge, "reply would be %d bytes; ask for less", len(b)))
+		return protocol.ErrorReply(id, protocol.Errorf(protocol.CodeTooLarge, "reply would be %d bytes; ask for less", len(b))), nil
 	}
-	return b
+	return b, nil
 }
 
 // toWire maps any error to a wire error: *protocol.Error passes through,
@@ -571,7 +582,7 @@ func toWire(err error) *protocol.Error {
 	return protocol.Errorf(protocol.CodeInternal, "%v", err)
 }
 
-func (s *Server) dispatch(req *protocol.Request) (any, error) {
+func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 	switch req.Op {
 	case protocol.OpHealth:
 		active, total := s.jobs.Counts()
@@ -592,11 +603,16 @@ func (s *Server) dispatch(req *protocol.Request) (any, error) {
 		if err := protocol.DecodeArgs(req, &a); err != nil {
 			return nil, err
 		}
+		if a.WaitMs > 0 {
+			return s.spawnAndWait(p, a)
+		}
 		info, err := s.jobs.Spawn(a)
 		if err != nil {
 			return nil, err
 		}
 		return protocol.SpawnResult{JobID: info.JobID, Job: info}, nil
+	case protocol.OpWait:
+		return s.wait(p, req)
 	case protocol.OpPoll:
 		var a protocol.PollArgs
 		if err := protocol.DecodeArgs(req, &a); err != nil {

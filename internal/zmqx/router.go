@@ -245,6 +245,9 @@ func (p *Peer) Release() {
 	}
 }
 
+// Gone is closed when the peer is gone.
+func (p *Peer) Gone() <-chan struct{} { return p.done }
+
 // Closed reports whether the peer is gone (its messages need no answer).
 func (p *Peer) Closed() bool {
 	select {

@@ -289,17 +289,18 @@ func (c *Client) readLoop(cn *conn) {
 // Call sends op with args and decodes the result into result (which may be
 // nil). Server errors are returned as *protocol.Error.
 func (c *Client) Call(ctx context.Context, op protocol.Op, args, result any) error {
-	rep, err := c.call(ctx, op, args)
+	rep, err := c.call(ctx, op, args, 0)
 	if err != nil {
 		return err
 	}
 	return rep.DecodeResult(result)
 }
 
-// call sends op with args and returns the reply envelope.
-func (c *Client) call(ctx context.Context, op protocol.Op, args any) (*protocol.Reply, error) {
-	// RequestTimeout bounds every request; an earlier ctx deadline wins.
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+// call sends op with args and returns the reply envelope. The reply is
+// awaited for RequestTimeout plus held (the time the server holds it: a
+// wait), or until an earlier ctx deadline.
+func (c *Client) call(ctx context.Context, op protocol.Op, args any, held time.Duration) (*protocol.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout+held)
 	defer cancel()
 	id := c.prefix + strconv.FormatUint(c.nextID.Add(1), 36)
 	body, err := protocol.EncodeRequest(id, op, args)
@@ -359,6 +360,40 @@ func (c *Client) Spawn(ctx context.Context, args protocol.SpawnArgs) (protocol.J
 	return r.Job, err
 }
 
+// SpawnWait spawns a job and waits up to wait (at most
+// protocol.MaxWaitMs) for it to finish, in one round trip: the reply
+// comes when the job has finished (finished true: the returned JobInfo is
+// final) or when wait has passed (finished false; Wait can go on).
+func (c *Client) SpawnWait(ctx context.Context, args protocol.SpawnArgs, wait time.Duration) (protocol.JobInfo, bool, error) {
+	args.WaitMs = max(wait.Milliseconds(), 1)
+	var r protocol.SpawnResult
+	rep, err := c.call(ctx, protocol.OpSpawn, &args, wait)
+	if err == nil {
+		err = rep.DecodeResult(&r)
+	}
+	return r.Job, r.Finished, err
+}
+
+// Wait waits up to wait (0: protocol.DefaultWaitMs; at most
+// protocol.MaxWaitMs) for a job to finish; finished says whether it did
+// (the JobInfo is then final).
+func (c *Client) Wait(ctx context.Context, jobID string, wait time.Duration) (protocol.JobInfo, bool, error) {
+	held := wait
+	if held <= 0 {
+		held = protocol.DefaultWaitMs * time.Millisecond
+	}
+	var r protocol.SpawnResult
+	ms := wait.Milliseconds()
+	if wait > 0 && ms == 0 {
+		ms = 1
+	}
+	rep, err := c.call(ctx, protocol.OpWait, &protocol.WaitArgs{JobID: jobID, WaitMs: ms}, held)
+	if err == nil {
+		err = rep.DecodeResult(&r)
+	}
+	return r.Job, r.Finished, err
+}
+
 // Poll reads retained output of a job from a byte cursor.
 func (c *Client) Poll(ctx context.Context, jobID string, cursor, maxBytes int64) (protocol.PollResult, error) {
 	var r protocol.PollResult
@@ -416,7 +451,7 @@ func (c *Client) Subscribe(ctx context.Context, jobID string, from uint64, limit
 	case <-ctx.Done():
 		return protocol.SubscribeResult{}, ctx.Err()
 	}
-	rep, err := c.call(ctx, protocol.OpSubscribe, &protocol.SubscribeArgs{JobID: jobID, FromSeq: from, Limit: limit})
+	rep, err := c.call(ctx, protocol.OpSubscribe, &protocol.SubscribeArgs{JobID: jobID, FromSeq: from, Limit: limit}, 0)
 	if err != nil {
 		return protocol.SubscribeResult{}, err
 	}

@@ -280,6 +280,9 @@ func (a *SpawnArgs) Validate() error {
 	if strings.IndexByte(a.Cwd, 0) >= 0 {
 		return Errorf(CodeInvalidArgument, "cwd contains a NUL byte")
 	}
+	if a.WaitMs < 0 || a.WaitMs > MaxWaitMs {
+		return Errorf(CodeInvalidArgument, "waitMs is %d; it must be 0..%d (1 hour)", a.WaitMs, int64(MaxWaitMs))
+	}
 	for name, v := range map[string]int64{"timeoutMs": a.TimeoutMs, "noOutputTimeoutMs": a.NoOutputTimeoutMs, "graceMs": a.GraceMs} {
 		if v < 0 {
 			return Errorf(CodeInvalidArgument, "%s is negative (%d)", name, v)

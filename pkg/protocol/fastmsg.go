@@ -174,6 +174,7 @@ func appendSpawnArgs(b []byte, a *SpawnArgs) ([]byte, bool) {
 	w.bool("strictOwnership", a.StrictOwnership, true)
 	w.bool("notify", a.Notify, true)
 	w.int("watchdogIntervalMs", a.WatchdogIntervalMs, true)
+	w.int("waitMs", a.WaitMs, true)
 	return w.end(), true
 }
 
@@ -301,6 +302,7 @@ func fastResult(b []byte, result any) ([]byte, bool) {
 	if w.b, ok = appendJobInfo(w.b, &r.Job); !ok {
 		return b, false
 	}
+	w.bool("finished", r.Finished, true)
 	return w.end(), true
 }
 
@@ -534,6 +536,8 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 			ok = m.boolTo(&a.Notify)
 		case "watchdogIntervalMs":
 			ok = m.i64To(&a.WatchdogIntervalMs)
+		case "waitMs":
+			ok = m.i64To(&a.WaitMs)
 		case "pty", "restart", "limits":
 			return false // nested: the generic decoder
 		default:
@@ -671,6 +675,8 @@ func fastSpawnResult(b []byte, r *SpawnResult) bool {
 			}
 			seenJob = true
 			return fastJobInfo(&m, &r.Job)
+		case "finished":
+			return m.boolTo(&r.Finished)
 		}
 		return m.skipped()
 	})

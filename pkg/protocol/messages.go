@@ -74,6 +74,9 @@ type SpawnArgs struct {
 	WatchdogIntervalMs int64 `msgpack:"watchdogIntervalMs,omitempty" json:"watchdogIntervalMs,omitempty"`
 	// Limits bound the job's resources (rlimits, niceness, cgroup limits).
 	Limits *ResourceLimits `msgpack:"limits,omitempty" json:"limits,omitempty"`
+	// WaitMs > 0 holds the reply until the job has finished (or WaitMs
+	// passed): spawn and wait in one round trip. Not part of the job.
+	WaitMs int64 `msgpack:"waitMs,omitempty" json:"waitMs,omitempty"`
 }
 
 // PtyArgs sizes a job's terminal. Zero Rows/Cols mean 24x80; empty Term
@@ -117,6 +120,17 @@ const (
 type SpawnResult struct {
 	JobID string  `msgpack:"jobId" json:"jobId"`
 	Job   JobInfo `msgpack:"job" json:"job"`
+	// Finished (a spawn with WaitMs, and OpWait) says the job has
+	// finished: Job is its final state and its terminal event was
+	// published. False when the wait ran out first.
+	Finished bool `msgpack:"finished,omitempty" json:"finished,omitempty"`
+}
+
+// WaitArgs are the arguments of OpWait (its result is a SpawnResult).
+type WaitArgs struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+	// WaitMs bounds the wait; 0 means DefaultWaitMs.
+	WaitMs int64 `msgpack:"waitMs,omitempty" json:"waitMs,omitempty"`
 }
 
 // JobArgs are the arguments of ops that name one job (OpRemove, OpStatus).

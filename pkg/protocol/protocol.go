@@ -30,10 +30,12 @@ const (
 	OpStop    Op = "stop"
 	// OpHistory returns a job's ended runs with their last output lines.
 	OpHistory Op = "history"
+	// OpWait replies when a job has finished, or when its waitMs passed.
+	OpWait Op = "wait"
 )
 
 // Ops lists every operation the server understands, in documentation order.
-var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize, OpStart, OpRestart, OpStop, OpHistory}
+var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize, OpStart, OpRestart, OpStop, OpHistory, OpWait}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {
@@ -156,6 +158,7 @@ const (
 	CodeSpawnError         Code = "spawn-error"
 	CodeJobRunning         Code = "job-running"
 	CodeShuttingDown       Code = "shutting-down"
+	CodeTooManyWaits       Code = "too-many-waits"
 	CodeInternal           Code = "internal"
 )
 
@@ -180,6 +183,10 @@ const (
 	MaxIDBytes = 128
 	// MaxTimeoutMs is the largest timeout accepted (7 days).
 	MaxTimeoutMs = 7 * 24 * 3600 * 1000
+	// MaxWaitMs is the longest a wait (op wait, spawn's waitMs) may last.
+	MaxWaitMs = 3600 * 1000
+	// DefaultWaitMs is a wait op's waitMs when it gives none.
+	DefaultWaitMs = 60 * 1000
 	// MaxWriteBytes is the most data one write request carries.
 	MaxWriteBytes = 256 << 10
 	// MaxPollBytes is the most output one poll reply carries.

@@ -306,6 +306,26 @@ def main(control, event):
         check(job.get("jobId") == job_id and job.get("state") == "exited" and job.get("exitCode") == 4
               and job.get("reason") == "exit", "DEALER status: %r" % job)
         log("DEALER ok: replies matched by id")
+
+        # spawn and wait in one round trip (REQ): the reply is the job's end
+        res = ok_result(req_call(req, request("spawn", "sw", {"shell": "echo waited; exit 5", "waitMs": 20000}),
+                                 "spawn with waitMs"), "spawn with waitMs", "sw")
+        job = res.get("job") or {}
+        check(res.get("finished") is True and job.get("state") == "exited" and job.get("exitCode") == 5,
+              "spawn with waitMs: %r" % res)
+        # the wait op on a running job runs out: finished false
+        res = ok_result(req_call(req, request("spawn", "sl", {"argv": ["sleep", "30"]}), "spawn sleep"), "spawn sleep", "sl")
+        sleeper = res["jobId"]
+        res = ok_result(req_call(req, request("wait", "w1", {"jobId": sleeper, "waitMs": 50}), "wait runs out"),
+                        "wait runs out", "w1")
+        check(res.get("finished") in (False, None) and (res.get("job") or {}).get("state") == "running",
+              "wait on a running job: %r" % res)
+        ok_result(req_call(req, request("kill", "k1", {"jobId": sleeper}), "kill sleeper"), "kill sleeper", "k1")
+        res = ok_result(req_call(req, request("wait", "w2", {"jobId": sleeper, "waitMs": 20000}), "wait for kill"),
+                        "wait for kill", "w2")
+        check(res.get("finished") is True and (res.get("job") or {}).get("reason") == "manual-cancel",
+              "wait after kill: %r" % res)
+        log("spawn waitMs and wait ok")
     finally:
         for s in socks:
             s.close(linger=0)

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+func wantCode(t *testing.T, err error, code protocol.Code, msg string) {
+	t.Helper()
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != code || !strings.Contains(pe.Message, msg) {
+		t.Fatalf("got %v, want %s containing %q", err, code, msg)
+	}
+}
+
+// TestSpawnWait: a spawn with waitMs answers once the job has finished,
+// with its final state; its output and terminal event are there by then.
+func TestSpawnWait(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	c := ts.client
+	ctx := ctxT(t, 30*time.Second)
+
+	info, finished, err := c.SpawnWait(ctx, protocol.SpawnArgs{Shell: "echo hi; exit 3"}, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !finished || info.State != protocol.StateExited || info.ExitCode == nil || *info.ExitCode != 3 || info.Reason != protocol.ReasonExit {
+		t.Fatalf("finished %v, job %+v; want exited with code 3", finished, info)
+	}
+	p, err := c.Poll(ctx, info.JobID, 0, 0)
+	var out []byte
+	for _, ch := range p.Chunks {
+		out = append(out, ch.Data...)
+	}
+	if err != nil || string(out) != "hi\n" {
+		t.Fatalf("poll after the wait: %q, %v", out, err)
+	}
+	sr, err := c.Subscribe(ctx, info.JobID, 1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sr.Events); n == 0 || sr.Events[n-1].Kind != protocol.KindExited {
+		t.Fatalf("events retained at the reply: %+v; want job.exited last", sr.Events)
+	}
+
+	// A spawn error is answered at once, as without waitMs.
+	_, _, err = c.SpawnWait(ctx, protocol.SpawnArgs{Argv: []string{"/nonexistent/binary"}}, 20*time.Second)
+	wantCode(t, err, protocol.CodeSpawnError, "nonexistent")
+}
+
+// TestWaitRunsOut: a wait that runs out answers finished=false with the
+// job as it is; the wait op then goes on, and ends when the job does.
+func TestWaitRunsOut(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	c := ts.client
+	ctx := ctxT(t, 30*time.Second)
+
+	info, finished, err := c.SpawnWait(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}}, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if finished || info.State != protocol.StateRunning {
+		t.Fatalf("finished %v, state %s; want a running job", finished, info.State)
+	}
+	if _, finished, err = c.Wait(ctx, info.JobID, 50*time.Millisecond); err != nil || finished {
+		t.Fatalf("wait on a running job: finished %v, %v", finished, err)
+	}
+	got := make(chan error, 1)
+	var final protocol.JobInfo
+	go func() {
+		var ok bool
+		var err error
+		final, ok, err = c.Wait(ctx, info.JobID, 20*time.Second)
+		if err == nil && !ok {
+			err = errors.New("the wait ran out")
+		}
+		got <- err
+	}()
+	if _, err := c.Kill(ctx, info.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if final.Reason != protocol.ReasonManualCancel || final.State != protocol.StateExited {
+		t.Fatalf("final job %+v; want manual-cancel", final)
+	}
+	// Finished already: answered at once.
+	if _, finished, err := c.Wait(ctx, info.JobID, 20*time.Second); err != nil || !finished {
+		t.Fatalf("wait on a finished job: finished %v, %v", finished, err)
+	}
+}
+
+// TestWaitBadInput: unknown job, missing id, waitMs out of range.
+func TestWaitBadInput(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	c := ts.client
+	ctx := ctxT(t, 20*time.Second)
+	_, _, err := c.Wait(ctx, "no-such-job", time.Second)
+	wantCode(t, err, protocol.CodeNotFound, "no-such-job")
+	err = c.Call(ctx, protocol.OpWait, &protocol.WaitArgs{}, nil)
+	wantCode(t, err, protocol.CodeInvalidArgument, "jobId")
+	for _, ms := range []int64{-1, protocol.MaxWaitMs + 1} {
+		err = c.Call(ctx, protocol.OpWait, &protocol.WaitArgs{JobID: "x", WaitMs: ms}, nil)
+		wantCode(t, err, protocol.CodeInvalidArgument, "waitMs")
+		err = c.Call(ctx, protocol.OpSpawn, &protocol.SpawnArgs{Argv: []string{"true"}, WaitMs: ms}, nil)
+		wantCode(t, err, protocol.CodeInvalidArgument, "waitMs")
+	}
+	err = c.Call(ctx, protocol.OpWait, map[string]any{"jobId": 7}, nil)
+	wantCode(t, err, protocol.CodeBadRequest, "")
+	if n := ts.Server.heldTotal(); n != 0 {
+		t.Fatalf("%d replies held after refused waits", n)
+	}
+}
+
+// TestHeldRepliesDoNotBlock: more waits than a connection may have
+// requests in flight, and the same connection still gets answers (and
+// can kill the job they wait for). Past the per-connection bound a wait
+// is refused, and a spawn with waitMs is refused before it starts
+// anything.
+func TestHeldRepliesDoNotBlock(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxPeerHeldReplies = 40
+	ts := startServer(t, cfg)
+	c := ts.client
+	ctx := ctxT(t, 30*time.Second)
+	j, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, finished, err := c.Wait(ctx, j.JobID, 25*time.Second)
+			if err == nil && !finished {
+				err = errors.New("wait ran out")
+			}
+			errs <- err
+		}()
+	}
+	eventually(t, 10*time.Second, "40 replies held", func() bool { return ts.Server.heldTotal() == 40 })
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatalf("health while 40 waits are held: %v", err)
+	}
+	_, _, err = c.Wait(ctx, j.JobID, time.Second)
+	wantCode(t, err, protocol.CodeTooManyWaits, "this connection")
+	before, _ := ts.jobs.Counts()
+	_, _, err = c.SpawnWait(ctx, protocol.SpawnArgs{Argv: []string{"true"}}, time.Second)
+	wantCode(t, err, protocol.CodeTooManyWaits, "this connection")
+	if after, _ := ts.jobs.Counts(); after != before {
+		t.Fatalf("a refused spawn-and-wait started a job (%d -> %d active)", before, after)
+	}
+	// Another connection has its own bound.
+	other := client.New(client.Options{ControlAddress: cfg.Control, RequestTimeout: 10 * time.Second, Token: ts.token})
+	defer other.Close()
+	if _, finished, err := other.Wait(ctx, j.JobID, 10*time.Millisecond); err != nil || finished {
+		t.Fatalf("wait on another connection: finished %v, %v", finished, err)
+	}
+	if _, err := c.Kill(ctx, j.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "no reply held", func() bool { return ts.Server.heldTotal() == 0 })
+}
+
+// TestHeldReplyOfGoneClient: a client that goes away while a reply is
+// held for it frees what the wait held.
+func TestHeldReplyOfGoneClient(t *testing.T) {
+	cfg := testConfig(t)
+	ts := startServer(t, cfg)
+	ctx := ctxT(t, 30*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := client.New(client.Options{ControlAddress: cfg.Control, RequestTimeout: 10 * time.Second, Token: ts.token})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _, _ = gone.Wait(ctx, j.JobID, 25*time.Second)
+	}()
+	eventually(t, 10*time.Second, "one reply held", func() bool { return ts.Server.heldTotal() == 1 })
+	gone.Close()
+	<-done
+	eventually(t, 10*time.Second, "no reply held", func() bool { return ts.Server.heldTotal() == 0 })
+	if _, err := ts.client.Kill(ctx, j.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heldTotal is the number of replies held for waits.
+func (s *Server) heldTotal() int {
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	return s.held.total
+}
+
+// TestHeldReplyAtShutdown: a supervisor that shuts down ends its jobs
+// first, so a held wait is answered with the job's end.
+func TestHeldReplyAtShutdown(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 30*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		info     protocol.JobInfo
+		finished bool
+		err      error
+	}
+	got := make(chan res, 1)
+	go func() {
+		info, finished, err := ts.client.Wait(ctx, j.JobID, 25*time.Second)
+		got <- res{info, finished, err}
+	}()
+	eventually(t, 10*time.Second, "one reply held", func() bool { return ts.Server.heldTotal() == 1 })
+	if err := ts.Server.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || !r.finished || r.info.Reason != protocol.ReasonShutdown {
+		t.Fatalf("wait across shutdown: finished %v, reason %s, %v", r.finished, r.info.Reason, r.err)
+	}
+}
