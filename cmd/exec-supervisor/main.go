@@ -37,6 +37,8 @@ func run(args []string, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		// (pflag prints nothing itself with ContinueOnError)
+		fmt.Fprintf(stderr, "exec-supervisor: %v (see exec-supervisor --help)\n", err)
 		return 2
 	}
 	if *configFile != "" {

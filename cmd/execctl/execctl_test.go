@@ -284,6 +284,8 @@ func TestUsageErrors(t *testing.T) {
 		{"poll without job", []string{"poll"}, []string{"want exactly one JOB", "hint:"}},
 		{"env without =", []string{"spawn", "--env", "FOO", "--", "true"}, []string{`--env "FOO": want KEY=VALUE`, "hint:"}},
 		{"bad flag", []string{"spawn", "--no-such-flag"}, []string{"unknown flag", "hint:"}},
+		{"bad global flag", []string{"--no-such-flag", "health"}, []string{"unknown flag: --no-such-flag", "hint: see: execctl --help"}},
+		{"bad global flag value", []string{"--request-timeout", "soon", "health"}, []string{"--request-timeout", "hint:"}},
 		{"restart tuning without --restart", []string{"spawn", "--max-restarts", "3", "--", "true"},
 			[]string{"--max-restarts only applies to services", "hint: add --restart on-failure"}},
 		{"restart tuning with --restart never", []string{"spawn", "--restart", "never", "--restart-delay", "1s", "--backoff-multiplier", "3", "--", "true"},

@@ -105,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return exitOK
 		}
+		// (pflag prints nothing itself with ContinueOnError)
+		fmt.Fprintf(stderr, "execctl: %v\n  hint: see: execctl --help\n", err)
 		return exitUsage
 	}
 	rest := fs.Args()

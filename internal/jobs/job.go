@@ -142,6 +142,8 @@ type Job struct {
 	// finN is the job's place in the order jobs finished (guarded by the
 	// Manager's mu; 0 until counted).
 	finN uint64
+	// finBytes is the output it retained when it finished (Manager.recentBytes).
+	finBytes int64
 }
 
 // Reason is a termination reason (an alias of the wire type).

@@ -46,6 +46,12 @@ type Config struct {
 	Retention time.Duration
 	// CleanupInterval is the period of the retention sweep.
 	CleanupInterval time.Duration
+	// MaxFinished and MaxFinishedOutput bound the finished one-shot jobs
+	// retention keeps (their number, and the output bytes they hold): past
+	// either, the oldest are forgotten before their retention period ends
+	// (counted in Forgotten). Memory stays bounded however fast jobs end.
+	MaxFinished       int
+	MaxFinishedOutput int64
 	// DrainTimeout bounds the wait for output pipes to close once the
 	// job's process group is gone (a process that escaped the group may
 	// hold them open).
@@ -64,6 +70,9 @@ func DefaultConfig() Config {
 		Retention:       5 * time.Minute,
 		CleanupInterval: time.Minute,
 		DrainTimeout:    2 * time.Second,
+		// 100000 finished jobs with no output take ~150 MB.
+		MaxFinished:       100000,
+		MaxFinishedOutput: 1 << 30,
 	}
 }
 
@@ -95,6 +104,12 @@ func (c *Config) fill() {
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = d.DrainTimeout
+	}
+	if c.MaxFinished <= 0 {
+		c.MaxFinished = d.MaxFinished
+	}
+	if c.MaxFinishedOutput <= 0 {
+		c.MaxFinishedOutput = d.MaxFinishedOutput
 	}
 }
 
@@ -169,6 +184,16 @@ type Manager struct {
 	// finished jobs retention holds.
 	live   map[string]*Job
 	recent []finished
+	// recentN and recentBytes count the jobs in recent (not emptied) and
+	// the output bytes they retain; recentHead is where the oldest of them
+	// may be (entries before it are empty).
+	recentN     int
+	recentBytes int64
+	recentHead  int
+	// forgotten counts finished jobs forgotten early (MaxFinished,
+	// MaxFinishedOutput); forgotLogged is when that was last logged.
+	forgotten    atomic.Uint64
+	forgotLogged time.Time
 
 	// watched are the running cgroup jobs' runs the escape watcher checks.
 	emu     sync.Mutex
@@ -292,20 +317,77 @@ func (m *Manager) changed() {
 	}
 }
 
+// jobDone counts j finished. j.mu is held (its output is final).
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	m.mu.Lock()
 	m.active--
+	forgot := 0
 	if j.svc == nil { // services are always journaled
 		m.finN++
 		j.finN = m.finN
 		delete(m.live, j.id)
+		j.finBytes = int64(j.out.bytes)
 		m.recent = append(m.recent, finished{finN: j.finN, j: j})
+		m.recentN++
+		m.recentBytes += j.finBytes
+		forgot = m.boundRecentLocked(j)
 	}
 	m.mu.Unlock()
+	if forgot > 0 {
+		m.noteForgotten(forgot)
+	}
 	if m.hooks.Finished != nil {
 		m.hooks.Finished(reason)
 	}
 }
+
+// boundRecentLocked forgets the oldest finished one-shot jobs (never
+// keep, the one just finished) while more than MaxFinished are retained
+// or they hold more than MaxFinishedOutput bytes. It returns how many it
+// forgot. m.mu must be held.
+func (m *Manager) boundRecentLocked(keep *Job) int {
+	n := 0
+	for (m.recentN > m.cfg.MaxFinished || m.recentBytes > m.cfg.MaxFinishedOutput) && m.recentHead < len(m.recent) {
+		f := &m.recent[m.recentHead]
+		if f.j == keep {
+			break
+		}
+		m.recentHead++
+		if f.j == nil {
+			continue
+		}
+		if m.jobs[f.j.id] == f.j {
+			delete(m.jobs, f.j.id)
+		}
+		m.recentN--
+		m.recentBytes -= f.j.finBytes
+		f.j = nil
+		n++
+	}
+	return n
+}
+
+// noteForgotten counts n jobs forgotten early and says so in the log (at
+// most once a minute).
+func (m *Manager) noteForgotten(n int) {
+	total := m.forgotten.Add(uint64(n))
+	m.mu.Lock()
+	now := m.now()
+	log := now.Sub(m.forgotLogged) >= time.Minute
+	if log {
+		m.forgotLogged = now
+	}
+	m.mu.Unlock()
+	if log {
+		m.log.Warn("finished jobs forgotten before their retention period ended, to keep memory bounded; raise --max-finished-jobs or --max-finished-output, or shorten --finished-job-retention",
+			"forgotten", total, "maxFinishedJobs", m.cfg.MaxFinished, "maxFinishedOutput", m.cfg.MaxFinishedOutput)
+	}
+	m.changed()
+}
+
+// Forgotten is the number of finished jobs forgotten before their
+// retention period ended (MaxFinished, MaxFinishedOutput).
+func (m *Manager) Forgotten() uint64 { return m.forgotten.Load() }
 
 // Get returns the job with id, or a CodeNotFound error.
 func (m *Manager) Get(id string) (*Job, error) {
@@ -413,9 +495,12 @@ func (m *Manager) Sweep() int {
 	// Forget the removed jobs in recent (by this sweep or the remove op).
 	m.mu.Lock()
 	kept := m.recent[:0]
+	m.recentN, m.recentBytes, m.recentHead = 0, 0, 0
 	for _, f := range m.recent {
 		if f.j != nil && m.jobs[f.j.id] == f.j {
 			kept = append(kept, f)
+			m.recentN++
+			m.recentBytes += f.j.finBytes
 		}
 	}
 	clear(m.recent[len(kept):])
@@ -447,6 +532,8 @@ func (m *Manager) forgetRecentLocked(j *Job) {
 		return cmp.Compare(f.finN, n)
 	}); ok && m.recent[i].j == j {
 		m.recent[i].j = nil
+		m.recentN--
+		m.recentBytes -= j.finBytes
 	}
 }
 

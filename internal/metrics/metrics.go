@@ -43,6 +43,7 @@ type Gauges struct {
 	EventsDropped, GapEvents                       func() float64
 	JournalWrites, JournalFailures, JournalCorrupt func() float64
 	OrphansReconciled, OrphansReaped               func() float64
+	JobsForgotten                                  func() float64
 	Subscribers                                    func() float64
 }
 
@@ -95,6 +96,7 @@ func New(g Gauges) *Metrics {
 		cf("journal_corrupt_total", "Unusable journals moved aside at start.", g.JournalCorrupt),
 		cf("orphans_reconciled_total", "Orphaned job process groups terminated at start.", g.OrphansReconciled),
 		cf("orphans_reaped_total", "Orphaned descendants of jobs reaped by the supervisor as child subreaper.", g.OrphansReaped),
+		cf("jobs_forgotten_total", "Finished jobs forgotten before their retention period ended (--max-finished-jobs, --max-finished-output).", g.JobsForgotten),
 	)
 	// Pre-create the label values operators alert on, so they read 0, not absent.
 	for _, r := range []protocol.Reason{protocol.ReasonExit, protocol.ReasonSignal, protocol.ReasonManualCancel,

@@ -147,6 +147,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Jobs.Grace, "grace", c.Jobs.Grace, "delay between SIGTERM and SIGKILL when terminating a job")
 	fs.DurationVar(&c.Jobs.Retention, "finished-job-retention", c.Jobs.Retention, "how long finished jobs stay queryable")
 	fs.DurationVar(&c.Jobs.CleanupInterval, "cleanup-interval", c.Jobs.CleanupInterval, "period of the finished-job sweep")
+	fs.IntVar(&c.Jobs.MaxFinished, "max-finished-jobs", c.Jobs.MaxFinished, "most finished jobs retained; past it the oldest are forgotten before --finished-job-retention ends")
+	fs.Int64Var(&c.Jobs.MaxFinishedOutput, "max-finished-output", c.Jobs.MaxFinishedOutput, "most output bytes retained by finished jobs; past it the oldest jobs are forgotten before --finished-job-retention ends")
 	fs.IntVar(&c.EventHWM, "event-hwm", c.EventHWM, "events queued toward the event socket before the oldest are dropped (with job.gap events)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "period of supervisor.heartbeat events")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest control request accepted")
@@ -195,6 +197,8 @@ func (c *Config) Validate() error {
 		{c.Jobs.DefaultTimeout > 0 && c.Jobs.DefaultTimeout <= time.Duration(protocol.MaxTimeoutMs)*time.Millisecond, "--default-timeout", "must be > 0 and at most 168h"},
 		{c.Jobs.Grace > 0 && c.Jobs.Grace <= 10*time.Minute, "--grace", "must be > 0 and at most 10m"},
 		{c.Jobs.Retention > 0, "--finished-job-retention", "must be > 0"},
+		{c.Jobs.MaxFinished >= 1 && c.Jobs.MaxFinished <= 10000000, "--max-finished-jobs", "must be 1..10000000"},
+		{c.Jobs.MaxFinishedOutput >= 1<<20, "--max-finished-output", "must be >= 1048576 bytes"},
 		{c.Jobs.CleanupInterval > 0, "--cleanup-interval", "must be > 0"},
 		{c.EventHWM >= 1 && c.EventHWM <= 10000000, "--event-hwm", "must be 1..10000000"},
 		{c.HeartbeatInterval >= 10*time.Millisecond && c.HeartbeatInterval <= time.Hour, "--heartbeat-interval", "must be 10ms..1h"},

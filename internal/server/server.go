@@ -781,6 +781,7 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		JournalCorrupt:    f(s.journalCorrupt.Load),
 		OrphansReconciled: f(s.orphansReconciled.Load),
 		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
+		JobsForgotten:     func() float64 { return float64(s.jobs.Forgotten()) },
 		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },
 	})
 }

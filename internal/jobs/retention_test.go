@@ -1,0 +1,87 @@
+package jobs
+
+import (
+	"context"
+	"testing"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// TestFinishedJobsBounded: past MaxFinished finished jobs, or
+// MaxFinishedOutput bytes of their output, the oldest finished one-shot
+// jobs are forgotten (not-found), newest kept; running jobs and services
+// are not touched; counts stay right through remove and sweep.
+func TestFinishedJobsBounded(t *testing.T) {
+	m := New(Config{MaxJobs: 10, MaxFinished: 5, MaxFinishedOutput: 1 << 20}, nil, nil)
+	defer m.Close(context.Background())
+	running, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 12 {
+		info, _ := runJob(t, m, protocol.SpawnArgs{Argv: []string{"true"}})
+		ids = append(ids, info.JobID)
+	}
+	for i, id := range ids {
+		_, err := m.Get(id)
+		if forgotten := i < 7; forgotten != (err != nil) {
+			t.Fatalf("job %d of 12: Get error %v; want forgotten=%v (5 kept)", i, err, forgotten)
+		}
+	}
+	if _, err := m.Get(running.JobID); err != nil {
+		t.Fatalf("the running job was forgotten: %v", err)
+	}
+	if got := m.Forgotten(); got != 7 {
+		t.Fatalf("Forgotten() = %d, want 7", got)
+	}
+
+	// Remove one of the kept ones: the bound counts what is left.
+	if err := m.Remove(ids[11]); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := runJob(t, m, protocol.SpawnArgs{Argv: []string{"true"}})
+	for _, id := range append(ids[7:11], info.JobID) {
+		if _, err := m.Get(id); err != nil {
+			t.Fatalf("kept job %s: %v (a removed job still counted)", id, err)
+		}
+	}
+
+	// Output bytes: 400 KiB per job, at most 1 MiB retained: two jobs.
+	m.Sweep() // (recounts; nothing is old enough to go)
+	var big []string
+	for range 4 {
+		info, out := runJob(t, m, protocol.SpawnArgs{Shell: "head -c 409600 /dev/zero"})
+		if len(out) != 409600 {
+			t.Fatalf("job printed %d bytes", len(out))
+		}
+		big = append(big, info.JobID)
+	}
+	for i, id := range big {
+		_, err := m.Get(id)
+		if forgotten := i < 2; forgotten != (err != nil) {
+			t.Fatalf("400 KiB job %d of 4: Get error %v; want forgotten=%v", i, err, forgotten)
+		}
+	}
+	m.mu.Lock()
+	n, b := m.recentN, m.recentBytes
+	m.mu.Unlock()
+	if n != 2 || b != 2*409600 {
+		t.Fatalf("recent counts %d jobs, %d bytes; want 2, %d", n, b, 2*409600)
+	}
+	m.Sweep()
+	m.mu.Lock()
+	n2, b2 := m.recentN, m.recentBytes
+	m.mu.Unlock()
+	if n2 != n || b2 != b {
+		t.Fatalf("sweep recounted %d jobs, %d bytes; incremental counts were %d, %d", n2, b2, n, b)
+	}
+	rj, err := m.Get(running.JobID)
+	if err != nil {
+		t.Fatalf("the running job was forgotten: %v", err)
+	}
+	if _, err := rj.Kill(protocol.ReasonManualCancel, 0); err != nil {
+		t.Fatal(err)
+	}
+	<-rj.Done()
+}
