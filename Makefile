@@ -34,6 +34,7 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 60s ./pkg/protocol/
 	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatchesGeneric -fuzztime 60s ./pkg/protocol/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 60s ./pkg/protocol/
 
 # Run a supervisor in the foreground on the private default endpoints.
 run: build
