@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"io"
 	"math/rand/v2"
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build exec-supervisor: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := leakcheck.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -12,13 +12,14 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
 	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 )
 
 // TestMain lets this test binary serve as the helper.
 func TestMain(m *testing.M) {
 	limits.MaybeRunHelper()
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Main(m))
 }
 
 func helper(t *testing.T) string {

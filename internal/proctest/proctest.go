@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
 )
 
 func scan() []jobs.Process {
@@ -74,8 +75,8 @@ func GroupsOfSession(sid int) []int {
 	return out
 }
 
-// RunWithoutLeaks runs the tests and fails the run when one left a live
-// child process behind. Use it as TestMain's body: os.Exit(RunWithoutLeaks(m)).
+// RunWithoutLeaks runs the tests and fails the run when they left a live
+// child process or a goroutine of this module behind (leakcheck). Use it as TestMain's body: os.Exit(RunWithoutLeaks(m)).
 func RunWithoutLeaks(m interface{ Run() int }) int {
 	code := m.Run()
 	if code == 0 {
@@ -83,6 +84,9 @@ func RunWithoutLeaks(m interface{ Run() int }) int {
 			fmt.Fprintf(os.Stderr, "FAIL: test left child processes behind: %v\n", kids)
 			code = 1
 		}
+	}
+	if code == 0 {
+		code = leakcheck.Report()
 	}
 	return code
 }
