@@ -209,6 +209,7 @@ type Manager struct {
 	// runners run jobs' readers and waiters (see runners).
 	runners *runners
 	closeO  sync.Once
+	stopO   sync.Once // closes stop (also when Close gives up waiting)
 }
 
 // Option configures a Manager.
@@ -282,18 +283,25 @@ func newJobID() string {
 // exited with reason spawn-error) and the error, a *protocol.Error with
 // CodeSpawnError, carries its id in Details["jobId"].
 func (m *Manager) Spawn(args protocol.SpawnArgs) (protocol.JobInfo, error) {
+	_, info, err := m.SpawnJob(args)
+	return info, err
+}
+
+// SpawnJob is Spawn that also returns the job (nil when none was
+// recorded): a caller may hold on to it whatever retention does.
+func (m *Manager) SpawnJob(args protocol.SpawnArgs) (*Job, protocol.JobInfo, error) {
 	if err := args.Validate(); err != nil {
-		return protocol.JobInfo{}, err
+		return nil, protocol.JobInfo{}, err
 	}
 	j := m.newJob(args)
 	m.mu.Lock()
 	switch {
 	case m.closed:
 		m.mu.Unlock()
-		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down; not starting new jobs")
+		return nil, protocol.JobInfo{}, protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down; not starting new jobs")
 	case m.active >= m.cfg.MaxJobs:
 		m.mu.Unlock()
-		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one", m.active, m.cfg.MaxJobs)
+		return nil, protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one", m.active, m.cfg.MaxJobs)
 	}
 	m.jobs[j.id] = j
 	m.live[j.id] = j
@@ -303,12 +311,12 @@ func (m *Manager) Spawn(args protocol.SpawnArgs) (protocol.JobInfo, error) {
 	if err := j.start(); err != nil {
 		pe := protocol.Errorf(protocol.CodeSpawnError, "%v", err)
 		pe.Details = map[string]string{"jobId": j.id}
-		return j.Info(), pe
+		return j, j.Info(), pe
 	}
 	if m.hooks.Spawned != nil {
 		m.hooks.Spawned()
 	}
-	return j.Info(), nil
+	return j, j.Info(), nil
 }
 
 func (m *Manager) changed() {
@@ -356,13 +364,21 @@ func (m *Manager) boundRecentLocked(keep *Job) int {
 		if f.j == nil {
 			continue
 		}
-		if m.jobs[f.j.id] == f.j {
+		if m.jobs[f.j.id] == f.j { // (else the sweep removed it already)
 			delete(m.jobs, f.j.id)
+			n++
 		}
 		m.recentN--
 		m.recentBytes -= f.j.finBytes
 		f.j = nil
-		n++
+	}
+	// Emptied entries are dropped here too, not only by the sweep (which
+	// may be an hour away): recent stays proportional to what it holds.
+	if h := m.recentHead; h > 1024 && h > len(m.recent)/2 {
+		k := copy(m.recent, m.recent[h:])
+		clear(m.recent[k:])
+		m.recent = m.recent[:k]
+		m.recentHead = 0
 	}
 	return n
 }
@@ -594,11 +610,14 @@ func (m *Manager) Close(ctx context.Context) error {
 			for _, j := range js {
 				_, _ = j.Kill(protocol.ReasonShutdown, sigKill)
 			}
+			// The manager's own goroutines (sweeper, escape watcher,
+			// idle runners) stop; jobs' waiters end with their jobs.
+			m.stopO.Do(func() { close(m.stop) })
 			return fmt.Errorf("close job manager: %w", ctx.Err())
 		}
 	}
 	m.closeO.Do(func() {
-		close(m.stop)
+		m.stopO.Do(func() { close(m.stop) })
 		m.wg.Wait()
 		if m.devNull != nil {
 			m.devNull.Close()

@@ -223,7 +223,7 @@ func (m *Manager) Restore(s Snapshot) error {
 		m.recent = append(m.recent, finished{finN: j.finN, j: j})
 		m.recentN++
 		m.recentBytes += j.finBytes
-		m.boundRecentLocked(j)
+		m.forgotten.Add(uint64(m.boundRecentLocked(j)))
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -84,4 +86,33 @@ func TestFinishedJobsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-rj.Done()
+}
+
+// TestRecentStaysCompact: with a long sweep interval, the finish-order
+// list does not grow with every job ever finished: emptied entries are
+// dropped as the bound forgets jobs.
+func TestRecentStaysCompact(t *testing.T) {
+	m := New(Config{MaxJobs: 10, MaxFinished: 100, CleanupInterval: time.Hour}, nil, nil)
+	defer m.Close(context.Background())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range 10000 {
+		j := &Job{id: fmt.Sprintf("j-%d", i)}
+		m.finN++
+		j.finN = m.finN
+		m.jobs[j.id] = j
+		m.recent = append(m.recent, finished{finN: j.finN, j: j})
+		m.recentN++
+		m.boundRecentLocked(j)
+	}
+	if m.recentN != 100 || len(m.jobs) != 100 {
+		t.Fatalf("%d counted, %d jobs known; want 100", m.recentN, len(m.jobs))
+	}
+	if len(m.recent) > 2500 {
+		t.Fatalf("recent has %d entries for 100 jobs", len(m.recent))
+	}
+	if got := m.forgotten.Load(); got != 0 {
+		t.Fatalf("forgotten counted %d (boundRecentLocked's count is the caller's to add)", got)
+	}
+	clear(m.jobs) // (fakes: Close would wait for them to finish)
 }

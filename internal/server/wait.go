@@ -74,22 +74,23 @@ func (s *Server) releaseHeld(p *zmqx.Peer) {
 // spawnAndWait spawns a job (args.WaitMs > 0) and holds the reply until
 // it has finished. The held reply is reserved first: a spawn that could
 // not be waited for is refused before it starts anything.
-func (s *Server) spawnAndWait(p *zmqx.Peer, a protocol.SpawnArgs) (any, error) {
+func (s *Server) spawnAndWait(p *zmqx.Peer, a protocol.SpawnArgs) (_ any, err error) {
 	if err := s.reserveHeld(p); err != nil {
 		return nil, err
 	}
+	held := false
+	defer func() {
+		if !held { // (an error, or a panic that handle turns into one)
+			s.releaseHeld(p)
+		}
+	}()
 	wait := time.Duration(a.WaitMs) * time.Millisecond
 	a.WaitMs = 0 // (a property of this request, not of the job)
-	info, err := s.jobs.Spawn(a)
+	j, _, err := s.jobs.SpawnJob(a)
 	if err != nil {
-		s.releaseHeld(p)
 		return nil, err
 	}
-	j, err := s.jobs.Get(info.JobID)
-	if err != nil { // finished and removed already by someone else
-		s.releaseHeld(p)
-		return protocol.SpawnResult{JobID: info.JobID, Job: info}, nil
-	}
+	held = true
 	return &heldReply{job: j, done: j.Done(), wait: wait}, nil
 }
 
@@ -115,10 +116,11 @@ func (s *Server) wait(p *zmqx.Peer, req *protocol.Request) (any, error) {
 	if j.Finished() {
 		return protocol.SpawnResult{JobID: j.ID(), Job: s.jobs.InfoWithUsage(j), Finished: true}, nil
 	}
+	done := j.Done()
 	if err := s.reserveHeld(p); err != nil {
 		return nil, err
 	}
-	return &heldReply{job: j, done: j.Done(), wait: time.Duration(a.WaitMs) * time.Millisecond}, nil
+	return &heldReply{job: j, done: done, wait: time.Duration(a.WaitMs) * time.Millisecond}, nil
 }
 
 // holdReply answers w from a goroutine of its own once the job has
@@ -133,7 +135,12 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 	go func() {
 		defer s.wg.Done()
 		defer s.reqWG.Done()
-		defer s.releaseHeld(p)
+		released := false
+		defer func() {
+			if !released {
+				s.releaseHeld(p)
+			}
+		}()
 		t := time.NewTimer(w.wait)
 		defer t.Stop()
 		select {
@@ -144,11 +151,25 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 		case <-s.ctx.Done():
 			return
 		}
-		r := protocol.SpawnResult{JobID: w.job.ID(), Job: s.jobs.InfoWithUsage(w.job), Finished: w.job.Finished()}
+		// Finished or not is decided first, by the done channel the wait
+		// began with (a service started again has a new one), and the
+		// job read after: finished never comes with a state that is not
+		// final.
+		finished := false
+		select {
+		case <-w.done:
+			finished = true
+		default:
+		}
+		r := protocol.SpawnResult{JobID: w.job.ID(), Job: s.jobs.InfoWithUsage(w.job), Finished: finished}
 		b, err := protocol.OKReply(w.id, r)
 		if err != nil {
 			b = protocol.ErrorReply(w.id, protocol.Errorf(protocol.CodeInternal, "encode reply: %v", err))
 		}
+		// Released before the reply goes: a client that got it may hold
+		// a new wait at once.
+		s.releaseHeld(p)
+		released = true
 		s.reply(p, env, b)
 	}()
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -73,6 +74,8 @@ func TestWaitRunsOut(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	var final protocol.JobInfo
+	// (a held reply is released just after it was sent)
+	eventually(t, 10*time.Second, "no wait held", func() bool { return ts.Server.heldTotal() == 0 })
 	go func() {
 		var ok bool
 		var err error
@@ -82,6 +85,9 @@ func TestWaitRunsOut(t *testing.T) {
 		}
 		got <- err
 	}()
+	// The wait is held before the kill (else it would be answered at once
+	// and this would not test holding at all).
+	eventually(t, 10*time.Second, "the wait held", func() bool { return ts.Server.heldTotal() == 1 })
 	if _, err := c.Kill(ctx, info.JobID, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -236,5 +242,46 @@ func TestHeldReplyAtShutdown(t *testing.T) {
 	r := <-got
 	if r.err != nil || !r.finished || r.info.Reason != protocol.ReasonShutdown {
 		t.Fatalf("wait across shutdown: finished %v, reason %s, %v", r.finished, r.info.Reason, r.err)
+	}
+}
+
+// TestCancelledWaitKeepsConnection: a caller that gives up one held wait
+// loses only that call; the connection's other held waits and requests
+// go on.
+func TestCancelledWaitKeepsConnection(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	c := ts.client
+	ctx := ctxT(t, 30*time.Second)
+	j, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, _, err := c.Wait(short, j.JobID, 25*time.Second)
+		gaveUp <- err
+	}()
+	other := make(chan error, 1)
+	go func() {
+		_, finished, err := c.Wait(ctx, j.JobID, 25*time.Second)
+		if err == nil && !finished {
+			err = errors.New("the wait ran out")
+		}
+		other <- err
+	}()
+	eventually(t, 10*time.Second, "two waits held", func() bool { return ts.Server.heldTotal() == 2 })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled wait returned %v", err)
+	}
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatalf("health after a cancelled wait: %v", err)
+	}
+	if _, err := c.Kill(ctx, j.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatalf("the other wait on the connection: %v", err)
 	}
 }

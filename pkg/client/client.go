@@ -299,8 +299,8 @@ func (c *Client) Call(ctx context.Context, op protocol.Op, args, result any) err
 // call sends op with args and returns the reply envelope. The reply is
 // awaited for RequestTimeout plus held (the time the server holds it: a
 // wait), or until an earlier ctx deadline.
-func (c *Client) call(ctx context.Context, op protocol.Op, args any, held time.Duration) (*protocol.Reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout+held)
+func (c *Client) call(parent context.Context, op protocol.Op, args any, held time.Duration) (*protocol.Reply, error) {
+	ctx, cancel := context.WithTimeout(parent, c.opts.RequestTimeout+held)
 	defer cancel()
 	id := c.prefix + strconv.FormatUint(c.nextID.Add(1), 36)
 	body, err := protocol.EncodeRequest(id, op, args)
@@ -347,8 +347,14 @@ func (c *Client) call(ctx context.Context, op protocol.Op, args any, held time.D
 		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.New("connection lost before the reply")}
 	case <-ctx.Done():
 		forget()
-		// The socket may be wedged (peer gone): start afresh next time.
-		c.drop(cn)
+		if parent.Err() == nil {
+			// No reply within RequestTimeout (plus what the server holds
+			// it for): the socket may be wedged (peer gone); start afresh
+			// next time. A caller that gave up (its own ctx) drops only
+			// its call: the connection carries others' requests and held
+			// waits.
+			c.drop(cn)
+		}
 		return nil, fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, ctx.Err())
 	}
 }
@@ -361,10 +367,12 @@ func (c *Client) Spawn(ctx context.Context, args protocol.SpawnArgs) (protocol.J
 }
 
 // SpawnWait spawns a job and waits up to wait (at most
-// protocol.MaxWaitMs) for it to finish, in one round trip: the reply
+// protocol.MaxWaitMs, and less than ctx's deadline) for it to finish, in
+// one round trip: the reply
 // comes when the job has finished (finished true: the returned JobInfo is
 // final) or when wait has passed (finished false; Wait can go on).
 func (c *Client) SpawnWait(ctx context.Context, args protocol.SpawnArgs, wait time.Duration) (protocol.JobInfo, bool, error) {
+	wait = untilDeadline(ctx, wait)
 	args.WaitMs = max(wait.Milliseconds(), 1)
 	var r protocol.SpawnResult
 	rep, err := c.call(ctx, protocol.OpSpawn, &args, wait)
@@ -374,24 +382,31 @@ func (c *Client) SpawnWait(ctx context.Context, args protocol.SpawnArgs, wait ti
 	return r.Job, r.Finished, err
 }
 
-// Wait waits up to wait (0: protocol.DefaultWaitMs; at most
-// protocol.MaxWaitMs) for a job to finish; finished says whether it did
-// (the JobInfo is then final).
+// Wait waits up to wait (0 or less: protocol.DefaultWaitMs; at most
+// protocol.MaxWaitMs, and less than ctx's deadline) for a job to finish;
+// finished says whether it did (the JobInfo is then final).
 func (c *Client) Wait(ctx context.Context, jobID string, wait time.Duration) (protocol.JobInfo, bool, error) {
-	held := wait
-	if held <= 0 {
-		held = protocol.DefaultWaitMs * time.Millisecond
+	if wait <= 0 {
+		wait = protocol.DefaultWaitMs * time.Millisecond
 	}
+	wait = untilDeadline(ctx, wait)
 	var r protocol.SpawnResult
-	ms := wait.Milliseconds()
-	if wait > 0 && ms == 0 {
-		ms = 1
-	}
-	rep, err := c.call(ctx, protocol.OpWait, &protocol.WaitArgs{JobID: jobID, WaitMs: ms}, held)
+	rep, err := c.call(ctx, protocol.OpWait, &protocol.WaitArgs{JobID: jobID, WaitMs: max(wait.Milliseconds(), 1)}, wait)
 	if err == nil {
 		err = rep.DecodeResult(&r)
 	}
 	return r.Job, r.Finished, err
+}
+
+// untilDeadline shortens a wait so that the server answers (finished or
+// not) a little before ctx's deadline, rather than the call failing.
+func untilDeadline(ctx context.Context, wait time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d) - 100*time.Millisecond; left < wait {
+			wait = max(left, time.Millisecond)
+		}
+	}
+	return min(wait, protocol.MaxWaitMs*time.Millisecond)
 }
 
 // Poll reads retained output of a job from a byte cursor.

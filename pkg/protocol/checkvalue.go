@@ -28,7 +28,16 @@ const maxNesting = 100
 // rest of the message be read out of step with what was checked here.
 // Bytes after the value are not looked at (the generic decoder ignores
 // them too).
-func checkValue(b []byte) error {
+func checkValue(b []byte) error { return checkValueMax(b, 0) }
+
+// checkValueMax is checkValue that also refuses (CodeTooLarge) an array
+// or map of more than maxElems elements (0: no such bound). Fitting the
+// bytes is not enough for requests: the generic decoder allocates a
+// whole typed element per declared element (16-32 bytes for a string of
+// one byte, more for a struct) before reading any, so a 1 MiB request
+// could make the server allocate tens of MiB; requests carry at most
+// MaxArgs elements in any array or map.
+func checkValueMax(b []byte, maxElems uint64) error {
 	m := mp{b: b}
 	var left [maxNesting + 1]uint64 // values still to read at each open level
 	left[0] = 1
@@ -93,6 +102,12 @@ func checkValue(b []byte) error {
 			default:
 				elems, what = 2*n, "map"
 			}
+		}
+		if n := elems; maxElems > 0 && what == "map" && n/2 > maxElems || maxElems > 0 && what == "array" && n > maxElems {
+			if what == "map" {
+				n /= 2
+			}
+			return Errorf(CodeTooLarge, "msgpack: %s of %d elements at byte %d; at most %d are accepted", what, n, at, maxElems)
 		}
 		rest := uint64(len(b) - m.i)
 		if size > rest || elems > rest {

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -42,7 +43,16 @@ func Marshal(v any) ([]byte, error) {
 // makes sure no declared length exceeds b, so that what a peer sends
 // can make the decoder allocate in proportion to its size only.
 func unmarshal(b []byte, v any, what string) error {
-	if err := checkValue(b); err != nil {
+	return unmarshalMax(b, v, what, 0)
+}
+
+// unmarshalMax is unmarshal refusing arrays and maps of more than
+// maxElems elements (0: no such bound) with CodeTooLarge.
+func unmarshalMax(b []byte, v any, what string, maxElems uint64) error {
+	if err := checkValueMax(b, maxElems); err != nil {
+		if pe := (*Error)(nil); errors.As(err, &pe) {
+			return Errorf(pe.Code, "decode %s: %s", what, pe.Message)
+		}
 		return Errorf(CodeBadRequest, "decode %s: %v", what, err)
 	}
 	dec := msgpack.GetDecoder()
@@ -72,7 +82,7 @@ func DecodeRequest(b []byte, max int) (*Request, error) {
 	req, ok := fastRequest(b)
 	if !ok {
 		req = new(Request)
-		if err := unmarshal(b, req, "request"); err != nil {
+		if err := unmarshalMax(b, req, "request", MaxArgs); err != nil {
 			return nil, err
 		}
 	}
@@ -112,7 +122,7 @@ func DecodeArgs(req *Request, v any) error {
 			if spawn {
 				*a = SpawnArgs{} // whatever the fast path left
 			}
-			if err := unmarshal(req.Args, v, string(req.Op)+" args"); err != nil {
+			if err := unmarshalMax(req.Args, v, string(req.Op)+" args", MaxArgs); err != nil {
 				return err
 			}
 		}

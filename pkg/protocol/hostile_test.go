@@ -31,7 +31,7 @@ var hostileInputs = []struct {
 	{"subscribe result misaligned by ext", "ext", decodeSubscribe, []byte("\x82\xa3job\x81\xa6labels\xc7\x0d\x01\x80\xa6events\xdd\xff\xff\xff\xff\xa6events\x01")},
 	{"subscribe result events array32", "only 0 bytes follow", decodeSubscribe, []byte("\x81\xa6events\xdd\xff\xff\xff\xff")},
 	{"request key str32", "only 5 bytes follow", decodeRequest, []byte("\x84\xdb\xff\xff\xff\xff")},
-	{"spawn args argv array32", "only 0 bytes follow", decodeSpawnArgs, []byte("\x84\xa1v\x02\xa2op\xa5spawn\xa4args\x81\xa4argv\xdd\x0f\xff\xff\xff")},
+	{"spawn args argv array32", "at most 4096", decodeSpawnArgs, []byte("\x84\xa1v\x02\xa2op\xa5spawn\xa4args\x81\xa4argv\xdd\x0f\xff\xff\xff")},
 	{"event kind str32", "only 0 bytes follow", decodeEvent, []byte("\x81\xa4kind\xdb\xff\xff\xff\xff")},
 	{"output data bin32", "only 0 bytes follow", decodeOutput, []byte("\x81\xa4data\xc6\xff\xff\xff\xff")},
 	{"deep nesting", "nest more than", decodeReply, append(bytes.Repeat([]byte{0x91}, 5000), 0xc0)},
@@ -73,8 +73,12 @@ func TestHostileLengthsAreRefusedCheaply(t *testing.T) {
 	for _, tc := range hostileInputs {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.decode(tc.b)
-			if err == nil || CodeOf(err) != CodeBadRequest || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("want a %s error mentioning %q, got %v", CodeBadRequest, tc.want, err)
+			code := CodeBadRequest
+			if strings.HasPrefix(tc.want, "at most") {
+				code = CodeTooLarge // (requests: a bound on element counts)
+			}
+			if err == nil || CodeOf(err) != code || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want a %s error mentioning %q, got %v", code, tc.want, err)
 			}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
@@ -117,5 +121,57 @@ func TestCheckValue(t *testing.T) {
 		if err := checkValue(b); err == nil {
 			t.Errorf("%x was accepted", b)
 		}
+	}
+}
+
+// TestRequestElementBound: a request whose arrays or maps are within its
+// bytes but hold more than MaxArgs elements is refused (too-large) before
+// the generic decoder allocates a typed element for each: 1 MiB of nils
+// as argv would otherwise cost ~34 MiB.
+func TestRequestElementBound(t *testing.T) {
+	body := func(key string, code byte, n int, elem []byte) []byte {
+		b := []byte("\x84\xa1v\x02\xa2id\xa1x\xa2op\xa5spawn\xa4args\x81")
+		b = append(b, byte(0xa0|len(key)))
+		b = append(b, key...)
+		b = append(b, code, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+		for range n {
+			b = append(b, elem...)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"argv of nils", body("argv", 0xdd, 1<<20-64, []byte{0xc0})},
+		{"env of empty strings", body("env", 0xdf, 300000, []byte{0xa1, 'k', 0xa0})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			req, err := DecodeRequest(tc.b, 0)
+			if err == nil {
+				var a SpawnArgs
+				err = DecodeArgs(req, &a)
+			}
+			runtime.ReadMemStats(&after)
+			if CodeOf(err) != CodeTooLarge || !strings.Contains(err.Error(), "at most 4096") {
+				t.Fatalf("got %v; want too-large", err)
+			}
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 4<<20 {
+				t.Fatalf("refusing a %d-byte request allocated %d bytes", len(tc.b), grew)
+			}
+		})
+	}
+	// At the bound: accepted.
+	ok := body("argv", 0xdd, MaxArgs, []byte{0xa1, 'a'})
+	req, err := DecodeRequest(ok, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a SpawnArgs
+	if err := DecodeArgs(req, &a); err != nil || len(a.Argv) != MaxArgs {
+		t.Fatalf("argv of %d: %v (%d decoded)", MaxArgs, err, len(a.Argv))
 	}
 }
