@@ -30,11 +30,11 @@ type Client struct {
 
 // clientMaxFrame bounds a frame, clientMaxMessage a whole message, and
 // clientMaxFrames the frames of one message that the client accepts (the
-// supervisor sends at most a few MiB per reply and two frames per event;
-// more is a broken peer).
+// supervisor sends at most 64 MiB per reply, refusing to send more, and
+// two frames per event; more is a broken peer).
 const (
-	clientMaxFrame   = 256 << 20
-	clientMaxMessage = 256 << 20
+	clientMaxFrame   = 64<<20 + 64<<10
+	clientMaxMessage = 64<<20 + 64<<10
 	clientMaxFrames  = 16
 )
 

@@ -30,6 +30,13 @@ const maxNesting = 100
 // them too).
 func checkValue(b []byte) error { return checkValueMax(b, 0) }
 
+// Past maxSmallList elements, an array or map must hold bigElemBytes of
+// encoding per element (see checkValueMax).
+const (
+	maxSmallList = 4096
+	bigElemBytes = 32
+)
+
 // checkValueMax is checkValue that also refuses (CodeTooLarge) an array
 // or map of more than maxElems elements (0: no such bound). Fitting the
 // bytes is not enough for requests: the generic decoder allocates a
@@ -119,6 +126,19 @@ func checkValueMax(b []byte, maxElems uint64) error {
 				}
 			}
 			return fmt.Errorf("msgpack: %s of %d %s at byte %d, but only %d bytes follow", what, count, unit, at, rest)
+		}
+		// A big array or map must average bigElemBytes per element:
+		// none of the protocol's big lists (jobs, events, chunks) has
+		// smaller ones, and the generic decoder allocates a whole typed
+		// element (up to ~850 bytes for a JobInfo, twice) per declared
+		// one before reading any.
+		if n := elems; n > maxSmallList*2 || what == "array" && n > maxSmallList {
+			if what == "map" {
+				n /= 2
+			}
+			if n*bigElemBytes > rest {
+				return fmt.Errorf("msgpack: %s of %d elements at byte %d in %d bytes: elements of a list that long take at least %d bytes each", what, n, at, rest, bigElemBytes)
+			}
 		}
 		m.i += int(size)
 		if elems > 0 {

@@ -97,7 +97,8 @@ func fastSubscribeResult(b []byte) (*SubscribeResult, bool) {
 			// a count the bytes left cannot hold is declined before it
 			// sizes the slice.
 			cnt, err := m.arrLen()
-			if err != nil || cnt > (len(b)-m.i)/minEventBytes {
+			if err != nil || cnt > (len(b)-m.i)/minEventBytes ||
+				cnt > maxSmallList && cnt > (len(b)-m.i)/bigElemBytes { // (as checkValue)
 				return false
 			}
 			r.Events = make([]Event, 0, cnt)

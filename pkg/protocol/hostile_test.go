@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -173,5 +174,48 @@ func TestRequestElementBound(t *testing.T) {
 	var a SpawnArgs
 	if err := DecodeArgs(req, &a); err != nil || len(a.Argv) != MaxArgs {
 		t.Fatalf("argv of %d: %v (%d decoded)", MaxArgs, err, len(a.Argv))
+	}
+}
+
+// TestBigListsOfTinyElements: a reply whose list of jobs is a million
+// nils (1 MiB, all within its bytes) is refused before the generic
+// decoder allocates a JobInfo for each (847 MiB before); a real list of
+// more than 4096 jobs still decodes.
+func TestBigListsOfTinyElements(t *testing.T) {
+	n := 1<<20 - 64
+	b := []byte("\x82\xa2ok\xc3\xa6result\x81\xa4jobs\xdd")
+	b = append(b, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	b = append(b, bytes.Repeat([]byte{0xc0}, n)...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rep, err := DecodeReply(b)
+	if err == nil {
+		var r ListJobsResult
+		err = rep.DecodeResult(&r)
+	}
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "at least 32 bytes each") {
+		t.Fatalf("got %v; want the list refused", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
+		t.Fatalf("refusing a %d-byte reply allocated %d bytes", len(b), grew)
+	}
+
+	jobs := make([]JobInfo, 5000)
+	for i := range jobs {
+		jobs[i] = JobInfo{JobID: fmt.Sprintf("j-%016x", i), State: StateExited, Argv: []string{"true"}}
+	}
+	ok, err := OKReply("1", ListJobsResult{Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = DecodeReply(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r ListJobsResult
+	if err := rep.DecodeResult(&r); err != nil || len(r.Jobs) != 5000 {
+		t.Fatalf("a real list of 5000 jobs: %v (%d decoded)", err, len(r.Jobs))
 	}
 }
