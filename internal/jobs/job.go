@@ -144,6 +144,9 @@ type Job struct {
 	finN uint64
 	// finBytes is the output it retained when it finished (Manager.recentBytes).
 	finBytes int64
+	// afterDone are the AfterDone functions still to run (by id).
+	afterDone  map[uint64]func(protocol.JobInfo)
+	afterDoneN uint64
 }
 
 // Reason is a termination reason (an alias of the wire type).
@@ -615,7 +618,7 @@ func (j *Job) failSpawn(err error) {
 	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, protocol.ExitPayload{
 		Reason: j.reason, Error: j.errMsg,
 	}))
-	close(j.done)
+	j.closeDoneLocked()
 	j.mu.Unlock()
 	closeNotify(sock)
 	j.m.log.Warn("job spawn failed", "job", j.id, "err", err)
@@ -1172,7 +1175,49 @@ func (j *Job) finishLocked() {
 		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(), OutputEnd: j.offset,
 	}))
+	j.closeDoneLocked()
+}
+
+// closeDoneLocked closes done and runs the AfterDone functions with the
+// job's final info.
+func (j *Job) closeDoneLocked() {
 	close(j.done)
+	if len(j.afterDone) == 0 {
+		return
+	}
+	info := j.infoLocked()
+	fs := j.afterDone
+	j.afterDone = nil
+	for _, f := range fs {
+		f(info)
+	}
+}
+
+// AfterDone registers f to run once when the job finishes (the current
+// supervision period, for a service), with its final info: on the
+// goroutine that finishes it, right after its terminal event, under the
+// job's lock (f must be quick and must not call into the job). It
+// reports false, registering nothing, when the job has finished already.
+// cancel forgets f (a no-op once it ran).
+func (j *Job) AfterDone(f func(protocol.JobInfo)) (cancel func(), ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	select {
+	case <-j.done:
+		return nil, false
+	default:
+	}
+	if j.afterDone == nil {
+		j.afterDone = map[uint64]func(protocol.JobInfo){}
+	}
+	j.afterDoneN++
+	id := j.afterDoneN
+	j.afterDone[id] = f
+	return func() {
+		j.mu.Lock()
+		delete(j.afterDone, id)
+		j.mu.Unlock()
+	}, true
 }
 
 // Info returns a snapshot of the job.

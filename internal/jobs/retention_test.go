@@ -116,3 +116,51 @@ func TestRecentStaysCompact(t *testing.T) {
 	}
 	clear(m.jobs) // (fakes: Close would wait for them to finish)
 }
+
+// TestAfterDone: functions registered run once, with the final info,
+// when the job finishes; cancelled ones do not run and are forgotten;
+// nothing registers on a finished job.
+func TestAfterDone(t *testing.T) {
+	m := New(Config{MaxJobs: 10}, nil, nil)
+	defer m.Close(context.Background())
+	info, err := m.Spawn(protocol.SpawnArgs{Shell: "read x; exit 7", Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := m.Get(info.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan protocol.JobInfo, 2)
+	if _, ok := j.AfterDone(func(i protocol.JobInfo) { got <- i }); !ok {
+		t.Fatal("AfterDone on a running job did not register")
+	}
+	for range 100 { // waits that ran out: registered and cancelled
+		cancel, ok := j.AfterDone(func(protocol.JobInfo) { t.Error("a cancelled function ran") })
+		if !ok {
+			t.Fatal("AfterDone on a running job did not register")
+		}
+		cancel()
+	}
+	j.mu.Lock()
+	n := len(j.afterDone)
+	j.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d functions registered; want 1 (the cancelled ones forgotten)", n)
+	}
+	if _, err := j.Write([]byte("go\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	final := <-got
+	if final.State != protocol.StateExited || final.ExitCode == nil || *final.ExitCode != 7 {
+		t.Fatalf("AfterDone got %+v; want the final state, exit code 7", final)
+	}
+	if _, ok := j.AfterDone(func(protocol.JobInfo) {}); ok {
+		t.Fatal("AfterDone registered on a finished job")
+	}
+	select {
+	case i := <-got:
+		t.Fatalf("a function ran twice: %+v", i)
+	default:
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
@@ -123,45 +124,25 @@ func (s *Server) wait(p *zmqx.Peer, req *protocol.Request) (any, error) {
 	return &heldReply{job: j, done: done, wait: time.Duration(a.WaitMs) * time.Millisecond}, nil
 }
 
-// holdReply answers w from a goroutine of its own once the job has
-// finished or w's wait ran out. Called from a request task, which holds
-// reqWG and (through its worker) wg: both may grow here. A peer that
-// went away, or the server stopping, ends the wait without an answer
-// (jobs are ended before the server stops, so waits are answered then).
+// holdReply answers w once the job has finished or w's wait ran out.
+// The finished answer is sent by the goroutine that finishes the job,
+// right after its terminal event (Job.AfterDone: no hand-off on the way
+// from the process's exit to the reply); a goroutine of its own waits for
+// the rest: the wait running out, the peer going away, the server
+// stopping (jobs are ended before the server stops, so waits are
+// answered then). Called from a request task, which holds reqWG and
+// (through its worker) wg: both may grow here.
 func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 	s.reqWG.Add(1)
 	s.wg.Add(1)
-	env = cloneFrames(env) // (it outlives the request's buffers)
-	go func() {
-		defer s.wg.Done()
-		defer s.reqWG.Done()
-		released := false
-		defer func() {
-			if !released {
-				s.releaseHeld(p)
-			}
-		}()
-		t := time.NewTimer(w.wait)
-		defer t.Stop()
-		select {
-		case <-w.done:
-		case <-t.C:
-		case <-p.Gone():
-			return
-		case <-s.ctx.Done():
+	env = cloneFrames(env)  // (it outlives the request's buffers)
+	var settled atomic.Bool // answered, or given up
+	answered := make(chan struct{})
+	answer := func(info protocol.JobInfo, finished bool) {
+		if !settled.CompareAndSwap(false, true) {
 			return
 		}
-		// Finished or not is decided first, by the done channel the wait
-		// began with (a service started again has a new one), and the
-		// job read after: finished never comes with a state that is not
-		// final.
-		finished := false
-		select {
-		case <-w.done:
-			finished = true
-		default:
-		}
-		r := protocol.SpawnResult{JobID: w.job.ID(), Job: s.jobs.InfoWithUsage(w.job), Finished: finished}
+		r := protocol.SpawnResult{JobID: w.job.ID(), Job: info, Finished: finished}
 		b, err := protocol.OKReply(w.id, r)
 		if err != nil {
 			b = protocol.ErrorReply(w.id, protocol.Errorf(protocol.CodeInternal, "encode reply: %v", err))
@@ -169,8 +150,50 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 		// Released before the reply goes: a client that got it may hold
 		// a new wait at once.
 		s.releaseHeld(p)
-		released = true
 		s.reply(p, env, b)
+		close(answered)
+	}
+	cancel, pending := w.job.AfterDone(func(info protocol.JobInfo) { answer(info, true) })
+	go func() {
+		defer s.wg.Done()
+		defer s.reqWG.Done()
+		if !pending { // finished meanwhile
+			answer(s.jobs.InfoWithUsage(w.job), true)
+			return
+		}
+		select {
+		case <-w.done:
+			// The period the wait began in ended before AfterDone (a
+			// service may already run again): that is the answer.
+			cancel()
+			answer(s.jobs.InfoWithUsage(w.job), true)
+			return
+		default:
+		}
+		t := time.NewTimer(w.wait)
+		defer t.Stop()
+		select {
+		case <-answered:
+			return
+		case <-t.C:
+			cancel()
+			// (if it finished just now, its answer may have gone first:
+			// then this one is not sent)
+			finished := false
+			select {
+			case <-w.done:
+				finished = true
+			default:
+			}
+			answer(s.jobs.InfoWithUsage(w.job), finished)
+			return
+		case <-p.Gone():
+		case <-s.ctx.Done():
+		}
+		cancel()
+		if settled.CompareAndSwap(false, true) {
+			s.releaseHeld(p)
+		}
 	}()
 }
 
