@@ -30,7 +30,8 @@ import (
 // These tests run the real exec-supervisor binary, kill it the hard way
 // and check what the next run makes of it.
 
-var binary string
+// binary and execctlBinary are built (with -race) by TestMain.
+var binary, execctlBinary string
 
 func TestMain(m *testing.M) {
 	proctest.MaybeServeBareExec() // (the bare exec server of BenchmarkSpawnTrueBinary)
@@ -40,9 +41,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "exec-supervisor")
-	out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput()
+	execctlBinary = filepath.Join(dir, "execctl")
+	out, err := exec.Command("go", "build", "-race", "-o", dir+"/", ".", "../execctl").CombinedOutput()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "build exec-supervisor: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "build exec-supervisor, execctl: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := leakcheck.Main(m)
@@ -992,4 +994,45 @@ func TestServiceHistorySurvivesKill9(t *testing.T) {
 	if st, _ := s2.client.Status(ctx, svc.JobID); st.Reason != protocol.ReasonStopped {
 		t.Fatalf("after stop: %+v", st)
 	}
+}
+
+// TestExecctlWaitAcrossRestart: `execctl wait` on a job whose supervisor
+// is SIGKILLed and started again asks the new one, and exits with the fate
+// it recorded (not with "no supervisor"), whether its wait was held by the
+// first supervisor or not yet sent when it died.
+func TestExecctlWaitAcrossRestart(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "exec sleep 300"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (a job the dead supervisor never journaled is unknown to the next)
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the job running, with its fingerprint", func(f *journal.File) bool {
+		for _, r := range f.Jobs {
+			if r.JobID == j.JobID && r.State == "running" && r.StartTicks != 0 {
+				return true
+			}
+		}
+		return false
+	})
+	var stderr proctest.Buffer
+	wait := exec.CommandContext(ctx, execctlBinary, "--control", e.ctl, "--event", e.evt, "wait", j.JobID)
+	wait.Stderr = &stderr
+	if err := wait.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.kill9()
+	s2 := e.start(t)
+	err = wait.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 3 || !strings.Contains(stderr.String(), string(protocol.ReasonSupervisorRestart)) {
+		t.Fatalf("execctl wait across the restart: %v, stderr %q; want the job's recorded fate", err, stderr.String())
+	}
+	info, err := s2.client.Status(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{info.Pgid}) })
 }

@@ -136,7 +136,14 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	if *usePty {
 		a.Pty = &protocol.PtyArgs{Rows: *rows, Cols: *cols}
 	}
-	job, err := g.client.Spawn(ctx, a)
+	var job protocol.JobInfo
+	finished := false
+	if *wait && !*follow {
+		// Spawn and wait in one round trip (no event socket needed).
+		job, finished, err = g.client.SpawnWait(ctx, a, protocol.MaxWaitMs*time.Millisecond)
+	} else {
+		job, err = g.client.Spawn(ctx, a)
+	}
 	if pe := (*protocol.Error)(nil); errors.As(err, &pe) && pe.Code == protocol.CodeSpawnError && (*wait || *follow) {
 		// The job exists and failed: report it like any other job end.
 		fmt.Fprintf(g.stderr, "execctl spawn: %s (%s)\n", pe.Message, pe.Code)
@@ -149,7 +156,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	case *follow:
 		return followJob(ctx, g, job.JobID, false)
 	case *wait:
-		return followJob(ctx, g, job.JobID, true)
+		return waitEnd(ctx, g, job, finished)
 	case g.json:
 		return exitOK, printJSON(g.stdout, protocol.SpawnResult{JobID: job.JobID, Job: job})
 	}
@@ -846,23 +853,49 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 }
 
 // waitJob waits for a job to end and returns its exit code (as followJob).
-// A service started again after it ended has an earlier terminal event
-// in its sequence: only events after the current status count.
 func waitJob(ctx context.Context, g *globals, id string) (int, error) {
-	info, err := g.client.Status(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	if !info.Finished() {
-		return followJobFrom(ctx, g, id, info.LastSeq+1, true)
+	return waitEnd(ctx, g, protocol.JobInfo{JobID: id}, false)
+}
+
+// waitEnd waits (unless finished) for job to end through the wait op (no
+// event socket needed; a wait that runs out is renewed) and returns its
+// exit code (as followJob). A supervisor that restarts meanwhile is
+// waited for up to reconnectFor: the job is then known to it from its
+// journal (and ended, if it was running when the supervisor died).
+func waitEnd(ctx context.Context, g *globals, job protocol.JobInfo, finished bool) (int, error) {
+	id := job.JobID
+	var lost time.Time
+	for !finished {
+		info, done, err := g.client.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
+		var ce *client.ConnectError
+		switch {
+		case err == nil:
+			job, finished, lost = info, done, time.Time{}
+			continue
+		case !errors.As(err, &ce) || ctx.Err() != nil:
+			return 0, err
+		case lost.IsZero():
+			lost = time.Now()
+		case time.Since(lost) > reconnectFor:
+			return 0, err
+		}
+		select { // the supervisor is restarting: ask again shortly
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	if g.json {
-		if err := printJSON(g.stdout, protocol.StatusResult{Job: &info}); err != nil {
+		if err := printJSON(g.stdout, protocol.StatusResult{Job: &job}); err != nil {
 			return 0, err
 		}
 	}
-	return exitCodeOf(protocol.ExitPayload{Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error}, g, id), nil
+	return exitCodeOf(protocol.ExitPayload{Reason: job.Reason, ExitCode: job.ExitCode, Signal: job.Signal, Error: job.Error}, g, id), nil
 }
+
+// reconnectFor bounds how long waitEnd waits for a supervisor that went
+// away to answer again.
+const reconnectFor = 30 * time.Second
 
 // isTTY reports whether w is a terminal.
 func isTTY(w io.Writer) bool {

@@ -503,3 +503,29 @@ func TestCompletionScripts(t *testing.T) {
 		t.Fatalf("fish: %d", code)
 	}
 }
+
+// TestWaitWithoutEventSocket: spawn --wait and wait go through the wait
+// op: they work with no event socket reachable, and --json prints the
+// final job.
+func TestWaitWithoutEventSocket(t *testing.T) {
+	s := startSupervisor(t)
+	g := []string{"--control", s.control, "--event", "ipc://" + filepath.Join(s.dir, "nothing-here.sock")}
+	if code, _, errs := execctl(t, append(g, "spawn", "--wait", "--shell", "sleep 0.1; exit 3")...); code != 3 {
+		t.Fatalf("spawn --wait: exit %d, stderr %q", code, errs)
+	}
+	id := s.spawnID(t, "--", "sh", "-c", "sleep 0.2; exit 4")
+	code, out, errs := execctl(t, append(g, "--json", "wait", id)...)
+	if code != 4 {
+		t.Fatalf("wait: exit %d, stderr %q", code, errs)
+	}
+	var st struct {
+		Job struct {
+			JobID    string `json:"jobId"`
+			State    string `json:"state"`
+			ExitCode *int   `json:"exitCode"`
+		} `json:"job"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Job.JobID != id || st.Job.State != "exited" || st.Job.ExitCode == nil || *st.Job.ExitCode != 4 {
+		t.Fatalf("wait --json printed %q (%v)", out, err)
+	}
+}
