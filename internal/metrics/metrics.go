@@ -45,6 +45,7 @@ type Gauges struct {
 	OrphansReconciled, OrphansReaped               func() float64
 	JobsForgotten                                  func() float64
 	Subscribers                                    func() float64
+	HeldWaits                                      func() float64
 }
 
 // New builds the collectors and registers them, with the Go and process
@@ -89,6 +90,7 @@ func New(g Gauges) *Metrics {
 		gf("ring_buffer_bytes", "Output bytes retained in all jobs' ring buffers.", g.RingBytes),
 		gf("event_queue_length", "Events waiting for the event socket.", g.QueueLength),
 		gf("event_subscribers", "Connections subscribed to the event socket.", g.Subscribers),
+		gf("held_waits", "Replies held for waits (spawn with waitMs, the wait op).", g.HeldWaits),
 		cf("events_dropped_total", "Events dropped at the high water mark (each announced by a job.gap event).", g.EventsDropped),
 		cf("gap_events_total", "job.gap events published.", g.GapEvents),
 		cf("journal_writes_total", "Successful journal writes.", g.JournalWrites),

@@ -122,6 +122,8 @@ func TestMetricsAfterScriptedScenario(t *testing.T) {
 		{"exec_supervisor_control_request_duration_seconds", []string{"op", "spawn"}, 7},
 		{"exec_supervisor_journal_write_failures_total", nil, 0},
 		{"exec_supervisor_orphans_reconciled_total", nil, 0},
+		{"exec_supervisor_held_waits", nil, 0},
+		{"exec_supervisor_jobs_forgotten_total", nil, 0},
 	}
 	for _, w := range want {
 		if got := value(fams, w.name, w.labels...); got != w.v {

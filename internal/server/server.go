@@ -783,5 +783,6 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
 		JobsForgotten:     func() float64 { return float64(s.jobs.Forgotten()) },
 		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },
+		HeldWaits:         func() float64 { return float64(s.heldWaits()) },
 	})
 }

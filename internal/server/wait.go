@@ -62,6 +62,13 @@ func (s *Server) reserveHeld(p *zmqx.Peer) error {
 	return nil
 }
 
+// heldWaits is the number of replies held for waits.
+func (s *Server) heldWaits() int {
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	return s.held.total
+}
+
 func (s *Server) releaseHeld(p *zmqx.Peer) {
 	h := &s.held
 	h.mu.Lock()

@@ -133,6 +133,7 @@ func TestWaitBadInput(t *testing.T) {
 func TestHeldRepliesDoNotBlock(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxPeerHeldReplies = 40
+	cfg.MetricsAddr = "127.0.0.1:0"
 	ts := startServer(t, cfg)
 	c := ts.client
 	ctx := ctxT(t, 30*time.Second)
@@ -154,6 +155,9 @@ func TestHeldRepliesDoNotBlock(t *testing.T) {
 		}()
 	}
 	eventually(t, 10*time.Second, "40 replies held", func() bool { return ts.Server.heldTotal() == 40 })
+	if got := value(scrape(t, ts.MetricsAddr().String()), "exec_supervisor_held_waits"); got != 40 {
+		t.Fatalf("exec_supervisor_held_waits = %v with 40 waits held", got)
+	}
 	if _, err := c.Health(ctx); err != nil {
 		t.Fatalf("health while 40 waits are held: %v", err)
 	}
@@ -210,11 +214,7 @@ func TestHeldReplyOfGoneClient(t *testing.T) {
 }
 
 // heldTotal is the number of replies held for waits.
-func (s *Server) heldTotal() int {
-	s.held.mu.Lock()
-	defer s.held.mu.Unlock()
-	return s.held.total
-}
+func (s *Server) heldTotal() int { return s.heldWaits() }
 
 // TestHeldReplyAtShutdown: a supervisor that shuts down ends its jobs
 // first, so a held wait is answered with the job's end.
