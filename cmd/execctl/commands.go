@@ -154,7 +154,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	}
 	switch {
 	case *follow:
-		return followJob(ctx, g, job.JobID, false)
+		return followJob(ctx, g, job.JobID)
 	case *wait:
 		return waitEnd(ctx, g, job, finished)
 	case g.json:
@@ -179,27 +179,19 @@ func kvs(list []string, flag string) (map[string]string, error) {
 	return m, nil
 }
 
-// followJob streams a job's events (printing output unless quiet) and
-// returns the exit code that mirrors the job's end.
-func followJob(ctx context.Context, g *globals, id string, quiet bool) (int, error) {
-	return followJobFrom(ctx, g, id, 1, quiet)
-}
-
-// followJobFrom is followJob from event seq from on.
-func followJobFrom(ctx context.Context, g *globals, id string, from uint64, quiet bool) (int, error) {
+// followJob streams a job's events, printing its output, and returns the
+// exit code that mirrors the job's end.
+func followJob(ctx context.Context, g *globals, id string) (int, error) {
 	var final protocol.ExitPayload
 	var mu sync.Mutex
-	err := g.client.Follow(ctx, id, from, func(ev protocol.Event) error {
+	err := g.client.Follow(ctx, id, 1, func(ev protocol.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if g.json && !quiet {
+		if g.json {
 			return printJSON(g.stdout, ev)
 		}
 		switch ev.Kind {
 		case protocol.KindStdout, protocol.KindStderr:
-			if quiet {
-				return nil
-			}
 			var p protocol.OutputPayload
 			if err := ev.DecodePayload(&p); err != nil {
 				return err
@@ -215,9 +207,6 @@ func followJobFrom(ctx context.Context, g *globals, id string, from uint64, quie
 			_ = ev.DecodePayload(&p)
 			fmt.Fprintf(g.stderr, "execctl: [output events %d..%d of %s are no longer retained by the supervisor and were lost]\n", p.From, p.To, id)
 		case protocol.KindRestarting:
-			if quiet {
-				return nil
-			}
 			var p protocol.RestartingPayload
 			if err := ev.DecodePayload(&p); err != nil {
 				return err
@@ -231,13 +220,6 @@ func followJobFrom(ctx context.Context, g *globals, id string, from uint64, quie
 	})
 	if err != nil {
 		return 0, err
-	}
-	if g.json && quiet {
-		info, err := g.client.Status(ctx, id)
-		if err != nil {
-			return 0, err
-		}
-		_ = printJSON(g.stdout, protocol.StatusResult{Job: &info})
 	}
 	return exitCodeOf(final, g, id), nil
 }
@@ -843,18 +825,13 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	}
 	code := exitOK
 	for _, id := range fs.Args() {
-		c, err := waitJob(ctx, g, id)
+		c, err := waitEnd(ctx, g, protocol.JobInfo{JobID: id}, false)
 		if err != nil {
 			return 0, err
 		}
 		code = c
 	}
 	return code, nil
-}
-
-// waitJob waits for a job to end and returns its exit code (as followJob).
-func waitJob(ctx context.Context, g *globals, id string) (int, error) {
-	return waitEnd(ctx, g, protocol.JobInfo{JobID: id}, false)
 }
 
 // waitEnd waits (unless finished) for job to end through the wait op (no

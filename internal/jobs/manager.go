@@ -334,11 +334,7 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 		m.finN++
 		j.finN = m.finN
 		delete(m.live, j.id)
-		j.finBytes = int64(j.out.bytes)
-		m.recent = append(m.recent, finished{finN: j.finN, j: j})
-		m.recentN++
-		m.recentBytes += j.finBytes
-		forgot = m.boundRecentLocked(j)
+		forgot = m.addRecentLocked(j)
 	}
 	m.mu.Unlock()
 	if forgot > 0 {
@@ -347,6 +343,17 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	if m.hooks.Finished != nil {
 		m.hooks.Finished(reason)
 	}
+}
+
+// addRecentLocked appends finished one-shot job j (finN set, output
+// final) to recent and applies the bounds; it returns how many jobs they
+// forgot. m.mu must be held.
+func (m *Manager) addRecentLocked(j *Job) int {
+	j.finBytes = int64(j.out.bytes)
+	m.recent = append(m.recent, finished{finN: j.finN, j: j})
+	m.recentN++
+	m.recentBytes += j.finBytes
+	return m.boundRecentLocked(j)
 }
 
 // boundRecentLocked forgets the oldest finished one-shot jobs (never

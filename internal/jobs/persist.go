@@ -219,11 +219,7 @@ func (m *Manager) Restore(s Snapshot) error {
 	if j.svc != nil {
 		m.live[j.id] = j
 	} else {
-		j.finBytes = int64(j.out.bytes)
-		m.recent = append(m.recent, finished{finN: j.finN, j: j})
-		m.recentN++
-		m.recentBytes += j.finBytes
-		m.forgotten.Add(uint64(m.boundRecentLocked(j)))
+		m.forgotten.Add(uint64(m.addRecentLocked(j)))
 	}
 	return nil
 }

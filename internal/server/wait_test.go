@@ -75,7 +75,7 @@ func TestWaitRunsOut(t *testing.T) {
 	got := make(chan error, 1)
 	var final protocol.JobInfo
 	// (a held reply is released just after it was sent)
-	eventually(t, 10*time.Second, "no wait held", func() bool { return ts.Server.heldTotal() == 0 })
+	eventually(t, 10*time.Second, "no wait held", func() bool { return ts.Server.heldWaits() == 0 })
 	go func() {
 		var ok bool
 		var err error
@@ -87,7 +87,7 @@ func TestWaitRunsOut(t *testing.T) {
 	}()
 	// The wait is held before the kill (else it would be answered at once
 	// and this would not test holding at all).
-	eventually(t, 10*time.Second, "the wait held", func() bool { return ts.Server.heldTotal() == 1 })
+	eventually(t, 10*time.Second, "the wait held", func() bool { return ts.Server.heldWaits() == 1 })
 	if _, err := c.Kill(ctx, info.JobID, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestWaitBadInput(t *testing.T) {
 	}
 	err = c.Call(ctx, protocol.OpWait, map[string]any{"jobId": 7}, nil)
 	wantCode(t, err, protocol.CodeBadRequest, "")
-	if n := ts.Server.heldTotal(); n != 0 {
+	if n := ts.Server.heldWaits(); n != 0 {
 		t.Fatalf("%d replies held after refused waits", n)
 	}
 }
@@ -154,7 +154,7 @@ func TestHeldRepliesDoNotBlock(t *testing.T) {
 			errs <- err
 		}()
 	}
-	eventually(t, 10*time.Second, "40 replies held", func() bool { return ts.Server.heldTotal() == 40 })
+	eventually(t, 10*time.Second, "40 replies held", func() bool { return ts.Server.heldWaits() == 40 })
 	if got := value(scrape(t, ts.MetricsAddr().String()), "exec_supervisor_held_waits"); got != 40 {
 		t.Fatalf("exec_supervisor_held_waits = %v with 40 waits held", got)
 	}
@@ -185,7 +185,7 @@ func TestHeldRepliesDoNotBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "no reply held", func() bool { return ts.Server.heldTotal() == 0 })
+	eventually(t, 10*time.Second, "no reply held", func() bool { return ts.Server.heldWaits() == 0 })
 }
 
 // TestHeldReplyOfGoneClient: a client that goes away while a reply is
@@ -204,17 +204,14 @@ func TestHeldReplyOfGoneClient(t *testing.T) {
 		defer close(done)
 		_, _, _ = gone.Wait(ctx, j.JobID, 25*time.Second)
 	}()
-	eventually(t, 10*time.Second, "one reply held", func() bool { return ts.Server.heldTotal() == 1 })
+	eventually(t, 10*time.Second, "one reply held", func() bool { return ts.Server.heldWaits() == 1 })
 	gone.Close()
 	<-done
-	eventually(t, 10*time.Second, "no reply held", func() bool { return ts.Server.heldTotal() == 0 })
+	eventually(t, 10*time.Second, "no reply held", func() bool { return ts.Server.heldWaits() == 0 })
 	if _, err := ts.client.Kill(ctx, j.JobID, ""); err != nil {
 		t.Fatal(err)
 	}
 }
-
-// heldTotal is the number of replies held for waits.
-func (s *Server) heldTotal() int { return s.heldWaits() }
 
 // TestHeldReplyAtShutdown: a supervisor that shuts down ends its jobs
 // first, so a held wait is answered with the job's end.
@@ -235,7 +232,7 @@ func TestHeldReplyAtShutdown(t *testing.T) {
 		info, finished, err := ts.client.Wait(ctx, j.JobID, 25*time.Second)
 		got <- res{info, finished, err}
 	}()
-	eventually(t, 10*time.Second, "one reply held", func() bool { return ts.Server.heldTotal() == 1 })
+	eventually(t, 10*time.Second, "one reply held", func() bool { return ts.Server.heldWaits() == 1 })
 	if err := ts.Server.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +267,7 @@ func TestCancelledWaitKeepsConnection(t *testing.T) {
 		}
 		other <- err
 	}()
-	eventually(t, 10*time.Second, "two waits held", func() bool { return ts.Server.heldTotal() == 2 })
+	eventually(t, 10*time.Second, "two waits held", func() bool { return ts.Server.heldWaits() == 2 })
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the cancelled wait returned %v", err)

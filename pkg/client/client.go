@@ -289,7 +289,12 @@ func (c *Client) readLoop(cn *conn) {
 // Call sends op with args and decodes the result into result (which may be
 // nil). Server errors are returned as *protocol.Error.
 func (c *Client) Call(ctx context.Context, op protocol.Op, args, result any) error {
-	rep, err := c.call(ctx, op, args, 0)
+	return c.callResult(ctx, op, args, 0, result)
+}
+
+// callResult is Call for a reply the server holds up to held (a wait).
+func (c *Client) callResult(ctx context.Context, op protocol.Op, args any, held time.Duration, result any) error {
+	rep, err := c.call(ctx, op, args, held)
 	if err != nil {
 		return err
 	}
@@ -375,10 +380,7 @@ func (c *Client) SpawnWait(ctx context.Context, args protocol.SpawnArgs, wait ti
 	wait = untilDeadline(ctx, wait)
 	args.WaitMs = max(wait.Milliseconds(), 1)
 	var r protocol.SpawnResult
-	rep, err := c.call(ctx, protocol.OpSpawn, &args, wait)
-	if err == nil {
-		err = rep.DecodeResult(&r)
-	}
+	err := c.callResult(ctx, protocol.OpSpawn, &args, wait, &r)
 	return r.Job, r.Finished, err
 }
 
@@ -391,10 +393,7 @@ func (c *Client) Wait(ctx context.Context, jobID string, wait time.Duration) (pr
 	}
 	wait = untilDeadline(ctx, wait)
 	var r protocol.SpawnResult
-	rep, err := c.call(ctx, protocol.OpWait, &protocol.WaitArgs{JobID: jobID, WaitMs: max(wait.Milliseconds(), 1)}, wait)
-	if err == nil {
-		err = rep.DecodeResult(&r)
-	}
+	err := c.callResult(ctx, protocol.OpWait, &protocol.WaitArgs{JobID: jobID, WaitMs: max(wait.Milliseconds(), 1)}, wait, &r)
 	return r.Job, r.Finished, err
 }
 

@@ -110,35 +110,31 @@ func checkValueMax(b []byte, maxElems uint64) error {
 				elems, what = 2*n, "map"
 			}
 		}
-		if n := elems; maxElems > 0 && what == "map" && n/2 > maxElems || maxElems > 0 && what == "array" && n > maxElems {
-			if what == "map" {
-				n /= 2
-			}
-			return Errorf(CodeTooLarge, "msgpack: %s of %d elements at byte %d; at most %d are accepted", what, n, at, maxElems)
+		count := elems // (array elements, map entries)
+		if what == "map" {
+			count /= 2
+		}
+		if maxElems > 0 && count > maxElems {
+			return Errorf(CodeTooLarge, "msgpack: %s of %d elements at byte %d; at most %d are accepted", what, count, at, maxElems)
 		}
 		rest := uint64(len(b) - m.i)
 		if size > rest || elems > rest {
-			count, unit := size, "bytes"
-			if elems > 0 {
-				count, unit = elems, "elements"
-				if what == "map" {
-					count, unit = elems/2, "entries"
-				}
+			n, unit := size, "bytes"
+			switch {
+			case what == "map":
+				n, unit = count, "entries"
+			case elems > 0:
+				n, unit = count, "elements"
 			}
-			return fmt.Errorf("msgpack: %s of %d %s at byte %d, but only %d bytes follow", what, count, unit, at, rest)
+			return fmt.Errorf("msgpack: %s of %d %s at byte %d, but only %d bytes follow", what, n, unit, at, rest)
 		}
 		// A big array or map must average bigElemBytes per element:
 		// none of the protocol's big lists (jobs, events, chunks) has
 		// smaller ones, and the generic decoder allocates a whole typed
 		// element (up to ~850 bytes for a JobInfo, twice) per declared
 		// one before reading any.
-		if n := elems; n > maxSmallList*2 || what == "array" && n > maxSmallList {
-			if what == "map" {
-				n /= 2
-			}
-			if n*bigElemBytes > rest {
-				return fmt.Errorf("msgpack: %s of %d elements at byte %d in %d bytes: elements of a list that long take at least %d bytes each", what, n, at, rest, bigElemBytes)
-			}
+		if count > maxSmallList && count*bigElemBytes > rest {
+			return fmt.Errorf("msgpack: %s of %d elements at byte %d in %d bytes: elements of a list that long take at least %d bytes each", what, count, at, rest, bigElemBytes)
 		}
 		m.i += int(size)
 		if elems > 0 {
