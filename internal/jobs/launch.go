@@ -17,11 +17,12 @@ import (
 // once (no second pass to deduplicate it).
 //
 // A process is waited for through its pidfd. The first blockingWaits
-// running processes each have a thread blocked in waitid, the quickest
-// wake-up when the process exits (measured: going through the netpoller
-// instead cost ~8% of /bin/true spawns per second one at a time); any
-// beyond those are waited for through the netpoller, so that a thousand
-// running jobs do not hold a thousand threads.
+// running processes each have a thread blocked on it, the quickest wake-up
+// when the process exits (measured: going through the netpoller instead
+// cost ~8% of /bin/true spawns per second one at a time): in poll(2) with
+// the job's output pipes (Job.runLoop), or in waitid (a terminal's job).
+// Any beyond those are waited for through the netpoller, so that a
+// thousand running jobs do not hold a thousand threads.
 type launch struct {
 	path      string
 	argv, env []string
@@ -41,7 +42,16 @@ type proc struct {
 	// wait holding one of the blocking slots; without, it is non-blocking
 	// and in the netpoller.
 	pidfd *os.File
+	rawfd int           // pidfd's descriptor (-1 without)
 	slots *atomic.Int32 // the blocking waits in use (released by release)
+}
+
+// fd returns the pidfd's descriptor, -1 without one (valid until release).
+func (p *proc) fd() int {
+	if p.pidfd == nil {
+		return -1
+	}
+	return p.rawfd
 }
 
 // pidfdsWork reports whether the kernel has what proc needs of pidfds:
@@ -72,7 +82,7 @@ func (l *launch) start(withPidfd bool, slots *atomic.Int32) (*proc, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: l.path, Err: err}
 	}
-	p := &proc{pid: pid}
+	p := &proc{pid: pid, rawfd: -1}
 	if pidfd < 0 {
 		return p, nil
 	}
@@ -86,6 +96,7 @@ func (l *launch) start(withPidfd bool, slots *atomic.Int32) (*proc, error) {
 		}
 	}
 	p.pidfd = os.NewFile(uintptr(pidfd), "pidfd") // polled if non-blocking
+	p.rawfd = pidfd
 	return p, nil
 }
 

@@ -84,6 +84,67 @@ func TestExitStatusAllWaitPaths(t *testing.T) {
 	}
 }
 
+// TestOutputAllReadPaths checks that output and exit come out the same
+// whichever way a run is read and waited for: one poll loop (runLoop, a
+// process with a blocking-wait slot), readers in the netpoller and a
+// waiter (no slot left), wait4 (no pidfds). Covered: both streams, more
+// than a pipe holds, a process that closes its output and goes on, and
+// output that arrives after the leader exited (from a process that left
+// the group: runLoop hands the pipe to a reader).
+func TestOutputAllReadPaths(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/setsid"); err != nil {
+		t.Skip("needs setsid(1) (util-linux)")
+	}
+	for _, path := range []string{"runloop", "readers", "wait4"} {
+		t.Run(path, func(t *testing.T) {
+			if path != "wait4" && !pidfdsWork() {
+				t.Skip("this kernel has no usable pidfds (needs Linux 5.4)")
+			}
+			m := New(Config{MaxJobs: 10, DrainTimeout: 20 * time.Second}, nil, nil)
+			defer m.Close(context.Background())
+			m.pidfds = path != "wait4"
+			if path == "readers" {
+				m.waitSlots.Store(blockingWaits)
+			}
+			big := strings.Repeat("a", 300_000)
+			for _, c := range []struct {
+				shell          string
+				stdout, stderr string
+				code           int
+			}{
+				{"printf out; printf err >&2; exit 4", "out", "err", 4},
+				{"head -c 300000 /dev/zero | tr '\\0' a; head -c 100000 /dev/zero | tr '\\0' b >&2", big, strings.Repeat("b", 100_000), 0},
+				{"echo early; exec >&- 2>&-; sleep 0.2; exit 5", "early\n", "", 5},
+				{"setsid sh -c 'sleep 0.3; echo late' & echo early", "early\nlate\n", "", 0},
+			} {
+				info, _ := runJob(t, m, protocol.SpawnArgs{Shell: c.shell})
+				j, err := m.Get(info.JobID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := j.Poll(0, 1<<20)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got [2]strings.Builder
+				for _, ch := range res.Chunks {
+					got[map[protocol.Stream]int{protocol.Stdout: 0, protocol.Stderr: 1}[ch.Stream]].Write(ch.Data)
+				}
+				if got[0].String() != c.stdout || got[1].String() != c.stderr {
+					t.Errorf("%.40q: stdout %d bytes %.20q, stderr %d bytes %.20q; want %d %.20q, %d %.20q", c.shell,
+						got[0].Len(), got[0].String(), got[1].Len(), got[1].String(), len(c.stdout), c.stdout, len(c.stderr), c.stderr)
+				}
+				if info.ExitCode == nil || *info.ExitCode != c.code || info.Reason != protocol.ReasonExit {
+					t.Errorf("%.40q: reason %s exit %v, want exit %d", c.shell, info.Reason, info.ExitCode, c.code)
+				}
+				if want := map[string]int32{"readers": blockingWaits}[path]; m.waitSlots.Load() != want {
+					t.Fatalf("%d blocking waits in use after the job, want %d", m.waitSlots.Load(), want)
+				}
+			}
+		})
+	}
+}
+
 // TestChildStatus decodes siginfo_t as the kernel fills it for each
 // si_code of SIGCHLD, and an empty one (no child exited yet).
 func TestChildStatus(t *testing.T) {

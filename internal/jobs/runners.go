@@ -9,8 +9,8 @@ import (
 // reader or waiter.
 const maxIdleRunners = 64
 
-// runners runs a job's output readers and its waiter on goroutines kept
-// from earlier jobs. A goroutine starts with a small stack, and the way
+// runners runs a job's runLoop (or its output readers and its waiter) on
+// goroutines kept from earlier jobs. A goroutine starts with a small stack, and the way
 // from a reader or a waiter to the event socket (flush, encode, publish,
 // write) is deep enough that every new one grew its stack, copying it,
 // at least once per job: measured as 8% of the supervisor's CPU running
