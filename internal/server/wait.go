@@ -1,8 +1,8 @@
 package server
 
 import (
+	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
@@ -13,8 +13,8 @@ import (
 // Held replies: a spawn with waitMs and the wait op answer once the job
 // has finished (or the wait ran out). The reply is held outside the
 // request workers and the in-flight bounds, which a wait must not occupy
-// (a client waiting for a job could not kill it otherwise): one goroutine
-// per held reply, their number bounded in all and per peer.
+// (a client waiting for a job could not kill it otherwise), their number
+// bounded in all and per peer (see holdReply).
 const (
 	defaultMaxHeldReplies     = 10000
 	defaultMaxPeerHeldReplies = 1000
@@ -131,24 +131,42 @@ func (s *Server) wait(p *zmqx.Peer, req *protocol.Request) (any, error) {
 	return &heldReply{job: j, done: done, wait: time.Duration(a.WaitMs) * time.Millisecond}, nil
 }
 
-// holdReply answers w once the job has finished or w's wait ran out.
-// The finished answer is sent by the goroutine that finishes the job,
-// right after its terminal event (Job.AfterDone: no hand-off on the way
-// from the process's exit to the reply); a goroutine of its own waits for
-// the rest: the wait running out, the peer going away, the server
-// stopping (jobs are ended before the server stops, so waits are
-// answered then). Called from a request task, which holds reqWG and
-// (through its worker) wg: both may grow here.
+// holdReply answers w once the job has finished or w's wait ran out,
+// without a goroutine of its own (one per held reply cost a goroutine
+// start and a wake-up per waited-for job). The finished answer is sent by
+// the goroutine that finishes the job, right after its terminal event
+// (Job.AfterDone: no hand-off on the way from the process's exit to the
+// reply); the wait running out is a timer's; the peer going away and the
+// server stopping give the reply up (callbacks on the peer and on the
+// server's context; jobs are ended before the server stops, so waits are
+// answered then). Called from a request task, which holds reqWG: it grows
+// here until the reply is settled.
 func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 	s.reqWG.Add(1)
-	s.wg.Add(1)
-	env = cloneFrames(env)  // (it outlives the request's buffers)
-	var settled atomic.Bool // answered, or given up
-	answered := make(chan struct{})
-	answer := func(info protocol.JobInfo, finished bool) {
-		if !settled.CompareAndSwap(false, true) {
-			return
+	env = cloneFrames(env) // (it outlives the request's buffers)
+	var (
+		mu      sync.Mutex
+		settled bool
+		stops   []func() bool // what else could settle it
+	)
+	// settle claims the reply (once) and stops the rest. It does not
+	// cancel AfterDone: it may run under the job's lock, in AfterDone.
+	settle := func() bool {
+		mu.Lock()
+		if settled {
+			mu.Unlock()
+			return false
 		}
+		settled = true
+		fs := stops
+		stops = nil
+		mu.Unlock()
+		for _, stop := range fs {
+			stop()
+		}
+		return true
+	}
+	answer := func(info protocol.JobInfo, finished bool) {
 		r := protocol.SpawnResult{JobID: w.job.ID(), Job: info, Finished: finished}
 		b, err := protocol.OKReply(w.id, r)
 		if err != nil {
@@ -158,50 +176,61 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 		// a new wait at once.
 		s.releaseHeld(p)
 		s.reply(p, env, b)
-		close(answered)
+		s.reqWG.Done()
 	}
-	cancel, pending := w.job.AfterDone(func(info protocol.JobInfo) { answer(info, true) })
-	go func() {
-		defer s.wg.Done()
-		defer s.reqWG.Done()
-		if !pending { // finished meanwhile
-			answer(s.jobs.InfoWithUsage(w.job), true)
-			return
+	cancel, pending := w.job.AfterDone(func(info protocol.JobInfo) {
+		if settle() {
+			answer(info, true)
 		}
-		select {
-		case <-w.done:
-			// The period the wait began in ended before AfterDone (a
-			// service may already run again): that is the answer.
+	})
+	if !pending || over(w.done) {
+		// Finished meanwhile; or the period the wait began in ended
+		// before AfterDone (a service may already run again): that is
+		// the answer.
+		if pending {
 			cancel()
-			answer(s.jobs.InfoWithUsage(w.job), true)
-			return
-		default:
 		}
-		t := time.NewTimer(w.wait)
-		defer t.Stop()
-		select {
-		case <-answered:
-			return
-		case <-t.C:
+		if settle() {
+			answer(s.jobs.InfoWithUsage(w.job), true)
+		}
+		return
+	}
+	giveUp := func() {
+		if settle() {
 			cancel()
-			// (if it finished just now, its answer may have gone first:
-			// then this one is not sent)
-			finished := false
-			select {
-			case <-w.done:
-				finished = true
-			default:
-			}
-			answer(s.jobs.InfoWithUsage(w.job), finished)
+			s.releaseHeld(p)
+			s.reqWG.Done()
+		}
+	}
+	t := time.AfterFunc(w.wait, func() {
+		if !settle() {
 			return
-		case <-p.Gone():
-		case <-s.ctx.Done():
 		}
 		cancel()
-		if settled.CompareAndSwap(false, true) {
-			s.releaseHeld(p)
-		}
-	}()
+		// (if it finished just now, its answer went first: this one is
+		// not sent)
+		answer(s.jobs.InfoWithUsage(w.job), over(w.done))
+	})
+	fs := []func() bool{t.Stop, p.OnGone(giveUp), context.AfterFunc(s.ctx, giveUp)}
+	mu.Lock()
+	if !settled {
+		stops = fs
+		mu.Unlock()
+		return
+	}
+	mu.Unlock()
+	for _, stop := range fs { // settled meanwhile: none of them may fire now
+		stop()
+	}
+}
+
+func over(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func cloneFrames(fs [][]byte) [][]byte {

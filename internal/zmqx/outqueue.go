@@ -1,6 +1,7 @@
 package zmqx
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sync"
@@ -33,10 +34,15 @@ type outQueue struct {
 	wake    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	// gone is cancelled with done (for OnGone's callbacks).
+	gone       context.Context
+	cancelGone context.CancelFunc
 }
 
 func newOutQueue(c *hardenedConn, max int, reason string, onClose func()) *outQueue {
-	return &outQueue{c: c, max: max, reason: reason, onClose: onClose, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	gone, cancel := context.WithCancel(context.Background())
+	return &outQueue{c: c, max: max, reason: reason, onClose: onClose, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		gone: gone, cancelGone: cancel}
 }
 
 // enqueue queues an encoded message; it reports false (and disconnects the
@@ -108,6 +114,7 @@ func (q *outQueue) close() {
 		q.queue, q.queued = nil, 0
 		q.mu.Unlock()
 		close(q.done)
+		q.cancelGone()
 		q.c.Close()
 		if q.onClose != nil {
 			q.onClose()

@@ -248,6 +248,11 @@ func (p *Peer) Release() {
 // Gone is closed when the peer is gone.
 func (p *Peer) Gone() <-chan struct{} { return p.done }
 
+// OnGone arranges for f to run (in a goroutine of its own) once the peer
+// is gone, at once if it is already. stop cancels that; it reports false
+// when f has run or is running.
+func (p *Peer) OnGone(f func()) (stop func() bool) { return context.AfterFunc(p.gone, f) }
+
 // Closed reports whether the peer is gone (its messages need no answer).
 func (p *Peer) Closed() bool {
 	select {
