@@ -492,6 +492,10 @@ func (j *Job) startReaders(files []*os.File) {
 		}
 	}
 	j.readersLeft.Store(int32(len(j.rfiles)))
+	if len(j.rfiles) == 0 {
+		close(j.readersDone) // (nothing to read)
+		return
+	}
 	j.m.wg.Add(len(j.rfiles))
 	done := j.readersDone
 	for i, f := range files {
@@ -1013,9 +1017,12 @@ func (j *Job) waitLoop() {
 // what most of the supervisor's time per /bin/true went to), and no
 // poller registration or *os.File per pipe.
 //
-// Pipes still open once the process has exited and been read dry (a
-// descendant holds them) go to readLoops, and drain waits for them as it
-// does for any run.
+// A round reads at most one pipe's worth per stream, so that a stream
+// that never runs dry (a descendant flooding it) neither keeps the other
+// stream waiting nor the exit from being seen. Pipes still open once the
+// process has exited and what it wrote before has been read (a descendant
+// holds them) go to readLoops, which read on while the rest of the group
+// is cleared, and drain waits for them as it does for any run.
 func (j *Job) runLoop(p *proc, out [2]int) {
 	defer j.m.wg.Done()
 	pidfd := p.fd()
@@ -1030,56 +1037,73 @@ func (j *Job) runLoop(p *proc, out [2]int) {
 		out[i], fds[i].Fd = -1, -1 // (poll skips a negative fd)
 		open--
 	}
-	for pidfd >= 0 {
-		if _, err := unix.Poll(fds[:], -1); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			j.m.log.Error("poll job output", "job", j.id, "err", err)
-			break // the wait below still reaps it, the readers read
-		}
-		for i := range 2 {
-			if fds[i].Fd >= 0 && fds[i].Revents != 0 && j.readAvailable(i, out[i]) {
-				closeOut(i)
-			}
-		}
-		if fds[2].Revents != 0 {
-			break // it exited
-		}
-		if open == 0 {
-			break // it closed both: only its exit is left to wait for
-		}
-	}
-	ws, err := p.wait()
-	// What it wrote before it exited is in the pipes.
-	for i := range 2 {
-		if out[i] >= 0 && j.readAvailable(i, out[i]) {
-			closeOut(i)
-		}
-	}
-	if open == 0 {
-		close(j.readersDone)
-	} else {
+	// handOff gives the pipes still open to readLoops (which close
+	// readersDone when they are done).
+	handedOff := false
+	handOff := func() {
+		handedOff = true
 		var files [2]*os.File
 		for i := range 2 {
 			if out[i] >= 0 {
 				files[i] = newOutFile(out[i], i)
+				out[i], fds[i].Fd = -1, -1
 			}
 		}
 		j.startReaders(files[:])
 	}
+	polling := true
+	for polling {
+		if _, err := unix.Poll(fds[:], -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			// (ENOMEM, in practice.) The netpoller's readers take the
+			// pipes; the wait below reaps the process.
+			j.m.log.Error("poll job output; reading it through the netpoller", "job", j.id, "err", err)
+			handOff()
+			break
+		}
+		for i := range 2 {
+			if fds[i].Fd >= 0 && fds[i].Revents != 0 && j.readAvailable(i, out[i], pipeRound) {
+				closeOut(i)
+			}
+		}
+		// (pidfd readable: it exited; both pipes at EOF: it closed
+		// them, only its exit is left to wait for.)
+		polling = fds[2].Revents == 0 && open > 0
+	}
+	ws, err := p.wait()
+	if !handedOff {
+		// What it wrote before it exited is in the pipes (at most a
+		// pipe's worth each; more means a descendant is writing).
+		for i := range 2 {
+			if out[i] >= 0 && j.readAvailable(i, out[i], pipeRound) {
+				closeOut(i)
+			}
+		}
+		if open > 0 {
+			handOff()
+		} else {
+			close(j.readersDone)
+		}
+	}
 	j.afterReap(p, ws, err)
 }
 
+// pipeRound bounds what runLoop reads of one stream per round: a pipe's
+// default capacity.
+const pipeRound = 64 << 10
+
 // readAvailable reads stream i's pipe (non-blocking descriptor fd) until
-// it would block, as readLoop does; it reports true at EOF or on an error
-// (the stream is over).
-func (j *Job) readAvailable(i, fd int) bool {
-	for {
+// it would block or max bytes have been read, as readLoop does; it
+// reports true at EOF or on an error (the stream is over).
+func (j *Job) readAvailable(i, fd, max int) bool {
+	for n := 0; n < max; {
 		buf, start := j.readBuf(i)
-		n, err := unix.Read(fd, buf[start:cap(buf)])
-		if n > 0 {
-			j.output(i, buf, start, n)
+		k, err := unix.Read(fd, buf[start:cap(buf)])
+		if k > 0 {
+			j.output(i, buf, start, k)
+			n += k
 			continue
 		}
 		switch err {
@@ -1093,6 +1117,7 @@ func (j *Job) readAvailable(i, fd int) bool {
 		}
 		return true
 	}
+	return false
 }
 
 // afterReap is what follows the reaping of the run's process (p, exit

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,6 +141,50 @@ func TestOutputAllReadPaths(t *testing.T) {
 				if want := map[string]int32{"readers": blockingWaits}[path]; m.waitSlots.Load() != want {
 					t.Fatalf("%d blocking waits in use after the job, want %d", m.waitSlots.Load(), want)
 				}
+			}
+		})
+	}
+}
+
+// TestFloodingDescendantDoesNotHoldTheExit: a process of the group that
+// keeps the output pipe full after the leader exited (here the output path
+// is slowed down, standing in for a busy supervisor) neither keeps the
+// leader from being reaped nor the rest of the group from being ended: the
+// job ends with the leader's status, the flooder gone, on every path.
+func TestFloodingDescendantDoesNotHoldTheExit(t *testing.T) {
+	if _, err := exec.LookPath("yes"); err != nil {
+		t.Skip("needs yes(1) (coreutils)")
+	}
+	for _, path := range []string{"runloop", "readers"} {
+		t.Run(path, func(t *testing.T) {
+			if !pidfdsWork() {
+				t.Skip("this kernel has no usable pidfds (needs Linux 5.4)")
+			}
+			slow := WithHooks(Hooks{OutputBytes: func(protocol.Stream, int) { time.Sleep(10 * time.Millisecond) }})
+			m := New(Config{MaxJobs: 10, Grace: 2 * time.Second}, nil, nil, slow)
+			defer m.Close(context.Background())
+			if path == "readers" {
+				m.waitSlots.Store(blockingWaits)
+			}
+			info, err := m.Spawn(protocol.SpawnArgs{Shell: "yes & sleep 0.3; exit 3"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, err := m.Get(info.JobID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-j.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("job still %s 10 s after its leader exited (%d bytes of output read)", j.Info().State, j.Info().StdoutBytes)
+			}
+			got := j.Info()
+			if got.ExitCode == nil || *got.ExitCode != 3 || got.Reason != protocol.ReasonExit {
+				t.Errorf("reason %s exit %v, want exit 3", got.Reason, got.ExitCode)
+			}
+			if groupAlive(info.Pid) {
+				t.Errorf("process group %d still has members after the job ended", info.Pid)
 			}
 		})
 	}

@@ -341,6 +341,11 @@ func (s *Server) Close(ctx context.Context) error {
 		_ = s.httpS.Shutdown(ctx)
 	}
 	s.cancel()
+	// Replies still held for waits give up now (callbacks on s.ctx, off
+	// any goroutine of ours): let them finish releasing what they hold.
+	gctx, gcancel := context.WithTimeout(context.Background(), time.Second)
+	waitCtx(gctx, &s.reqWG)
+	gcancel()
 	s.ctl.Close()
 	s.evtMu.Lock()
 	s.evt.Close()
