@@ -23,38 +23,74 @@ import (
 // machine (vs-bare-rpc is the supervisor's rate against it), and spawn
 // with waitMs (one round trip, no event socket) through a second
 // supervisor process: wait-jobs/s, wait-ratio, wait-vs-bare-rpc.
+//
+// CPU time per job, steadier than rates on a shared machine (µs; a
+// "client" is this process while the runner ran; direct-cpu-µs is what
+// os/exec costs its parent): sup-cpu-µs and sup-client-cpu-µs (spawn +
+// exit event), wait-sup-cpu-µs and wait-client-cpu-µs (spawn with
+// waitMs), bare-cpu-µs and bare-client-cpu-µs; and each server's context
+// switches per job (sup-cs, wait-sup-cs, bare-cs: each is a thread put to
+// sleep and woken, which on a virtual machine costs more than most code).
 func BenchmarkSpawnTrueBinary(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "exec-supervisor")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
-	c, evt := startBinary(b, bin, filepath.Join(dir, "a"))
-	waits, _ := startBinary(b, bin, filepath.Join(dir, "b")) // (see proctest.SpawnWaitRunner)
+	c, evt, supPid := startBinary(b, bin, filepath.Join(dir, "a"))
+	waits, _, waitPid := startBinary(b, bin, filepath.Join(dir, "b")) // (see proctest.SpawnWaitRunner)
 	for _, par := range []int{1, 8} {
 		b.Run(map[int]string{1: "concurrency=1", 8: "concurrency=8"}[par], func(b *testing.B) {
-			bare, stop, err := proctest.StartBareExec(b.TempDir(), par)
+			bare, stop, barePid, err := proctest.StartBareExec(b.TempDir(), par)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer stop()
-			r := proctest.SpawnTrueRates(b, c, evt, b.N, par, bare, proctest.SpawnWaitRunner(waits))
-			proctest.ReportRates(b, r[0], r[1], "jobs/s")
+			pids := []int{supPid, waitPid, barePid}
+			before := usage(b, pids)
+			r := proctest.SpawnTrue(b, c, evt, b.N, par, bare, proctest.SpawnWaitRunner(waits))
+			after := usage(b, pids)
+			proctest.ReportRates(b, r[0].Rate, r[1].Rate, "jobs/s")
 			// The floor of any out-of-process design: os/exec behind one
 			// unix-socket round trip per job (see MaybeServeBareExec).
-			b.ReportMetric(r[2], "bare-rpc-jobs/s")
-			b.ReportMetric(r[1]/r[2], "vs-bare-rpc")
-			b.ReportMetric(r[3], "wait-jobs/s")
-			b.ReportMetric(r[3]/r[0], "wait-ratio")
-			b.ReportMetric(r[3]/r[2], "wait-vs-bare-rpc")
+			b.ReportMetric(r[2].Rate, "bare-rpc-jobs/s")
+			b.ReportMetric(r[1].Rate/r[2].Rate, "vs-bare-rpc")
+			b.ReportMetric(r[3].Rate, "wait-jobs/s")
+			b.ReportMetric(r[3].Rate/r[0].Rate, "wait-ratio")
+			b.ReportMetric(r[3].Rate/r[2].Rate, "wait-vs-bare-rpc")
+			b.ReportMetric(float64(r[0].CPU.Microseconds()), "direct-cpu-µs")
+			// (the servers' CPU counts from just before the rounds began,
+			// b.N of their jobs included)
+			for i, s := range []struct {
+				name   string
+				runner int
+			}{{"sup", 1}, {"wait-sup", 3}, {"bare", 2}} {
+				u := after[i].Sub(before[i])
+				b.ReportMetric(float64(u.CPU.Microseconds())/float64(b.N), s.name+"-cpu-µs")
+				b.ReportMetric(float64(u.Switches)/float64(b.N), s.name+"-cs")
+				b.ReportMetric(float64(r[s.runner].CPU.Microseconds()), s.name+"-client-cpu-µs")
+			}
 		})
 	}
 }
 
+// usage reads the CPU time and context switches of each of pids.
+func usage(b *testing.B, pids []int) []proctest.ProcUsage {
+	out := make([]proctest.ProcUsage, len(pids))
+	for i, pid := range pids {
+		u, err := proctest.ReadProcUsage(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = u
+	}
+	return out
+}
+
 // startBinary runs the supervisor binary with its defaults on sockets and
-// state in dir, stopped when b ends, and returns a client of it and its
-// event address.
-func startBinary(b *testing.B, bin, dir string) (*client.Client, string) {
+// state in dir, stopped when b ends, and returns a client of it, its
+// event address and its pid.
+func startBinary(b *testing.B, bin, dir string) (*client.Client, string, int) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
@@ -74,7 +110,7 @@ func startBinary(b *testing.B, bin, dir string) (*client.Client, string) {
 		_, err := c.Health(hctx)
 		cancel()
 		if err == nil {
-			return c, evt
+			return c, evt, cmd.Process.Pid
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("the supervisor did not answer: %v", err)

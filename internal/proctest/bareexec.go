@@ -59,14 +59,14 @@ func MaybeServeBareExec() {
 // StartBareExec starts the bare exec server (this test binary again, see
 // MaybeServeBareExec) on a socket in dir and returns a runner that has it
 // run one /bin/true (safe for par goroutines at once, each with a
-// connection of its own) and a function that stops it.
-func StartBareExec(dir string, par int) (run func() error, stop func(), err error) {
+// connection of its own), a function that stops it, and its pid.
+func StartBareExec(dir string, par int) (run func() error, stop func(), pid int, err error) {
 	path := dir + "/bare.sock"
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), bareExecEnv+"="+path)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	kill := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
 	conns := make(chan net.Conn, par)
@@ -76,7 +76,7 @@ func StartBareExec(dir string, par int) (run func() error, stop func(), err erro
 		if err != nil {
 			if time.Now().After(deadline) {
 				kill()
-				return nil, nil, fmt.Errorf("bare exec server: %w", err)
+				return nil, nil, 0, fmt.Errorf("bare exec server: %w", err)
 			}
 			time.Sleep(10 * time.Millisecond) // the process is starting; nothing to wait on
 			continue
@@ -107,5 +107,5 @@ func StartBareExec(dir string, par int) (run func() error, stop func(), err erro
 		}
 		return nil
 	}
-	return run, stop, nil
+	return run, stop, cmd.Process.Pid, nil
 }

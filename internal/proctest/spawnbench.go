@@ -1,12 +1,19 @@
 package proctest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +30,17 @@ import (
 // once) are measured in the same rounds; their rates follow the
 // supervisor's.
 func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int, more ...func() error) []float64 {
+	r := SpawnTrue(b, c, eventAddr, n, par, more...)
+	rates := make([]float64, len(r))
+	for i := range r {
+		rates[i] = r[i].Rate
+	}
+	return rates
+}
+
+// SpawnTrue is SpawnTrueRates with this process's CPU time per job of
+// each runner.
+func SpawnTrue(b *testing.B, c *client.Client, eventAddr string, n, par int, more ...func() error) []Result {
 	ctx := context.Background()
 	sub, err := zmqx.DialClient(ctx, "SUB", eventAddr, time.Second, "")
 	if err != nil {
@@ -85,7 +103,7 @@ func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int
 		}
 	}
 	direct := func() error { return exec.Command("/bin/true").Run() }
-	return Interleave(b, n, par, append([]func() error{direct, spawn}, more...)...)
+	return InterleaveCPU(b, n, par, append([]func() error{direct, spawn}, more...)...)
 }
 
 // SpawnWaitRunner runs /bin/true through c with spawn's waitMs: spawn
@@ -102,11 +120,32 @@ func SpawnWaitRunner(c *client.Client) func() error {
 	}
 }
 
+// Result is what InterleaveCPU measured of one runner.
+type Result struct {
+	Rate float64 // runs per second
+	// CPU is this process's CPU time (user + system, all its threads)
+	// per run while the runner ran: for a client of a supervisor, the
+	// client's cost of a job; for os/exec, what starting and waiting for
+	// the process costs its parent.
+	CPU time.Duration
+}
+
 // Interleave runs each runner n times across par workers and returns
 // their rates (runs per second). They take turns in batches of 50, so
 // that all of them see the same machine (load on shared machines drifts
 // within seconds). The benchmark timer covers the rounds only.
 func Interleave(b *testing.B, n, par int, runners ...func() error) []float64 {
+	r := InterleaveCPU(b, n, par, runners...)
+	rates := make([]float64, len(r))
+	for i := range r {
+		rates[i] = r[i].Rate
+	}
+	return rates
+}
+
+// InterleaveCPU is Interleave that also measures this process's CPU time
+// per run of each runner.
+func InterleaveCPU(b *testing.B, n, par int, runners ...func() error) []Result {
 	run := func(k int, one func() error) time.Duration {
 		var next atomic.Int64
 		var wg sync.WaitGroup
@@ -127,20 +166,86 @@ func Interleave(b *testing.B, n, par int, runners ...func() error) []float64 {
 		return time.Since(start)
 	}
 	took := make([]time.Duration, len(runners))
+	cpu := make([]time.Duration, len(runners))
 	b.ResetTimer()
 	for k := 0; k < n; {
 		batch := min(50, n-k)
 		for i, r := range runners {
+			c0 := selfCPU()
 			took[i] += run(batch, r)
+			cpu[i] += selfCPU() - c0
 		}
 		k += batch
 	}
 	b.StopTimer()
-	rates := make([]float64, len(runners))
+	res := make([]Result, len(runners))
 	for i, d := range took {
-		rates[i] = float64(n) / d.Seconds()
+		res[i] = Result{Rate: float64(n) / d.Seconds(), CPU: cpu[i] / time.Duration(n)}
 	}
-	return rates
+	return res
+}
+
+// selfCPU is this process's CPU time so far (all threads).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ProcUsage is a process's CPU time and context switches so far.
+type ProcUsage struct {
+	CPU      time.Duration
+	Switches int64 // voluntary and involuntary, summed over its live threads
+}
+
+// ReadProcUsage reads pid's CPU time (from /proc/PID/stat, in USER_HZ:
+// 10 ms ticks) and context switches (/proc/PID/task/*/status).
+func ReadProcUsage(pid int) (ProcUsage, error) {
+	var u ProcUsage
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// The fields after the command (which may hold spaces) start after
+	// its closing parenthesis; utime and stime are the 14th and 15th.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return u, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return u, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return u, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	u.CPU = time.Duration(ut+st) * 10 * time.Millisecond
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				u.Switches += n
+			}
+		}
+	}
+	return u, nil
+}
+
+// Sub returns u - v.
+func (u ProcUsage) Sub(v ProcUsage) ProcUsage {
+	return ProcUsage{CPU: u.CPU - v.CPU, Switches: u.Switches - v.Switches}
 }
 
 // ReportRates reports a baseline and a measured rate and their ratio.
