@@ -1163,7 +1163,16 @@ func (j *Job) afterReap(p *proc, ws syscall.WaitStatus, err error) {
 // its whole process group, and nothing it started may live on unowned. It
 // reports whether the scope was seen empty.
 func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
-	if !j.scopeAlive() {
+	alive := j.scopeAlive
+	if j.m.reaping {
+		// Members that lost their parent are the subreaper's children:
+		// reaped here as they die, not at the reaper's next pass.
+		alive = func() bool {
+			j.m.reapOrphans()
+			return j.scopeAlive()
+		}
+	}
+	if !alive() {
 		j.markGroupGone()
 		return true
 	}
@@ -1174,13 +1183,13 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 		j.mu.Unlock()
 		deadline = j.m.now().Add(j.grace)
 	}
-	if !waitGone(j.scopeAlive, time.Until(deadline), j.killNow) {
+	if !waitGone(alive, time.Until(deadline), j.killNow) {
 		j.mu.Lock()
 		_ = j.signalLocked(sigKill)
 		first, mode := j.markCleanupKillLocked()
 		j.mu.Unlock()
 		j.countCleanupKill(first, mode)
-		if !waitGone(j.scopeAlive, 5*time.Second, nil) {
+		if !waitGone(alive, 5*time.Second, nil) {
 			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
 			j.markGroupGone()
 			return false
