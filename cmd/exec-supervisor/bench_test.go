@@ -31,6 +31,12 @@ import (
 // waitMs), bare-cpu-µs and bare-client-cpu-µs; and each server's context
 // switches per job (sup-cs, wait-sup-cs, bare-cs: each is a thread put to
 // sleep and woken, which on a virtual machine costs more than most code).
+//
+// With ES_COMPARE_BIN set to another build of the supervisor (say, of an
+// earlier commit), it runs in the same rounds too, on both paths:
+// cmp-ratio, cmp-wait-ratio, cmp-sup-cpu-µs, cmp-wait-sup-cpu-µs,
+// cmp-sup-cs, cmp-wait-sup-cs. Same-run comparison is the only kind that
+// holds on a shared machine.
 func BenchmarkSpawnTrueBinary(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "exec-supervisor")
@@ -39,6 +45,13 @@ func BenchmarkSpawnTrueBinary(b *testing.B) {
 	}
 	c, evt, supPid := startBinary(b, bin, filepath.Join(dir, "a"))
 	waits, _, waitPid := startBinary(b, bin, filepath.Join(dir, "b")) // (see proctest.SpawnWaitRunner)
+	var cmpC, cmpWaits *client.Client
+	var cmpEvt string
+	var cmpPid, cmpWaitPid int
+	if cmp := os.Getenv("ES_COMPARE_BIN"); cmp != "" {
+		cmpC, cmpEvt, cmpPid = startBinary(b, cmp, filepath.Join(dir, "c"))
+		cmpWaits, _, cmpWaitPid = startBinary(b, cmp, filepath.Join(dir, "d"))
+	}
 	for _, par := range []int{1, 8} {
 		b.Run(map[int]string{1: "concurrency=1", 8: "concurrency=8"}[par], func(b *testing.B) {
 			bare, stop, barePid, err := proctest.StartBareExec(b.TempDir(), par)
@@ -47,8 +60,15 @@ func BenchmarkSpawnTrueBinary(b *testing.B) {
 			}
 			defer stop()
 			pids := []int{supPid, waitPid, barePid}
+			more := []func() error{bare, proctest.SpawnWaitRunner(waits)}
+			if cmpC != nil {
+				run, stop := proctest.SpawnEventRunner(b, cmpC, cmpEvt)
+				defer stop()
+				pids = append(pids, cmpPid, cmpWaitPid)
+				more = append(more, run, proctest.SpawnWaitRunner(cmpWaits))
+			}
 			before := usage(b, pids)
-			r := proctest.SpawnTrue(b, c, evt, b.N, par, bare, proctest.SpawnWaitRunner(waits))
+			r := proctest.SpawnTrue(b, c, evt, b.N, par, more...)
 			after := usage(b, pids)
 			proctest.ReportRates(b, r[0].Rate, r[1].Rate, "jobs/s")
 			// The floor of any out-of-process design: os/exec behind one
@@ -69,6 +89,15 @@ func BenchmarkSpawnTrueBinary(b *testing.B) {
 				b.ReportMetric(float64(u.CPU.Microseconds())/float64(b.N), s.name+"-cpu-µs")
 				b.ReportMetric(float64(u.Switches)/float64(b.N), s.name+"-cs")
 				b.ReportMetric(float64(r[s.runner].CPU.Microseconds()), s.name+"-client-cpu-µs")
+			}
+			if cmpC != nil {
+				b.ReportMetric(r[4].Rate/r[0].Rate, "cmp-ratio")
+				b.ReportMetric(r[5].Rate/r[0].Rate, "cmp-wait-ratio")
+				for i, name := range []string{"cmp-sup", "cmp-wait-sup"} {
+					u := after[3+i].Sub(before[3+i])
+					b.ReportMetric(float64(u.CPU.Microseconds())/float64(b.N), name+"-cpu-µs")
+					b.ReportMetric(float64(u.Switches)/float64(b.N), name+"-cs")
+				}
 			}
 		})
 	}

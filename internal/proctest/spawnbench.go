@@ -41,6 +41,17 @@ func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int
 // SpawnTrue is SpawnTrueRates with this process's CPU time per job of
 // each runner.
 func SpawnTrue(b *testing.B, c *client.Client, eventAddr string, n, par int, more ...func() error) []Result {
+	spawn, stop := SpawnEventRunner(b, c, eventAddr)
+	defer stop()
+	direct := func() error { return exec.Command("/bin/true").Run() }
+	return InterleaveCPU(b, n, par, append([]func() error{direct, spawn}, more...)...)
+}
+
+// SpawnEventRunner returns a runner (safe for several goroutines at once)
+// that spawns /bin/true through c and waits for the job's terminal event
+// on the event socket at eventAddr, and a function that stops its
+// subscriber. It returns once the subscription is live.
+func SpawnEventRunner(b *testing.B, c *client.Client, eventAddr string) (run func() error, stop func()) {
 	ctx := context.Background()
 	sub, err := zmqx.DialClient(ctx, "SUB", eventAddr, time.Second, "")
 	if err != nil {
@@ -61,6 +72,11 @@ func SpawnTrue(b *testing.B, c *client.Client, eventAddr string, n, par int, mor
 		}
 		return ch
 	}
+	forget := func(id string) {
+		mu.Lock()
+		delete(waiters, id)
+		mu.Unlock()
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -76,34 +92,42 @@ func SpawnTrue(b *testing.B, c *client.Client, eventAddr string, n, par int, mor
 			}
 		}
 	}()
-	defer func() { sub.Close(); <-done }()
-	spawn := func() error {
+	stop = func() { sub.Close(); <-done }
+	spawnWithin := func(d time.Duration) (bool, error) {
 		j, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"/bin/true"}})
 		if err != nil {
-			return err
+			return false, err
 		}
+		t := time.NewTimer(d)
+		defer t.Stop()
 		select {
 		case <-waiter(j.JobID):
-			return nil
-		case <-time.After(10 * time.Second):
-			return fmt.Errorf("no exit event for %s", j.JobID)
+			forget(j.JobID)
+			return true, nil
+		case <-t.C:
+			return false, nil
 		}
 	}
 	// The subscription travels asynchronously: wait until one job's exit
 	// is heard.
-	for heard := false; !heard; {
-		j, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"/bin/true"}})
+	for {
+		heard, err := spawnWithin(200 * time.Millisecond)
 		if err != nil {
+			stop()
 			b.Fatal(err)
 		}
-		select {
-		case <-waiter(j.JobID):
-			heard = true
-		case <-time.After(200 * time.Millisecond):
+		if heard {
+			break
 		}
 	}
-	direct := func() error { return exec.Command("/bin/true").Run() }
-	return InterleaveCPU(b, n, par, append([]func() error{direct, spawn}, more...)...)
+	run = func() error {
+		heard, err := spawnWithin(10 * time.Second)
+		if err == nil && !heard {
+			err = errors.New("no exit event within 10 s")
+		}
+		return err
+	}
+	return run, stop
 }
 
 // SpawnWaitRunner runs /bin/true through c with spawn's waitMs: spawn
