@@ -998,9 +998,10 @@ func (j *Job) scopeAlive() bool {
 	return groupAlive(j.pgid)
 }
 
-// waitLoop is the only place that waits for the process. It then clears
-// what is left of the process group, drains the output pipes and
-// finalizes the job once.
+// waitLoop waits for the process of a run read by readLoops (a run
+// without a blocking-wait slot, or a terminal's), then finishes the run
+// (afterReap). Each run's process is waited for in one place: here or in
+// runLoop.
 func (j *Job) waitLoop() {
 	defer j.m.wg.Done()
 	p := j.proc // (a service's next run gets a proc of its own)
