@@ -206,7 +206,7 @@ type Manager struct {
 
 	wg   sync.WaitGroup // job goroutines and the sweeper
 	stop chan struct{}
-	// runners run jobs' readers and waiters (see runners).
+	// runners run jobs' runLoops, readers and waiters (see runners).
 	runners *runners
 	closeO  sync.Once
 	stopO   sync.Once // closes stop (also when Close gives up waiting)
