@@ -143,3 +143,86 @@ func (p *Publisher) subscribedN(topic string) int {
 }
 
 func bufioOf(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
+
+// TestIncomingAlone: a handler's message is Alone when the peer has
+// nothing else in flight and nothing has arrived behind it; a message with
+// another one already buffered behind it is not, nor is one whose peer
+// has another message still being handled.
+func TestIncomingAlone(t *testing.T) {
+	endpoint := "ipc://" + filepath.Join(t.TempDir(), "r.sock")
+	r, err := ListenRouter(context.Background(), endpoint, &Policy{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	type seen struct {
+		body  string
+		alone bool
+	}
+	got := make(chan seen, 8)
+	gate := make(chan struct{})
+	held := make(chan *Peer, 1)
+	r.SetHandler(func(in Incoming) {
+		body := string(in.Frames[len(in.Frames)-1])
+		got <- seen{body, in.Alone}
+		switch body {
+		case "1":
+			<-gate // the next messages queue behind this one meanwhile
+		case "4":
+			held <- in.Peer // still in flight when 5 arrives
+			return
+		}
+		in.Peer.Release()
+	})
+	c, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	next := func() seen {
+		t.Helper()
+		select {
+		case s := <-got:
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatal("no message reached the handler")
+			return seen{}
+		}
+	}
+	if err := c.Send([]byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if s := next(); s.body != "1" || !s.alone {
+		t.Fatalf("first message: %+v, want alone", s)
+	}
+	// 2 and 3 in one write, while the reader is in the handler: when it
+	// reads 2, 3 is behind it.
+	var both []byte
+	for _, b := range []string{"2", "3"} {
+		bufs, _ := encodeMessage([][]byte{[]byte(b)})
+		for _, x := range bufs {
+			both = append(both, x...)
+		}
+	}
+	if _, err := c.conn.Write(both); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	if s2, s3 := next(), next(); s2.body != "2" || s2.alone || s3.body != "3" || !s3.alone {
+		t.Fatalf("got %+v then %+v, want 2 not alone, then 3 alone", s2, s3)
+	}
+	if err := c.Send([]byte("4")); err != nil {
+		t.Fatal(err)
+	}
+	if s := next(); s.body != "4" || !s.alone {
+		t.Fatalf("got %+v, want 4 alone", s)
+	}
+	p := <-held
+	if err := c.Send([]byte("5")); err != nil {
+		t.Fatal(err)
+	}
+	if s := next(); s.body != "5" || s.alone {
+		t.Fatalf("got %+v, want 5 not alone (4 is still being handled)", s)
+	}
+	p.Release()
+}

@@ -37,15 +37,20 @@ type Router struct {
 }
 
 // SetHandler makes every peer's reader pass its messages to h (on the
-// reader's goroutine) instead of queueing them for Recv. h must hand the
-// work on quickly: the peer's next message waits for it. Messages queued
-// before are still returned by Recv.
+// reader's goroutine) instead of queueing them for Recv. The peer's next
+// message waits for h: h should hand the work on unless the message is
+// Alone. Messages queued before are still returned by Recv.
 func (r *Router) SetHandler(h func(Incoming)) { r.handler.Store(&h) }
 
 // Incoming is one message from a peer.
 type Incoming struct {
 	Peer   *Peer
 	Frames [][]byte
+	// Alone is set (for a handler, see SetHandler) when nothing else of
+	// the peer's is in flight or has arrived behind this message: the
+	// peer is waiting for this reply, and the message may as well be
+	// handled on the reader's goroutine.
+	Alone bool
 }
 
 // maxMessageFrames bounds the frames of one incoming message.
@@ -301,7 +306,7 @@ func (p *Peer) readLoop() {
 			return
 		}
 		if h := p.r.handler.Load(); h != nil {
-			(*h)(Incoming{Peer: p, Frames: frames})
+			(*h)(Incoming{Peer: p, Frames: frames, Alone: br.Buffered() == 0 && len(p.slots) == 1})
 			frames = nil
 			continue
 		}
