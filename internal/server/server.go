@@ -473,7 +473,9 @@ func (s *Server) incoming(msg zmqx.Incoming) bool {
 	}
 	s.reqWG.Add(1)
 	s.reqMu.Unlock()
-	p, env, b := msg.Peer, envelope, body[0]
+	p, env := msg.Peer, envelope
+	start := time.Now()
+	req, derr := protocol.DecodeRequest(body[0], s.cfg.MaxRequestBytes)
 	task := func() {
 		defer s.reqWG.Done()
 		defer func() { <-s.inflight }()
@@ -481,18 +483,19 @@ func (s *Server) incoming(msg zmqx.Incoming) bool {
 		if p.Closed() {
 			return // the peer went away while this waited
 		}
-		out, w := s.handle(p, b)
+		out, w := s.handle(p, req, derr, start)
 		if w != nil {
 			s.holdReply(p, env, w)
 			return
 		}
 		s.reply(p, env, out)
 	}
-	if msg.Alone {
+	if msg.Alone && derr == nil && quickOp(req.Op) {
 		// The peer waits for this reply and sent nothing else: no
-		// hand-off to a worker (waking one cost ~30 µs of CPU and 2-3
+		// hand-off to a worker (waking one cost 10-40 µs of CPU and 2-3
 		// context switches per request, measured on spawns one at a
-		// time; what the peer sends meanwhile waits in the socket).
+		// time). What the peer sends meanwhile waits in the socket, so
+		// only ops that never wait on anything are handled here.
 		task()
 		return true
 	}
@@ -540,12 +543,23 @@ func (s *Server) reply(p *zmqx.Peer, env [][]byte, body []byte) {
 	}
 }
 
-// handle runs one request from peer p and returns the encoded reply, or
+// quickOp reports whether op may be handled on the peer's reader (see
+// incoming): it never waits for a job, a pipe or a long encoding. (write
+// may wait 2 s for a job to read its input; list-jobs, subscribe and
+// history may encode large replies; stop and restart end runs.)
+func quickOp(op protocol.Op) bool {
+	switch op {
+	case protocol.OpSpawn, protocol.OpWait, protocol.OpStatus, protocol.OpHealth, protocol.OpKill, protocol.OpPoll:
+		return true
+	}
+	return false
+}
+
+// handle runs one request from peer p (decoded at start: req, or the
+// decoding error err) and returns the encoded reply, or
 // the wait the reply is held for (see holdReply). It never panics on bad
 // input; a panic in an op is turned into an internal error.
-func (s *Server) handle(p *zmqx.Peer, body []byte) (out []byte, w *heldReply) {
-	start := time.Now()
-	req, err := protocol.DecodeRequest(body, s.cfg.MaxRequestBytes)
+func (s *Server) handle(p *zmqx.Peer, req *protocol.Request, err error, start time.Time) (out []byte, w *heldReply) {
 	id, op := "", protocol.Op("")
 	if req != nil {
 		id, op = req.ID, req.Op

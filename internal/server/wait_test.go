@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -280,5 +281,56 @@ func TestCancelledWaitKeepsConnection(t *testing.T) {
 	}
 	if err := <-other; err != nil {
 		t.Fatalf("the other wait on the connection: %v", err)
+	}
+}
+
+// TestSlowRequestDoesNotHoldItsConnection: a request that may wait (a
+// write to a job that does not read its input: 2 s) is not handled on its
+// connection's reader, even when it arrives alone: a request sent behind
+// it on the same connection is answered first.
+func TestSlowRequestDoesNotHoldItsConnection(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 30*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.client.Kill(context.Background(), j.JobID, "SIGKILL")
+	c, err := zmqx.DialClient(ctx, "DEALER", ts.cfg.Control, time.Second, ts.Server.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	write, err := protocol.EncodeRequest("w", protocol.OpWrite, &protocol.WriteArgs{JobID: j.JobID, Data: make([]byte, 256<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, err := protocol.EncodeRequest("h", protocol.OpHealth, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(write); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(health); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for range 2 {
+		m, err := c.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := protocol.DecodeReplyNoCopy(m[len(m)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, rep.ID)
+		if rep.ID == "w" && (rep.Error == nil || !strings.Contains(rep.Error.Message, "not reading its input")) {
+			t.Fatalf("write: %+v, want the job not reading its input", rep.Error)
+		}
+	}
+	if order[0] != "h" {
+		t.Fatalf("replies in order %v: the health request waited for the write", order)
 	}
 }
