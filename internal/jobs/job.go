@@ -76,16 +76,21 @@ type Job struct {
 	leaderExited bool
 	groupGone    bool
 
-	seq       uint64
-	out       *ring
-	offset    int64 // combined output offset of the next byte
-	streamN   [2]int64
-	pending   [2][]byte
-	flushT    [2]*time.Timer
-	overallT  *time.Timer
-	idleT     *time.Timer
-	startedEv *protocol.Event
-	exitEv    *protocol.Event
+	seq     uint64
+	out     *ring
+	offset  int64 // combined output offset of the next byte
+	streamN [2]int64
+	pending [2][]byte
+	flushT  [2]*time.Timer
+	// pendingSince orders the streams' pending output by when its first
+	// byte was read (from pendingN): flushes go oldest first, so that the
+	// output's order across streams is the order it was read in.
+	pendingSince [2]uint64
+	pendingN     uint64
+	overallT     *time.Timer
+	idleT        *time.Timer
+	startedEv    *protocol.Event
+	exitEv       *protocol.Event
 
 	// readersLeft counts the run's output readers still reading; the last
 	// one closes readersDone.
@@ -719,7 +724,7 @@ func (j *Job) readBuf(i int) (buf []byte, start int) {
 		j.pending[i] = buf
 	}
 	if len(buf) == cap(buf) { // full (flushes happen before): hand it on
-		j.flushLocked(i)
+		j.flushInOrderLocked(i)
 		if buf = j.pending[i]; buf == nil {
 			buf = j.m.getOutBuf()
 			j.pending[i] = buf
@@ -748,6 +753,10 @@ func (j *Job) output(i int, buf []byte, start, n int) {
 		cur = append(cur, buf[start:start+n]...)
 	}
 	j.pending[i] = cur
+	if len(cur)-protocol.OutputHeadroom == n { // the first since the last flush
+		j.pendingN++
+		j.pendingSince[i] = j.pendingN
+	}
 	p := cur[len(cur)-n:]
 	j.lastOutputAt = j.m.now()
 	j.streamN[i] += int64(n)
@@ -762,17 +771,26 @@ func (j *Job) output(i int, buf []byte, start, n int) {
 		}
 	}
 	if len(cur)-protocol.OutputHeadroom >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
-		j.flushLocked(i)
+		j.flushInOrderLocked(i)
 		return
 	}
 	if j.flushT[i] == nil {
 		j.flushT[i] = time.AfterFunc(j.m.cfg.MergeInterval, func() {
 			j.mu.Lock()
 			j.flushT[i] = nil
-			j.flushLocked(i)
+			j.flushInOrderLocked(i)
 			j.mu.Unlock()
 		})
 	}
+}
+
+// flushInOrderLocked flushes stream i, after the other stream if that
+// one's pending output was read first.
+func (j *Job) flushInOrderLocked(i int) {
+	if o := 1 - i; len(j.pending[o]) > protocol.OutputHeadroom && j.pendingSince[o] < j.pendingSince[i] {
+		j.flushLocked(o)
+	}
+	j.flushLocked(i)
 }
 
 // flushLocked turns stream i's pending output into one event (of at most
@@ -1280,6 +1298,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	j.mu.Unlock()
 	j.wmu.Unlock()
 	j.mu.Lock()
+	j.flushInOrderLocked(0) // (both, oldest first)
 	for i := range j.pending {
 		j.flushLocked(i)
 		if b := j.pending[i]; b != nil { // the readers are gone: reuse it

@@ -190,6 +190,21 @@ func TestFloodingDescendantDoesNotHoldTheExit(t *testing.T) {
 	}
 }
 
+// TestMergedStreamsKeepReadOrder: with a merge window, output is flushed
+// per stream, oldest pending first: a job that prints its stdout lines and
+// then a stderr line reads back in that order even when both merge
+// windows end at the same moment (their timers race).
+func TestMergedStreamsKeepReadOrder(t *testing.T) {
+	m := New(Config{MaxJobs: 10, MergeInterval: 20 * time.Millisecond}, nil, nil)
+	defer m.Close(context.Background())
+	for run := range 20 {
+		_, out := runJob(t, m, protocol.SpawnArgs{Shell: `i=0; while [ $i -lt 50 ]; do echo "line $i"; i=$((i+1)); done; echo crash >&2; sleep 0.1`})
+		if !strings.HasSuffix(out, "line 49\ncrash\n") {
+			t.Fatalf("run %d: output ends %q; want the stdout lines, then crash", run, out[max(0, len(out)-40):])
+		}
+	}
+}
+
 // TestChildStatus decodes siginfo_t as the kernel fills it for each
 // si_code of SIGCHLD, and an empty one (no child exited yet).
 func TestChildStatus(t *testing.T) {
