@@ -611,11 +611,51 @@ func pipe(nb int) (r, w int, err error) {
 	return p[0], p[1], nil
 }
 
+// openPTY opens a terminal pair. The master is non-blocking and in Go's
+// netpoller, like a pipe's end: pty.Open leaves it in blocking mode
+// (it calls Fd), where a write deadline never fires, so a write to a
+// program that does not read its terminal blocked for good (holding the
+// job's write lock, which kept the job from ever finishing).
+func openPTY() (ptmx, tty *os.File, err error) {
+	m, tty, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	m.Close()
+	if err == nil {
+		if err = unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		tty.Close()
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), tty, nil
+}
+
+// setWinsize sets the terminal's size through its master (without Fd,
+// which would make it blocking again).
+func setWinsize(ptmx *os.File, rows, cols uint16) error {
+	rc, err := ptmx.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return err
+	}
+	return ioErr
+}
+
 // preparePTY sets up a terminal: the child gets the slave side as stdin,
 // stdout and stderr, in a session of its own with it as controlling tty.
 func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, error) {
 	var files procFiles
-	ptmx, tty, err := pty.Open()
+	ptmx, tty, err := openPTY()
 	if err != nil {
 		return nil, files, fmt.Errorf("open pty: %w", err)
 	}
@@ -626,7 +666,7 @@ func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, e
 	if cols == 0 {
 		cols = 80
 	}
-	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+	if err := setWinsize(ptmx, rows, cols); err != nil {
 		ptmx.Close()
 		tty.Close()
 		return nil, files, fmt.Errorf("size pty: %w", err)
@@ -1182,16 +1222,13 @@ func (j *Job) afterReap(p *proc, ws syscall.WaitStatus, err error) {
 // its whole process group, and nothing it started may live on unowned. It
 // reports whether the scope was seen empty.
 func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
-	alive := j.scopeAlive
 	if j.m.reaping {
 		// Members that lost their parent are the subreaper's children:
-		// reaped here as they die, not at the reaper's next pass.
-		alive = func() bool {
-			j.m.reapOrphans()
-			return j.scopeAlive()
-		}
+		// once the group is gone, their zombies are reaped at once, not
+		// at the reaper's next pass. (Zombies never count as alive.)
+		defer j.m.reapOrphans()
 	}
-	if !alive() {
+	if !j.scopeAlive() {
 		j.markGroupGone()
 		return true
 	}
@@ -1202,13 +1239,13 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 		j.mu.Unlock()
 		deadline = j.m.now().Add(j.grace)
 	}
-	if !waitGone(alive, time.Until(deadline), j.killNow) {
+	if !waitGone(j.scopeAlive, time.Until(deadline), j.killNow) {
 		j.mu.Lock()
 		_ = j.signalLocked(sigKill)
 		first, mode := j.markCleanupKillLocked()
 		j.mu.Unlock()
 		j.countCleanupKill(first, mode)
-		if !waitGone(alive, 5*time.Second, nil) {
+		if !waitGone(j.scopeAlive, 5*time.Second, nil) {
 			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
 			j.markGroupGone()
 			return false
@@ -1620,7 +1657,7 @@ func (j *Job) Resize(rows, cols uint16) error {
 	if j.state == Exited {
 		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited", j.id)
 	}
-	if err := pty.Setsize(j.ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+	if err := setWinsize(j.ptmx, rows, cols); err != nil {
 		return fmt.Errorf("resize job %s: %w", j.id, err)
 	}
 	j.rows, j.cols = rows, cols

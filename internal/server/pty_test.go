@@ -238,3 +238,31 @@ func TestPTYBracketedPaste(t *testing.T) {
 	}
 	waitForOutput(t, ts, j.JobID, "\x1b[200~pasted-text", 10*time.Second)
 }
+
+// TestPTYWriteToProgramNotReading: a write to a terminal whose program
+// does not read it fails after the write timeout (2 s) like a pipe's, and
+// the job can then be killed and finishes. (The terminal's master was left
+// in blocking mode: such a write blocked for good and the job never ended.)
+func TestPTYWriteToProgramNotReading(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 60*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "stty raw -echo; echo ready; exec sleep 60", Pty: &protocol.PtyArgs{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "ready", 10*time.Second)
+	start := time.Now()
+	_, err = ts.client.Write(ctx, j.JobID, make([]byte, 256<<10), false)
+	if protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "not reading its input") {
+		t.Fatalf("write to a terminal nobody reads: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the write failed only after %v", took)
+	}
+	if _, err := ts.client.Kill(ctx, j.JobID, "SIGKILL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, finished, err := ts.client.Wait(ctx, j.JobID, 20*time.Second); err != nil || !finished {
+		t.Fatalf("job after kill: finished %v, %v", finished, err)
+	}
+}
