@@ -31,10 +31,11 @@ func (m *Manager) EnableSubreaper() error {
 // closed. It does not listen for SIGCHLD: every job's exit raises one,
 // and waking a goroutine for each (through os/signal) cost ~2 context
 // switches and ~20 µs of CPU per job (measured, /bin/true one at a time)
-// to catch the rare orphan. An orphan that was part of a job's group is
-// reaped while the job clears its group (clearGroup); one that left the
-// group earlier stays a zombie for at most reapInterval. (Zombies never
-// hold up a job: groupAlive and a cgroup's populated flag ignore them.)
+// to catch the rare orphan. Orphans that were part of a job's group are
+// reaped once the job has cleared its group (clearGroup); one that left
+// the group earlier stays a zombie for at most reapInterval. (Zombies
+// never hold up a job: groupAlive and a cgroup's populated flag ignore
+// them.)
 func (m *Manager) reapLoop() {
 	defer m.wg.Done()
 	t := time.NewTicker(reapInterval)

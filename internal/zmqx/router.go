@@ -47,8 +47,11 @@ type Incoming struct {
 	Peer   *Peer
 	Frames [][]byte
 	// Alone is set (for a handler, see SetHandler) when nothing else of
-	// the peer's is in flight or has arrived behind this message: the
-	// peer is waiting for this reply, and the message may as well be
+	// the peer's is in flight and the reader has nothing buffered behind
+	// this message (it does not look into the kernel's socket buffer: a
+	// message that arrived just behind, or behind a message larger than
+	// the reader's 4 KiB buffer, is not seen). The peer is then most
+	// likely waiting for this reply, and a quick message may as well be
 	// handled on the reader's goroutine.
 	Alone bool
 }
