@@ -106,7 +106,9 @@ type Job struct {
 	stdin      *os.File
 	rows, cols uint16
 	bracketed  bool
-	wmu        sync.Mutex // serializes writes
+	// wsem serializes writes to the job's input (a semaphore, so that
+	// waiting for it counts against the write's time bound).
+	wsem chan struct{}
 
 	// cg is the job's cgroup (nil without cgroup support).
 	cg      *cgroups.Cgroup
@@ -160,7 +162,7 @@ type Reason = protocol.Reason
 func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 	j := &Job{
 		m: m, id: newJobID(), spec: args,
-		done: make(chan struct{}), killNow: make(chan struct{}),
+		done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
 		runDone: make(chan struct{}), runStarted: make(chan struct{}),
 		createdAt: m.now(), out: newRing(m.cfg.RingBytes), attempt: 1,
 	}
@@ -1326,14 +1328,13 @@ func (j *Job) drain() {
 // goes to Restarting; otherwise the job is finalized. It returns the
 // run's notify socket for the caller to close.
 func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
-	j.wmu.Lock()
 	j.mu.Lock()
-	if j.stdin != nil {
-		j.stdin.Close()
-		j.stdin = nil
-	}
+	stdin := j.stdin
+	j.stdin = nil
 	j.mu.Unlock()
-	j.wmu.Unlock()
+	if stdin != nil {
+		stdin.Close() // (a write in progress fails at once)
+	}
 	j.mu.Lock()
 	j.flushInOrderLocked(0) // (both, oldest first)
 	for i := range j.pending {
@@ -1605,8 +1606,21 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 // stdin or sends the terminal's EOF character. A program that does not
 // read gets WriteTimeout: the bytes written so far are reported.
 func (j *Job) Write(data []byte, eof bool) (int, error) {
-	j.wmu.Lock()
-	defer j.wmu.Unlock()
+	// One write at a time, each bounded by writeTimeout in all: a write
+	// waiting behind one to a job that does not read its input gives up
+	// with it, rather than adding 2 s per writer in line.
+	if j.Finished() {
+		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited; nothing reads its input", j.id)
+	}
+	deadline := time.Now().Add(writeTimeout)
+	wait := time.NewTimer(writeTimeout)
+	select {
+	case j.wsem <- struct{}{}:
+		wait.Stop()
+	case <-wait.C:
+		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s is not reading its input: an earlier write to it was still waiting after %v (nothing of this one was written)", j.id, writeTimeout)
+	}
+	defer func() { <-j.wsem }()
 	j.mu.Lock()
 	state, f, isPTY := j.state, j.stdin, j.isPTY
 	if isPTY {
@@ -1622,7 +1636,7 @@ func (j *Job) Write(data []byte, eof bool) (int, error) {
 		}
 		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no stdin: spawn it with stdin: true (or pty)", j.id)
 	}
-	_ = f.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_ = f.SetWriteDeadline(deadline)
 	n, err := f.Write(data)
 	if err == nil && eof {
 		if isPTY {

@@ -326,3 +326,38 @@ func TestNoThreadPerRunningJob(t *testing.T) {
 	}
 	t.Logf("threads: %d before, %d with %d jobs running", before, during, n)
 }
+
+// TestQueuedWritesAreBounded: writes to a job that does not read its
+// input each fail within the write timeout (2 s), waiting in line
+// included: six at once do not take six times as long.
+func TestQueuedWritesAreBounded(t *testing.T) {
+	m := New(Config{MaxJobs: 10}, nil, nil)
+	defer m.Close(context.Background())
+	info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "300"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := m.Get(info.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Kill(protocol.ReasonManualCancel, syscall.SIGKILL)
+	took := make(chan time.Duration, 6)
+	errs := make(chan error, 6)
+	for range 6 {
+		go func() {
+			start := time.Now()
+			_, err := j.Write(make([]byte, 128<<10), false)
+			took <- time.Since(start)
+			errs <- err
+		}()
+	}
+	for range 6 {
+		if d := <-took; d > 5*time.Second {
+			t.Errorf("a write took %v; the bound is %v", d, writeTimeout)
+		}
+		if err := <-errs; protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "not reading its input") {
+			t.Errorf("write: %v", err)
+		}
+	}
+}

@@ -143,7 +143,7 @@ func (m *Manager) Restore(s Snapshot) error {
 		return fmt.Errorf("restore %s: not a finished job (state %q, reason %q)", info.JobID, info.State, info.Reason)
 	}
 	j := &Job{
-		m: m, id: info.JobID, done: make(chan struct{}), killNow: make(chan struct{}),
+		m: m, id: info.JobID, done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
 		spec: protocol.SpawnArgs{Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID},
 		out:  newRing(m.cfg.RingBytes), state: Exited, reason: info.Reason, exitCode: info.ExitCode,
 		signal: info.Signal, errMsg: info.Error, pid: info.Pid, pgid: info.Pgid, startTicks: s.StartTicks,
