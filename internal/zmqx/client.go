@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -23,7 +22,9 @@ import (
 type Client struct {
 	conn net.Conn
 	r    *bufio.Reader
-	wmu  sync.Mutex
+	// wsem serializes Sends (a semaphore, so that waiting for it can
+	// give up with the caller's context).
+	wsem chan struct{}
 	// writeTimeout bounds one Send (a peer that stopped reading).
 	writeTimeout time.Duration
 }
@@ -58,7 +59,7 @@ func DialClient(ctx context.Context, socketType, endpoint string, timeout time.D
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
 	}
-	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writeTimeout: 10 * time.Second}
+	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writeTimeout: 10 * time.Second, wsem: make(chan struct{}, 1)}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if err := c.handshake(socketType, token); err != nil {
 		conn.Close()
@@ -173,11 +174,33 @@ func (c *Client) Recv() ([][]byte, error) {
 
 // Send sends one message of the given frames (one writev).
 func (c *Client) Send(frames ...[]byte) error {
-	bufs, _ := encodeMessage(frames)
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
-	_, err := bufs.WriteTo(c.conn)
+	return c.SendContext(context.Background(), frames...)
+}
+
+// SendContext is Send that gives up when ctx is done: while it waits for
+// other Sends on the connection, or (by ctx's deadline) while the peer
+// takes nothing. A message cut off part way leaves the stream unusable:
+// the connection is closed then (Recv fails).
+func (c *Client) SendContext(ctx context.Context, frames ...[]byte) error {
+	bufs, size := encodeMessage(frames)
+	select {
+	case c.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.wsem }()
+	deadline := time.Now().Add(c.writeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.conn.SetWriteDeadline(deadline)
+	n, err := bufs.WriteTo(c.conn)
+	if err != nil && n > 0 && n < int64(size) {
+		c.conn.Close()
+	}
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
 	return err
 }
 

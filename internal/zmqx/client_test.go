@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -225,4 +226,50 @@ func TestIncomingAlone(t *testing.T) {
 		t.Fatalf("got %+v, want 5 not alone (4 is still being handled)", s)
 	}
 	p.Release()
+}
+
+// TestSendContextGivesUp: a Send waiting behind another one that the
+// server does not take gives up with its context, not after the other's
+// write timeout.
+func TestSendContextGivesUp(t *testing.T) {
+	endpoint := "ipc://" + filepath.Join(t.TempDir(), "r.sock")
+	r, err := ListenRouter(context.Background(), endpoint, &Policy{MaxFrameBytes: 64 << 20}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	stuck := make(chan struct{})
+	defer close(stuck)
+	r.SetHandler(func(in Incoming) { <-stuck }) // the reader stops reading
+	c, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Send([]byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	big := make(chan error, 1)
+	go func() { big <- c.Send(make([]byte, 32<<20)) }() // more than the socket buffers hold
+	deadline := time.Now().Add(10 * time.Second)
+	for len(c.wsem) == 0 { // until the big Send holds the connection
+		if time.Now().After(deadline) {
+			t.Fatal("the big Send did not start")
+		}
+		time.Sleep(time.Millisecond) // polling the semaphore
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = c.SendContext(ctx, []byte("second"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("SendContext: %v, want its context's deadline", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("SendContext gave up after %v", took)
+	}
+	c.Close()
+	if err := <-big; err == nil {
+		t.Fatal("the big Send succeeded against a server that reads nothing")
+	}
 }

@@ -325,8 +325,14 @@ func (c *Client) call(parent context.Context, op protocol.Op, args any, held tim
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}
-	if err := cn.sock.Send(body); err != nil {
+	if err := cn.sock.SendContext(ctx, body); err != nil {
 		forget()
+		if ctx.Err() != nil {
+			// Given up while other calls' requests went out first, or
+			// while the supervisor took nothing (a request cut off part
+			// way closed the connection: the next call dials afresh).
+			return nil, fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, err)
+		}
 		c.drop(cn)
 		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err}
 	}
