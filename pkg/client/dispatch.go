@@ -126,22 +126,9 @@ func (b localBackend) follow(ctx context.Context, id string, fn FollowFunc) erro
 		if err != nil {
 			return err
 		}
-		for _, r := range res.Missing {
-			if r.To >= f.next {
-				gap, _ := protocol.NewEvent(id, 0, 0, protocol.KindGap, protocol.GapPayload{From: max(r.From, f.next), To: r.To, Count: r.To - max(r.From, f.next) + 1})
-				if err := fn(gap); err != nil {
-					return err
-				}
-				f.next = r.To + 1
-			}
-		}
-		for _, ev := range res.Events {
-			if ev.Seq < f.next {
-				continue
-			}
-			if done, err := f.deliver(ev); done || err != nil {
-				return err
-			}
+		stop, err := f.apply(res.Missing, res.Events, 0, func(_ protocol.Event, done bool) bool { return done })
+		if stop || err != nil {
+			return err
 		}
 		if res.More {
 			continue

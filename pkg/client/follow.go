@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -301,6 +302,46 @@ func (f *follower) continues(ctx context.Context, ev protocol.Event) (bool, erro
 	return res.Job.LastSeq > ev.Seq, nil
 }
 
+// apply hands a subscribe result to fn from f.next on, in seq order: the
+// missing ranges as gap events (stamped ts) and the events, interleaved
+// (a retained event may sit between two missing ranges: the started
+// event before evicted output, a restored job's output tail before its
+// renumbered end). It stops after an event for which stop reports true.
+func (f *follower) apply(missing []protocol.SeqRange, events []protocol.Event, ts int64, stop func(ev protocol.Event, done bool) bool) (bool, error) {
+	mi := 0
+	gapsBelow := func(limit uint64) error {
+		for ; mi < len(missing) && missing[mi].From < limit; mi++ {
+			r := missing[mi]
+			if r.To < f.next {
+				continue
+			}
+			from := max(r.From, f.next)
+			gap, _ := protocol.NewEvent(f.jobID, 0, ts, protocol.KindGap, protocol.GapPayload{From: from, To: r.To, Count: r.To - from + 1})
+			if err := f.fn(gap); err != nil {
+				return err
+			}
+			f.next = r.To + 1
+		}
+		return nil
+	}
+	for _, ev := range events {
+		if err := gapsBelow(ev.Seq); err != nil {
+			return true, err
+		}
+		if ev.Seq < f.next {
+			continue
+		}
+		done, err := f.deliver(ev)
+		if err != nil {
+			return true, err
+		}
+		if stop(ev, done) {
+			return true, nil
+		}
+	}
+	return false, gapsBelow(math.MaxUint64)
+}
+
 // backfill fetches every retained event from f.next on, reporting missing
 // ranges as gap events.
 func (f *follower) backfill(ctx context.Context) (bool, error) {
@@ -309,30 +350,14 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 		if err != nil {
 			return true, fmt.Errorf("follow %s: %w", f.jobID, err)
 		}
-		for _, r := range res.Missing {
-			if r.To < f.next {
-				continue
-			}
-			gap, _ := protocol.NewEvent(f.jobID, 0, time.Now().UnixMilli(), protocol.KindGap,
-				protocol.GapPayload{From: max(r.From, f.next), To: r.To, Count: r.To - max(r.From, f.next) + 1})
-			if err := f.fn(gap); err != nil {
-				return true, err
-			}
-			f.next = r.To + 1
-		}
-		for _, ev := range res.Events {
-			if ev.Seq < f.next {
-				continue
-			}
-			done, err := f.deliver(ev)
-			if err != nil {
-				return true, err
-			}
-			if done && res.Job.LastSeq <= ev.Seq {
-				return true, nil
-			}
-			// else: an earlier supervision period of a service that was
-			// started again; its later events follow.
+		stop, err := f.apply(res.Missing, res.Events, time.Now().UnixMilli(), func(ev protocol.Event, done bool) bool {
+			// (a terminal event below LastSeq ends an earlier supervision
+			// period of a service that was started again; its later
+			// events follow)
+			return done && res.Job.LastSeq <= ev.Seq
+		})
+		if stop || err != nil {
+			return true, err
 		}
 		if !res.More {
 			if res.Job.Finished() && res.Job.LastSeq < f.next {
