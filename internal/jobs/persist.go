@@ -26,6 +26,11 @@ type Snapshot struct {
 	TailSeq uint64
 	// Service is set for service jobs.
 	Service *ServiceState
+	// Interrupted is set (for Restore) on a job that was running when its
+	// supervisor went away: its terminal event is new, numbered after
+	// Info.LastSeq. A job recorded as finished already had its terminal
+	// event, numbered Info.LastSeq, and keeps that seq.
+	Interrupted bool
 }
 
 // ServiceState is the persistent part of a service job.
@@ -173,7 +178,11 @@ func (m *Manager) Restore(s Snapshot) error {
 	if j.seq < s.TailSeq {
 		j.seq = s.TailSeq
 	}
-	j.seq++
+	if s.Interrupted || j.seq == 0 || j.seq == s.TailSeq {
+		// (a new terminal event; also when the record's last seq is not
+		// past its output, as in journals without a terminal event)
+		j.seq++
+	}
 	kind := protocol.KindFailed
 	if info.Reason == protocol.ReasonExit {
 		kind = protocol.KindExited

@@ -88,7 +88,9 @@ func (s *Server) recover() {
 			if r.Service != nil {
 				resume = append(resume, r.JobID)
 			}
-			if err := s.jobs.Restore(snapshotOf(r)); err != nil {
+			sn := snapshotOf(r)
+			sn.Interrupted = true
+			if err := s.jobs.Restore(sn); err != nil {
 				s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
 			} else {
 				restored++

@@ -334,3 +334,32 @@ func TestSlowRequestDoesNotHoldItsConnection(t *testing.T) {
 		t.Fatalf("replies in order %v: the health request waited for the write", order)
 	}
 }
+
+// TestFinishedJobKeepsItsSeqsAcrossRestart: a job that had finished when
+// its supervisor stopped has, after a restart, its terminal event at the
+// seq it had (it was numbered one past it: a client that had the terminal
+// event and followed on got a second one).
+func TestFinishedJobKeepsItsSeqsAcrossRestart(t *testing.T) {
+	cfg := testConfig(t)
+	s1 := startServer(t, cfg)
+	ctx := ctxT(t, 30*time.Second)
+	j, finished, err := s1.client.SpawnWait(ctx, protocol.SpawnArgs{Shell: "echo one; echo two"}, 10*time.Second)
+	if err != nil || !finished {
+		t.Fatalf("spawn: finished %v, %v", finished, err)
+	}
+	if err := s1.Server.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2 := startServer(t, cfg)
+	got, err := s2.client.Subscribe(ctx, j.JobID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Job.LastSeq != j.LastSeq {
+		t.Fatalf("last seq %d after the restart, %d before", got.Job.LastSeq, j.LastSeq)
+	}
+	last := got.Events[len(got.Events)-1]
+	if !last.Kind.Terminal() || last.Seq != j.LastSeq {
+		t.Fatalf("last event %s at seq %d, want the terminal event at %d", last.Kind, last.Seq, j.LastSeq)
+	}
+}
