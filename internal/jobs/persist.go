@@ -3,6 +3,7 @@ package jobs
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -24,6 +25,9 @@ type Snapshot struct {
 	// offset Info.OutputEnd-len(Tail); TailSeq is the seq of its last chunk.
 	Tail    []byte
 	TailSeq uint64
+	// TailChunks are the output events Tail is made of, oldest first (the
+	// first may be the end of a longer one); none: one chunk, TailSeq.
+	TailChunks []TailChunk
 	// Service is set for service jobs.
 	Service *ServiceState
 	// Interrupted is set (for Restore) on a job that was running when its
@@ -31,6 +35,13 @@ type Snapshot struct {
 	// Info.LastSeq. A job recorded as finished already had its terminal
 	// event, numbered Info.LastSeq, and keeps that seq.
 	Interrupted bool
+}
+
+// TailChunk is one output event within a Snapshot's Tail.
+type TailChunk struct {
+	Seq    uint64
+	Stream protocol.Stream
+	Len    int
 }
 
 // ServiceState is the persistent part of a service job.
@@ -59,14 +70,17 @@ func (j *Job) Snapshot() Snapshot {
 	if n := len(live); n > 0 {
 		s.TailSeq = live[n-1].Seq
 		var tail []byte
+		var chunks []TailChunk
 		for i := n - 1; i >= 0 && len(tail) < TailBytes; i-- {
 			d := live[i].Data
 			if room := TailBytes - len(tail); len(d) > room {
 				d = d[len(d)-room:]
 			}
 			tail = append(append([]byte(nil), d...), tail...)
+			chunks = append(chunks, TailChunk{Seq: live[i].Seq, Stream: live[i].Stream, Len: len(d)})
 		}
-		s.Tail = tail
+		slices.Reverse(chunks)
+		s.Tail, s.TailChunks = tail, chunks
 	}
 	return s
 }
@@ -168,7 +182,17 @@ func (m *Manager) Restore(s Snapshot) error {
 		j.startedEv = &ev
 	}
 	if len(s.Tail) > 0 && s.TailSeq >= 2 {
-		j.out.add(chunk{Chunk: protocol.Chunk{Seq: s.TailSeq, Stream: protocol.Stdout, Offset: info.OutputEnd - int64(len(s.Tail)), Data: s.Tail}, ts: info.LastOutputAt})
+		off := info.OutputEnd - int64(len(s.Tail))
+		if tailChunksValid(s) {
+			// Each with the seq, stream and offset it had.
+			data := s.Tail
+			for _, c := range s.TailChunks {
+				j.out.add(chunk{Chunk: protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: data[:c.Len:c.Len]}, ts: info.LastOutputAt})
+				data, off = data[c.Len:], off+int64(c.Len)
+			}
+		} else {
+			j.out.add(chunk{Chunk: protocol.Chunk{Seq: s.TailSeq, Stream: protocol.Stdout, Offset: off, Data: s.Tail}, ts: info.LastOutputAt})
+		}
 	}
 	// Output before the tail did not survive the restart.
 	j.out.evicted = info.OutputEnd - int64(len(s.Tail))
@@ -366,4 +390,22 @@ func ScopeAlive(pgid int, session bool) bool {
 		return sessionAlive(pgid)
 	}
 	return groupAlive(pgid)
+}
+
+// tailChunksValid reports whether s.TailChunks describe s.Tail (the
+// journal is input: anything else is ignored and the tail restored as
+// one chunk): lengths adding up to the tail's, seqs rising from 2 to
+// TailSeq, streams known.
+func tailChunksValid(s Snapshot) bool {
+	if len(s.TailChunks) == 0 {
+		return false
+	}
+	n, prev := 0, uint64(1)
+	for _, c := range s.TailChunks {
+		if c.Len <= 0 || c.Len > len(s.Tail)-n || c.Seq <= prev || (c.Stream != protocol.Stdout && c.Stream != protocol.Stderr) {
+			return false
+		}
+		n, prev = n+c.Len, c.Seq
+	}
+	return n == len(s.Tail) && prev == s.TailSeq
 }

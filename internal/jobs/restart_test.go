@@ -196,3 +196,29 @@ func TestRestoreRefusesInvalidServiceSpec(t *testing.T) {
 	_, _ = j.Kill(protocol.ReasonStopped, 0)
 	<-j.Done()
 }
+
+// TestTailChunksValid: a journal's tail chunks are used only when they
+// describe the tail exactly (the journal is input).
+func TestTailChunksValid(t *testing.T) {
+	tail := []byte("one\ntwo\n")
+	ok := []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stderr, Len: 4}}
+	for _, c := range []struct {
+		name   string
+		chunks []TailChunk
+		want   bool
+	}{
+		{"exact", ok, true},
+		{"none", nil, false},
+		{"short", ok[:1], false},
+		{"too long", []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 5}}, false},
+		{"negative", []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: -4}, {Seq: 3, Stream: protocol.Stdout, Len: 12}}, false},
+		{"seqs not rising", []TailChunk{{Seq: 3, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
+		{"seq 1 is the start", []TailChunk{{Seq: 1, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
+		{"last seq not the tail's", []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 4, Stream: protocol.Stdout, Len: 4}}, false},
+		{"unknown stream", []TailChunk{{Seq: 2, Stream: "stdin", Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
+	} {
+		if got := tailChunksValid(Snapshot{Tail: tail, TailSeq: 3, TailChunks: c.chunks}); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -89,6 +89,11 @@ type Record struct {
 	// OutputEnd; OutputTailSeq is the seq of its last event.
 	OutputTail    []byte `json:"outputTail,omitempty"`
 	OutputTailSeq uint64 `json:"outputTailSeq,omitempty"`
+	// OutputTailChunks are the output events OutputTail is made of, oldest
+	// first (the first may be the end of a longer one); their lengths add
+	// up to OutputTail's. Without them (older journals) the tail is
+	// restored as one chunk.
+	OutputTailChunks []TailChunk `json:"outputTailChunks,omitempty"`
 	// Pty jobs own a whole session (several process groups may be in it).
 	Pty bool `json:"pty,omitempty"`
 	// Members are processes of the job's group (pid and start ticks) seen
@@ -113,6 +118,13 @@ type Service struct {
 	Consecutive int                  `json:"consecutive"`
 	Ends        []int64              `json:"ends,omitempty"`
 	History     []protocol.RunRecord `json:"history,omitempty"`
+}
+
+// TailChunk is one output event within a record's OutputTail.
+type TailChunk struct {
+	Seq    uint64 `json:"seq"`
+	Stream string `json:"stream"`
+	Len    int    `json:"len"`
 }
 
 // Member identifies one process of a job's group.

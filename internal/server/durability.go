@@ -184,7 +184,7 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 			StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, OutputEnd: r.OutputEnd, LastSeq: r.LastSeq,
 			Pty: r.Pty,
 		},
-		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq,
+		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq, TailChunks: tailChunks(r),
 		Service: serviceOf(r.Service),
 	}
 }
@@ -210,6 +210,9 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
 		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
 		Pty: i.Pty, Cgroup: i.Cgroup,
+	}
+	for _, c := range sn.TailChunks {
+		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len})
 	}
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History}
@@ -388,4 +391,13 @@ func (s *Server) reapLeftoverCgroups() map[string]string {
 		}
 	}
 	return notes
+}
+
+// tailChunks converts a record's tail chunks (jobs.Restore checks them).
+func tailChunks(r journal.Record) []jobs.TailChunk {
+	var out []jobs.TailChunk
+	for _, c := range r.OutputTailChunks {
+		out = append(out, jobs.TailChunk{Seq: c.Seq, Stream: protocol.Stream(c.Stream), Len: c.Len})
+	}
+	return out
 }

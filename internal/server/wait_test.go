@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -338,14 +339,39 @@ func TestSlowRequestDoesNotHoldItsConnection(t *testing.T) {
 // TestFinishedJobKeepsItsSeqsAcrossRestart: a job that had finished when
 // its supervisor stopped has, after a restart, its terminal event at the
 // seq it had (it was numbered one past it: a client that had the terminal
-// event and followed on got a second one).
+// event and followed on got a second one), and its retained output tail
+// as the events it was (it was one stdout chunk under the last one's seq,
+// holding the bytes of earlier ones: a client resuming at that seq got
+// bytes it had again).
 func TestFinishedJobKeepsItsSeqsAcrossRestart(t *testing.T) {
 	cfg := testConfig(t)
 	s1 := startServer(t, cfg)
 	ctx := ctxT(t, 30*time.Second)
-	j, finished, err := s1.client.SpawnWait(ctx, protocol.SpawnArgs{Shell: "echo one; echo two"}, 10*time.Second)
+	j, finished, err := s1.client.SpawnWait(ctx, protocol.SpawnArgs{Shell: "echo one; sleep 0.1; echo two >&2; sleep 0.1; echo three"}, 10*time.Second)
 	if err != nil || !finished {
 		t.Fatalf("spawn: finished %v, %v", finished, err)
+	}
+	output := func(c *client.Client) []string {
+		t.Helper()
+		res, err := c.Subscribe(ctx, j.JobID, 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ev := range res.Events {
+			if ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr {
+				var p protocol.OutputPayload
+				if err := ev.DecodePayload(&p); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, fmt.Sprintf("%d %s @%d %q", ev.Seq, ev.Kind, p.Offset, p.Data))
+			}
+		}
+		return out
+	}
+	before := output(s1.client)
+	if len(before) != 3 {
+		t.Fatalf("output events before the restart: %q, want 3 (the merge window is 20 ms)", before)
 	}
 	if err := s1.Server.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -361,5 +387,8 @@ func TestFinishedJobKeepsItsSeqsAcrossRestart(t *testing.T) {
 	last := got.Events[len(got.Events)-1]
 	if !last.Kind.Terminal() || last.Seq != j.LastSeq {
 		t.Fatalf("last event %s at seq %d, want the terminal event at %d", last.Kind, last.Seq, j.LastSeq)
+	}
+	if after := output(s2.client); strings.Join(after, "; ") != strings.Join(before, "; ") {
+		t.Fatalf("output events after the restart:\n%q\nbefore:\n%q", after, before)
 	}
 }
