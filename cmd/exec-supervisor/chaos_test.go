@@ -1059,3 +1059,75 @@ func TestExecctlWaitAcrossRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { killGroups([]int{info.Pgid}) })
 }
+
+// TestKill9KeepsSeqsOfResumedService: a service prints faster than the
+// journal is written (it is written every 30 s here, and output does not
+// mark it dirty); the supervisor is SIGKILLed and restarted. The resumed
+// service's events (the interrupted run's end, the next run) are numbered
+// past every seq the previous supervisor may have published: a client
+// that saw seq N never gets a different event under a seq it already has.
+// (They reused the journal's stale seqs: a poll-mode follower dropped them
+// as duplicates.)
+func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--journal-flush-interval", "30s")
+	ctx := ctxFor(t, 60*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{
+		Shell:   "i=0; while true; do echo line$i; i=$((i+1)); sleep 0.02; done",
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jpath := filepath.Join(e.state, "journal.json")
+	var journaled uint64
+	waitJournal(t, jpath, "the running service", func(f *journal.File) bool {
+		for _, r := range f.Jobs {
+			if r.JobID == j.JobID && r.State == "running" {
+				journaled = r.LastSeq
+				return true
+			}
+		}
+		return false
+	})
+	var seen uint64
+	deadline := time.Now().Add(20 * time.Second)
+	for seen < journaled+20 { // events the journal does not know of
+		st, err := s.client.Status(ctx, j.JobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = st.LastSeq
+		if time.Now().After(deadline) {
+			t.Fatalf("the service published up to seq %d (journal: %d)", seen, journaled)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's progress
+	}
+	s.kill9()
+	pgid := j.Pgid
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
+	s2 := e.start(t, "--journal-flush-interval", "30s")
+	var res protocol.SubscribeResult
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		res, err = s2.client.Subscribe(ctx, j.JobID, 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(res.Events); n > 0 && res.Events[n-1].Kind == protocol.KindStarted {
+			break // the resumed run started
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the service was not resumed: %d events", len(res.Events))
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the resumed run
+	}
+	for _, ev := range res.Events {
+		if ev.Seq > journaled && ev.Seq <= seen {
+			t.Errorf("after the restart, seq %d (%s) reuses a seq the previous supervisor published (journal %d, seen %d)", ev.Seq, ev.Kind, journaled, seen)
+		}
+	}
+	if _, err := s2.client.Stop(ctx, j.JobID); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -87,6 +87,11 @@ type Job struct {
 	// output's order across streams is the order it was read in.
 	pendingSince [2]uint64
 	pendingN     uint64
+	// seqSnap is the seq when the journal last took a snapshot (its
+	// record reserves seqs up to seqSnap+seqReserve); reserveAsked is set
+	// once a new write was asked for.
+	seqSnap      uint64
+	reserveAsked bool
 	overallT     *time.Timer
 	idleT        *time.Timer
 	startedEv    *protocol.Event
@@ -245,7 +250,7 @@ func ms(t time.Time) int64 {
 
 // emitLocked numbers and publishes an event. j.mu must be held.
 func (j *Job) emitLocked(kind protocol.Kind, payload any) protocol.Event {
-	j.seq++
+	j.nextSeqLocked()
 	ev, err := protocol.NewEvent(j.id, j.seq, ms(j.m.now()), kind, payload)
 	if err != nil {
 		// Payloads are our own plain structs; this cannot happen.
@@ -256,6 +261,25 @@ func (j *Job) emitLocked(kind protocol.Kind, payload any) protocol.Event {
 		j.m.sink.Publish(ev)
 	}
 	return ev
+}
+
+// seqReserve is how far past a running job's last journaled seq its
+// events may be numbered before the journal is written again: a
+// supervisor that dies in between may have published events up to there,
+// and its successor (Restore of an interrupted job) numbers the job's
+// later events past them. A journal write is asked for when a quarter of
+// the reserve is used, long before it runs out.
+const seqReserve = 100_000
+
+// nextSeqLocked numbers the job's next event.
+func (j *Job) nextSeqLocked() {
+	j.seq++
+	if !j.reserveAsked && j.seq >= j.seqSnap+seqReserve/4 {
+		j.reserveAsked = true
+		if h := j.m.hooks.Changed; h != nil {
+			h() // (never blocks)
+		}
+	}
 }
 
 // lookPath resolves file like a shell would, in the job's PATH.
@@ -853,7 +877,7 @@ func (j *Job) flushLocked(i int) {
 	if n <= 0 {
 		return
 	}
-	j.seq++
+	j.nextSeqLocked()
 	var ev protocol.Event
 	if n >= j.m.cfg.MergeMaxBytes/2 {
 		ev = protocol.NewOutputEventInPlace(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, cur)

@@ -60,6 +60,7 @@ func (j *Job) Snapshot() Snapshot {
 	defer j.mu.Unlock()
 	j.fingerprintLocked()
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt)}
+	j.seqSnap, j.reserveAsked = j.seq, false // (see seqReserve)
 	if j.svc != nil {
 		s.Service = &ServiceState{
 			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive,
@@ -161,6 +162,9 @@ func (m *Manager) Restore(s Snapshot) error {
 	if info.State != protocol.StateExited || info.Reason == "" {
 		return fmt.Errorf("restore %s: not a finished job (state %q, reason %q)", info.JobID, info.State, info.Reason)
 	}
+	if info.LastSeq > 1<<62 || s.TailSeq > 1<<62 { // (the journal is input: no seq may wrap)
+		return fmt.Errorf("restore %s: implausible seqs (last %d, tail %d)", info.JobID, info.LastSeq, s.TailSeq)
+	}
 	j := &Job{
 		m: m, id: info.JobID, done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
 		spec: protocol.SpawnArgs{Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID},
@@ -201,6 +205,12 @@ func (m *Manager) Restore(s Snapshot) error {
 	}
 	if j.seq < s.TailSeq {
 		j.seq = s.TailSeq
+	}
+	if s.Interrupted {
+		// Events past the record may have gone out before the previous
+		// supervisor died, up to seqReserve past it: number the later
+		// ones past them all (the seqs between are reported missing).
+		j.seq = max(j.seq, info.LastSeq+seqReserve)
 	}
 	if s.Interrupted || j.seq == 0 || j.seq == s.TailSeq {
 		// (a new terminal event; also when the record's last seq is not
