@@ -1110,7 +1110,7 @@ func (j *Job) waitLoop() {
 // is cleared, and drain waits for them as it does for any run.
 func (j *Job) runLoop(p *proc, out [2]int) {
 	defer j.m.wg.Done()
-	pidfd := p.fd()
+	pidfd := p.rawfd
 	fds := [3]unix.PollFd{
 		{Fd: int32(out[0]), Events: unix.POLLIN},
 		{Fd: int32(out[1]), Events: unix.POLLIN},

@@ -42,16 +42,8 @@ type proc struct {
 	// wait holding one of the blocking slots; without, it is non-blocking
 	// and in the netpoller.
 	pidfd *os.File
-	rawfd int           // pidfd's descriptor (-1 without)
+	rawfd int           // pidfd's descriptor, -1 without (valid until release)
 	slots *atomic.Int32 // the blocking waits in use (released by release)
-}
-
-// fd returns the pidfd's descriptor, -1 without one (valid until release).
-func (p *proc) fd() int {
-	if p.pidfd == nil {
-		return -1
-	}
-	return p.rawfd
 }
 
 // pidfdsWork reports whether the kernel has what proc needs of pidfds:

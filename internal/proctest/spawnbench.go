@@ -22,29 +22,17 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// SpawnTrueRates measures /bin/true spawned and waited for through a
+// SpawnTrue measures /bin/true spawned and waited for through a
 // supervisor (the spawn request, then the job's terminal event on the
-// event socket at eventAddr) against os/exec Start+Wait (the first of
-// the returned rates), n of each across par workers, interleaved (see
-// Interleave). Further runners (each one job, safe for par workers at
-// once) are measured in the same rounds; their rates follow the
-// supervisor's.
-func SpawnTrueRates(b *testing.B, c *client.Client, eventAddr string, n, par int, more ...func() error) []float64 {
-	r := SpawnTrue(b, c, eventAddr, n, par, more...)
-	rates := make([]float64, len(r))
-	for i := range r {
-		rates[i] = r[i].Rate
-	}
-	return rates
-}
-
-// SpawnTrue is SpawnTrueRates with this process's CPU time per job of
-// each runner.
+// event socket at eventAddr) against os/exec Start+Wait (the first
+// result), n of each across par workers, interleaved (see Interleave).
+// Further runners (each one job, safe for par workers at once) are
+// measured in the same rounds; their results follow the supervisor's.
 func SpawnTrue(b *testing.B, c *client.Client, eventAddr string, n, par int, more ...func() error) []Result {
 	spawn, stop := SpawnEventRunner(b, c, eventAddr)
 	defer stop()
 	direct := func() error { return exec.Command("/bin/true").Run() }
-	return InterleaveCPU(b, n, par, append([]func() error{direct, spawn}, more...)...)
+	return Interleave(b, n, par, append([]func() error{direct, spawn}, more...)...)
 }
 
 // SpawnEventRunner returns a runner (safe for several goroutines at once)
@@ -132,7 +120,7 @@ func SpawnEventRunner(b *testing.B, c *client.Client, eventAddr string) (run fun
 
 // SpawnWaitRunner runs /bin/true through c with spawn's waitMs: spawn
 // and wait in one round trip, no event socket. Give it a supervisor of
-// its own: a SpawnTrueRates subscriber on the same one would receive
+// its own: a SpawnEventRunner subscriber on the same one would receive
 // these jobs' events too, which a client that waits has no use for.
 func SpawnWaitRunner(c *client.Client) func() error {
 	return func() error {
@@ -144,7 +132,7 @@ func SpawnWaitRunner(c *client.Client) func() error {
 	}
 }
 
-// Result is what InterleaveCPU measured of one runner.
+// Result is what Interleave measured of one runner.
 type Result struct {
 	Rate float64 // runs per second
 	// CPU is this process's CPU time (user + system, all its threads)
@@ -155,21 +143,11 @@ type Result struct {
 }
 
 // Interleave runs each runner n times across par workers and returns
-// their rates (runs per second). They take turns in batches of 50, so
-// that all of them see the same machine (load on shared machines drifts
-// within seconds). The benchmark timer covers the rounds only.
-func Interleave(b *testing.B, n, par int, runners ...func() error) []float64 {
-	r := InterleaveCPU(b, n, par, runners...)
-	rates := make([]float64, len(r))
-	for i := range r {
-		rates[i] = r[i].Rate
-	}
-	return rates
-}
-
-// InterleaveCPU is Interleave that also measures this process's CPU time
-// per run of each runner.
-func InterleaveCPU(b *testing.B, n, par int, runners ...func() error) []Result {
+// their rates (runs per second) and this process's CPU time per run of
+// each. They take turns in batches of 50, so that all of them see the
+// same machine (load on shared machines drifts within seconds). The
+// benchmark timer covers the rounds only.
+func Interleave(b *testing.B, n, par int, runners ...func() error) []Result {
 	run := func(k int, one func() error) time.Duration {
 		var next atomic.Int64
 		var wg sync.WaitGroup

@@ -26,10 +26,10 @@ func BenchmarkSpawnTrue(b *testing.B) {
 func benchSpawnTrue(b *testing.B, par int) {
 	ts := startServer(b, benchConfig(b))
 	waits := startServer(b, benchConfig(b)) // (see SpawnWaitRunner)
-	r := proctest.SpawnTrueRates(b, ts.client, ts.cfg.Event, b.N, par, proctest.SpawnWaitRunner(waits.client))
-	proctest.ReportRates(b, r[0], r[1], "jobs/s")
-	b.ReportMetric(r[2], "wait-jobs/s")
-	b.ReportMetric(r[2]/r[0], "wait-ratio")
+	r := proctest.SpawnTrue(b, ts.client, ts.cfg.Event, b.N, par, proctest.SpawnWaitRunner(waits.client))
+	proctest.ReportRates(b, r[0].Rate, r[1].Rate, "jobs/s")
+	b.ReportMetric(r[2].Rate, "wait-jobs/s")
+	b.ReportMetric(r[2].Rate/r[0].Rate, "wait-ratio")
 }
 
 // BenchmarkControlRoundTrip measures health round trips through
