@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -711,44 +710,107 @@ func TestSlowSubscriberRSS(t *testing.T) {
 }
 
 // TestClientSeesSupervisorRestart: the supervisor is killed -9 and
-// restarted while a client follows a job: the client does not hang and
-// does not report success; the job's recorded fate is readable.
+// restarted while a client follows a job (push and poll modes). With its
+// journal, the restarted supervisor knows the job: the follower goes on
+// and gets, after what it already had (never twice), a gap for what may
+// have been lost and the job's end, job.failed with reason
+// supervisor-restart; the orphan is terminated. Without a journal (another
+// state dir), Follow ends with ErrSupervisorRestarted.
 func TestClientSeesSupervisorRestart(t *testing.T) {
-	e := newEnv(t)
-	s := e.start(t, "--heartbeat-interval", "100ms")
-	ctx := ctxFor(t, 60*time.Second)
-	c := client.New(client.Options{ControlAddress: e.ctl, EventAddress: e.evt, RequestTimeout: 2 * time.Second,
-		MaxReconnectAttempts: 10, ReconnectInterval: 200 * time.Millisecond})
-	defer c.Close()
-	j, err := c.Start(ctx, protocol.SpawnArgs{Shell: "echo started; exec sleep 300"}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	buf := make([]byte, 8)
-	if _, err := io.ReadFull(j.Stdout(), buf); err != nil || string(buf) != "started\n" {
-		t.Fatalf("first output: %q %v", buf, err)
-	}
-	s.kill9()
-	s2 := e.start(t, "--heartbeat-interval", "100ms")
-	_ = s2
-	// Either the follower notices the new instance (ErrSupervisorRestarted)
-	// or it reads the recovered fate (job.failed, supervisor-restart).
-	exit, err := j.Wait(ctx)
-	t.Logf("client saw: exit %+v, err %v", exit, err)
-	switch {
-	case err != nil && errors.Is(err, client.ErrSupervisorRestarted):
-	case err == nil && exit.Reason == protocol.ReasonSupervisorRestart:
-	default:
-		t.Fatalf("unclear outcome after the restart: exit %+v err %v", exit, err)
-	}
-	info, err := c.Status(ctx, j.ID)
-	if err != nil || info.Reason != protocol.ReasonSupervisorRestart {
-		t.Fatalf("recorded fate: %+v %v", info, err)
-	}
-	t.Cleanup(func() { killGroups([]int{info.Pgid}) })
-	if live := proctest.InGroup(info.Pgid); len(live) > 0 || !strings.Contains(info.Error, "terminated") {
-		t.Fatalf("the orphan was not terminated (%q); still alive: %v", info.Error, live)
+	for _, mode := range []client.SubscribeMode{client.SubscribePush, client.SubscribePoll} {
+		for _, journalKept := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/journal-kept=%v", mode, journalKept), func(t *testing.T) {
+				e := newEnv(t)
+				s := e.start(t, "--heartbeat-interval", "100ms")
+				ctx := ctxFor(t, 60*time.Second)
+				c := client.New(client.Options{ControlAddress: e.ctl, EventAddress: e.evt, RequestTimeout: 2 * time.Second,
+					MaxReconnectAttempts: 20, ReconnectInterval: 200 * time.Millisecond, SubscribeMode: mode, PollInterval: 50 * time.Millisecond})
+				defer c.Close()
+				j, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: "echo started; exec sleep 300"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+				var evs []protocol.Event
+				var out bytes.Buffer
+				gotOutput := make(chan struct{})
+				restarted := false
+				errc := make(chan error, 1)
+				go func() {
+					errc <- c.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
+						evs = append(evs, ev)
+						if ev.Kind == protocol.KindStdout {
+							if o, err := ev.Output(); err == nil {
+								out.Write(o.Data)
+							}
+							if !restarted && strings.Contains(out.String(), "started\n") {
+								restarted = true
+								close(gotOutput)
+							}
+						}
+						return nil
+					})
+				}()
+				select {
+				case <-gotOutput:
+				case err := <-errc:
+					t.Fatalf("follow ended before the restart: %v", err)
+				case <-ctx.Done():
+					t.Fatal("no output")
+				}
+				s.kill9()
+				e2 := e
+				if !journalKept {
+					e2.state = filepath.Join(e.root, "other-state")
+				}
+				e2.start(t, "--heartbeat-interval", "100ms")
+				var ferr error
+				select {
+				case ferr = <-errc:
+				case <-ctx.Done():
+					t.Fatal("the follower did not end after the restart")
+				}
+				if !journalKept {
+					var pe *protocol.Error
+					if !errors.Is(ferr, client.ErrSupervisorRestarted) || !errors.As(ferr, &pe) || pe.Code != protocol.CodeNotFound {
+						t.Fatalf("follow after a restart that lost the job: %v", ferr)
+					}
+					return
+				}
+				if ferr != nil {
+					t.Fatalf("follow across the restart: %v", ferr)
+				}
+				// Each seq once, in order; the output once; then a gap
+				// (the seqs the journal may not have seen) and the end.
+				var last uint64
+				for _, ev := range evs {
+					if ev.Kind != protocol.KindGap {
+						if ev.Seq <= last {
+							t.Fatalf("seq %d after %d: %+v", ev.Seq, last, evs)
+						}
+						last = ev.Seq
+					}
+				}
+				if out.String() != "started\n" {
+					t.Fatalf("output %q", out.String())
+				}
+				n := len(evs)
+				if n < 2 || evs[n-2].Kind != protocol.KindGap || evs[n-1].Kind != protocol.KindFailed {
+					t.Fatalf("events after the restart: %+v", evs)
+				}
+				var end protocol.ExitPayload
+				if err := evs[n-1].DecodePayload(&end); err != nil || end.Reason != protocol.ReasonSupervisorRestart {
+					t.Fatalf("end %+v %v", end, err)
+				}
+				info, err := c.Status(ctx, j.JobID)
+				if err != nil || info.Reason != protocol.ReasonSupervisorRestart {
+					t.Fatalf("recorded fate: %+v %v", info, err)
+				}
+				if live := proctest.InGroup(info.Pgid); len(live) > 0 || !strings.Contains(info.Error, "terminated") {
+					t.Fatalf("the orphan was not terminated (%q); still alive: %v", info.Error, live)
+				}
+			})
+		}
 	}
 }
 

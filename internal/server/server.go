@@ -649,7 +649,9 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return j.Poll(a.Cursor, a.MaxBytes)
+		res, err := j.Poll(a.Cursor, a.MaxBytes)
+		res.InstanceID = s.instanceID
+		return res, err
 	case protocol.OpSubscribe:
 		var a protocol.SubscribeArgs
 		if err := protocol.DecodeArgs(req, &a); err != nil {
@@ -660,6 +662,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 			return nil, err
 		}
 		res, err := j.Events(a.FromSeq, a.Limit)
+		res.InstanceID = s.instanceID
 		s.metrics.BackfillReqs.Inc()
 		s.metrics.BackfillEvents.Add(float64(len(res.Events)))
 		return res, err

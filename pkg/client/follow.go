@@ -12,9 +12,11 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// ErrSupervisorRestarted is returned by Follow when the supervisor's
-// instance id changed while following: the job's fate must be read from
-// status (it was recovered as failed, or is unknown).
+// ErrSupervisorRestarted is returned (wrapping the supervisor's not-found
+// error) by Follow when the supervisor restarted while following and does
+// not know the job: its journal had no record of it (a job spawned just
+// before a crash), so its later output and its fate are unknown. A job the
+// restarted supervisor recovered is followed on (see Follow).
 var ErrSupervisorRestarted = errors.New("supervisor restarted while following the job")
 
 // FollowFunc receives a job's events. It returns an error to stop following.
@@ -32,6 +34,14 @@ type FollowFunc func(ev protocol.Event) error
 // dropped event, a late subscription, a lost connection) with the
 // subscribe op, so a slow or interrupted event socket costs latency, never
 // data. Without an event socket it falls back to polling.
+//
+// Following goes on across a supervisor restart (a new instance id in a
+// heartbeat or a reply): the restarted supervisor recovered the job from
+// its journal, with the events it retained under their seqs. What it
+// could not recover (output published after its last journal write) is
+// reported as a job.gap, and a job that was running ends with job.failed,
+// reason supervisor-restart. If it has no record of the job, Follow
+// returns ErrSupervisorRestarted.
 func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn FollowFunc) error {
 	if from == 0 {
 		from = 1
@@ -61,11 +71,13 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 			sub.heard()
 			if ev.Kind == protocol.KindHeartbeat {
 				var hb protocol.HeartbeatPayload
-				if ev.DecodePayload(&hb) == nil {
-					if f.instance != "" && hb.InstanceID != f.instance {
-						return fmt.Errorf("follow %s: %w", jobID, ErrSupervisorRestarted)
+				if ev.DecodePayload(&hb) == nil && f.seen(hb.InstanceID) {
+					// A restarted supervisor: what it recovered of the job
+					// (and what it lost, as missing seqs) comes through
+					// subscribe.
+					if done, err := f.backfill(ctx); done || err != nil {
+						return err
 					}
-					f.instance = hb.InstanceID
 				}
 				continue
 			}
@@ -273,11 +285,42 @@ func transient(err error) bool {
 }
 
 type follower struct {
-	c        *Client
-	jobID    string
-	next     uint64
-	fn       FollowFunc
-	instance string
+	c     *Client
+	jobID string
+	next  uint64
+	fn    FollowFunc
+	// instance is the supervisor's instance id last seen (heartbeats,
+	// subscribe results); restarted is set once it changed.
+	instance  string
+	restarted bool
+}
+
+// seen records the instance id of a heartbeat or a reply ("" if it had
+// none) and reports whether it differs from the one seen before.
+func (f *follower) seen(id string) bool {
+	if id == "" {
+		return false
+	}
+	changed := f.instance != "" && id != f.instance
+	f.instance = id
+	f.restarted = f.restarted || changed
+	return changed
+}
+
+// lostInRestart reports whether err, from subscribe, says that a
+// restarted supervisor does not know the job. (An error reply carries no
+// instance id: health is asked when no change was seen yet.)
+func (f *follower) lostInRestart(ctx context.Context, err error) bool {
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeNotFound || f.instance == "" {
+		return false
+	}
+	if !f.restarted {
+		if h, herr := f.c.Health(ctx); herr == nil {
+			f.seen(h.InstanceID)
+		}
+	}
+	return f.restarted
 }
 
 func (f *follower) deliver(ev protocol.Event) (done bool, err error) {
@@ -348,8 +391,12 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 	for {
 		res, err := f.subscribe(ctx)
 		if err != nil {
+			if f.lostInRestart(ctx, err) {
+				return true, fmt.Errorf("follow %s: %w: %w", f.jobID, ErrSupervisorRestarted, err)
+			}
 			return true, fmt.Errorf("follow %s: %w", f.jobID, err)
 		}
+		f.seen(res.InstanceID)
 		stop, err := f.apply(res.Missing, res.Events, time.Now().UnixMilli(), func(ev protocol.Event, done bool) bool {
 			// (a terminal event below LastSeq ends an earlier supervision
 			// period of a service that was started again; its later

@@ -126,7 +126,7 @@ func TestFastReplyAndSubscribeMatchGeneric(t *testing.T) {
 	ex.Attempt = 2
 	evs = append(evs, ex)
 	res := SubscribeResult{Job: JobInfo{JobID: "j-x", State: StateExited, ExitCode: &code}, Events: evs,
-		Missing: []SeqRange{{From: 1, To: 1}}, MissingBytes: 12, More: true}
+		Missing: []SeqRange{{From: 1, To: 1}}, MissingBytes: 12, More: true, InstanceID: "i-1"}
 	b, err := OKReply("r-1", &res)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,8 @@ func TestFastReplyAndSubscribeMatchGeneric(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Job.JobID != want.Job.JobID || *got.Job.ExitCode != 3 || len(got.Events) != len(want.Events) ||
-		got.MissingBytes != 12 || !got.More || len(got.Missing) != 1 || got.Missing[0] != want.Missing[0] {
+		got.MissingBytes != 12 || !got.More || len(got.Missing) != 1 || got.Missing[0] != want.Missing[0] ||
+		got.InstanceID != "i-1" || want.InstanceID != "i-1" {
 		t.Fatalf("subscribe: got %+v", got)
 	}
 	for i := range got.Events {

@@ -129,6 +129,8 @@ func fastSubscribeResult(b []byte) (*SubscribeResult, bool) {
 			dst = &r.MissingBytes
 		case "more":
 			dst = &r.More
+		case "instanceId":
+			dst = &r.InstanceID
 		default:
 			return true
 		}

@@ -300,6 +300,9 @@ type PollResult struct {
 	LostBytes int64 `msgpack:"lostBytes" json:"lostBytes"`
 	// More is true when retained output remains past Next (MaxBytes hit).
 	More bool `msgpack:"more" json:"more"`
+	// InstanceID is the answering supervisor's (as in health): a client
+	// that sees it change knows the supervisor restarted.
+	InstanceID string `msgpack:"instanceId,omitempty" json:"instanceId,omitempty"`
 }
 
 // Chunk is a piece of a job's output.
@@ -333,6 +336,9 @@ type SubscribeResult struct {
 	MissingBytes int64 `msgpack:"missingBytes" json:"missingBytes"`
 	// More is true when Limit cut the reply short.
 	More bool `msgpack:"more" json:"more"`
+	// InstanceID is the answering supervisor's (as in health): a client
+	// that sees it change knows the supervisor restarted.
+	InstanceID string `msgpack:"instanceId,omitempty" json:"instanceId,omitempty"`
 }
 
 // SeqRange is an inclusive range of seqs.
