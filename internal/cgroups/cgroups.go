@@ -114,8 +114,8 @@ func ownCgroup() (string, error) {
 // Cgroup is one job's cgroup.
 type Cgroup struct {
 	Path string
-	// noReuse: limits were written or the freezer was used; the cgroup
-	// is removed rather than handed to another job.
+	// noReuse: limits were written or it was killed (see Kill); the
+	// cgroup is removed rather than handed to another job.
 	noReuse bool
 	// events is cgroup.events kept open (read with pread: the empty
 	// check after every job's exit is on its critical path). A plain
@@ -254,12 +254,16 @@ func (c *Cgroup) Signal(sig syscall.Signal) {
 }
 
 // Kill kills every process in the cgroup: cgroup.kill where the kernel has
-// it, else freeze, SIGKILL each process, thaw.
+// it, else freeze, SIGKILL each process, thaw. Either way the cgroup is not
+// reused: some kernels (seen on 6.18) kill every process later cloned into
+// a cgroup that was ever cgroup.kill'ed (CLONE_INTO_CGROUP compares the
+// kill count of the parent's cgroup with the target's), which made every
+// job after one SIGKILLed job die at birth.
 func (c *Cgroup) Kill() error {
+	c.noReuse = true
 	if err := os.WriteFile(filepath.Join(c.Path, "cgroup.kill"), []byte("1"), 0); err == nil {
 		return nil
 	}
-	c.noReuse = true
 	_ = os.WriteFile(filepath.Join(c.Path, "cgroup.freeze"), []byte("1"), 0)
 	c.Signal(syscall.SIGKILL)
 	return os.WriteFile(filepath.Join(c.Path, "cgroup.freeze"), []byte("0"), 0)

@@ -208,3 +208,37 @@ func pgidOf(pid int) int {
 	g, _ := syscall.Getpgid(pid)
 	return g
 }
+
+// TestJobsAfterCgroupKill: jobs spawned after a job was killed with
+// SIGKILL (which goes through its cgroup's cgroup.kill) run normally. The
+// cgroup of a finished job is reused, and on this kernel (6.18) a cgroup
+// that was ever cgroup.kill'ed kills every process later cloned into it:
+// once a job had been SIGKILLed, every later job died at birth of SIGKILL.
+func TestJobsAfterCgroupKill(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 30*time.Second)
+	h, err := ts.client.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Cgroups {
+		t.Skipf("no writable cgroup v2 here (%s): jobs fall back to process groups", h.CgroupsNote)
+	}
+	for _, shell := range []string{"sleep 300 & sleep 300; echo never", "exec sleep 300"} {
+		j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: shell})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.client.Kill(ctx, j.JobID, "SIGKILL"); err != nil {
+			t.Fatal(err)
+		}
+		info, done, err := ts.client.SpawnWait(ctx, protocol.SpawnArgs{Shell: "sleep 0.05; echo ok"}, 10*time.Second)
+		if err != nil || !done {
+			t.Fatalf("spawn after a SIGKILL: %v (finished %v)", err, done)
+		}
+		if info.Reason != protocol.ReasonExit || info.ExitCode == nil || *info.ExitCode != 0 || info.StdoutBytes != 3 {
+			t.Fatalf("a job spawned after %q was SIGKILLed: %s %s (exit %v, %d bytes of output)",
+				shell, info.Reason, info.Signal, info.ExitCode, info.StdoutBytes)
+		}
+	}
+}
