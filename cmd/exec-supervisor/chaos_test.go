@@ -313,7 +313,12 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 }
 
 // TestPidReuseGuard: a journal record whose pid now belongs to an
-// unrelated process (different start time) leaves that process alone.
+// unrelated process (different start time) leaves that process alone. So
+// does the record of a service waiting to restart, whatever its last run's
+// pid and group now are (its run was reaped: their numbers may be anyone's;
+// the journal used to be refused whole for its state, and once accepted,
+// the group was terminated on the strength of recorded members).
+
 func TestPidReuseGuard(t *testing.T) {
 	e := newEnv(t)
 	victim := exec.Command("sleep", "300")
@@ -335,6 +340,9 @@ func TestPidReuseGuard(t *testing.T) {
 		{JobID: "j-otherboot", Shell: "sleep 300", Pid: pid, Pgid: pid, StartTicks: ticks, BootID: "another-boot", State: "running", CreatedAt: time.Now().UnixMilli()},
 		{JobID: "j-gone", Shell: "true", Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running"},
 		{JobID: "j-done", Shell: "true", Pid: 77, State: "exited", Reason: "exit", ExitCode: ptr(0), EndedAt: time.Now().UnixMilli()},
+		{JobID: "j-between-runs", Shell: "exit 0", Pid: pid, Pgid: pid, StartTicks: ticks, BootID: jobs.BootID(), State: "restarting",
+			CreatedAt: time.Now().UnixMilli(), Members: []journal.Member{{Pid: pid, StartTicks: ticks}},
+			Service: &journal.Service{Spec: protocol.SpawnArgs{Shell: "exit 0", Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}}, Attempt: 1}},
 	}}
 	if err := journal.New(filepath.Join(e.state, "journal.json")).Save(doc); err != nil {
 		t.Fatal(err)
@@ -344,6 +352,9 @@ func TestPidReuseGuard(t *testing.T) {
 		t.Fatalf("the unrelated process %d was touched: %v", pid, err)
 	}
 	ctx := ctxFor(t, 10*time.Second)
+	if strings.Contains(s.log.String(), "journal unusable") {
+		t.Fatalf("the journal was refused:\n%s", s.log)
+	}
 	for id, want := range map[string]string{"j-reused": "unrelated process", "j-otherboot": "unrelated process", "j-gone": "was gone"} {
 		info, err := s.client.Status(ctx, id)
 		if err != nil {

@@ -232,7 +232,7 @@ func parse(b []byte) (*File, error) {
 			return nil, fmt.Errorf("job %q has a negative pid", r.JobID)
 		}
 		switch r.State {
-		case "starting", "running", "exiting", "exited":
+		case "starting", "running", "exiting", "restarting", "exited":
 		default:
 			return nil, fmt.Errorf("job %q has unknown state %q", r.JobID, r.State)
 		}

@@ -63,11 +63,18 @@ func (s *Server) recover() {
 			if r.Cgroup != "" {
 				cg = filepath.Base(r.Cgroup)
 			}
+			wasRunning := r.State != string(protocol.StateRestarting)
 			note, ok := reaped[cg]
-			if !ok {
+			switch {
+			case ok:
+			case !wasRunning:
+				// A service between runs: no process of it ran. The pid
+				// and group of its last run were reaped long ago and may
+				// belong to anyone now: nothing is reconciled.
+				note = "no run was in progress (the service was waiting to restart)"
+			default:
 				note = s.reconcile(r, doc.InstanceID)
 			}
-			wasRunning := r.State != string(protocol.StateRestarting)
 			r.State = string(protocol.StateExited)
 			r.Reason = string(protocol.ReasonSupervisorRestart)
 			r.Error = note
@@ -339,7 +346,9 @@ func (s *Server) scanMembers(snaps []jobs.Snapshot) {
 	groups, sessions := map[int]bool{}, map[int]bool{}
 	byGroup := map[int]string{}
 	for _, sn := range snaps {
-		if sn.Info.State != protocol.StateExited && sn.Info.Pgid > 1 {
+		// (a service between runs has no group: its last run's was
+		// reaped, and the number may be anyone's now)
+		if sn.Info.State != protocol.StateExited && sn.Info.State != protocol.StateRestarting && sn.Info.Pgid > 1 {
 			if sn.Info.Pty {
 				sessions[sn.Info.Pgid] = true
 			} else {
