@@ -1050,7 +1050,10 @@ func (j *Job) Signal(sig syscall.Signal) error {
 
 // signalLocked signals the group while it is known to be ours: before the
 // leader is reaped (its pid, and so the pgid, cannot be reused) and, after,
-// until the group was seen empty.
+// until the group was seen empty. A job with a cgroup is signalled through
+// it, and through its group only until the leader is reaped: the cgroup
+// holds everything of the job, while the group number may be free (and
+// reused by anyone) although the cgroup is not empty yet.
 func (j *Job) signalLocked(sig syscall.Signal) error {
 	if j.cg != nil {
 		// Every member is ours by construction, even one that escaped.
@@ -1058,6 +1061,9 @@ func (j *Job) signalLocked(sig syscall.Signal) error {
 			_ = j.cg.Kill()
 		} else {
 			j.cg.Signal(sig)
+		}
+		if j.leaderExited {
+			return nil
 		}
 	}
 	if j.groupGone || j.pgid <= 1 {

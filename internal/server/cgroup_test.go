@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -240,5 +241,67 @@ func TestJobsAfterCgroupKill(t *testing.T) {
 			t.Fatalf("a job spawned after %q was SIGKILLed: %s %s (exit %v, %d bytes of output)",
 				shell, info.Reason, info.Signal, info.ExitCode, info.StdoutBytes)
 		}
+	}
+}
+
+// TestCgroupJobNeverSignalsAReusedGroup: a job whose leader exited while
+// a descendant that escaped its group (and ignores SIGTERM) keeps its
+// cgroup alive is ended through the cgroup only: its group number is free
+// then, and an unrelated process that got it (forced here through
+// ns_last_pid) must not be signalled. It was SIGKILLed at the end of the
+// grace period.
+func TestCgroupJobNeverSignalsAReusedGroup(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 30*time.Second)
+	if h, err := ts.client.Health(ctx); err != nil || !h.Cgroups {
+		t.Skipf("no writable cgroup v2 here (%v %s)", err, h.CgroupsNote)
+	}
+	if f, err := os.OpenFile("/proc/sys/kernel/ns_last_pid", os.O_WRONLY, 0); err != nil {
+		t.Skipf("cannot choose pids here (%v): the reuse of a group number cannot be forced", err)
+	} else {
+		f.Close()
+	}
+	ready := t.TempDir() + "/ready"
+	info, err := ts.jobs.Spawn(protocol.SpawnArgs{
+		Shell: `setsid /bin/sh -c 'trap "" TERM; : > ` + ready + `; exec sleep 30' </dev/null >/dev/null 2>&1 & ` +
+			`while [ ! -e ` + ready + ` ]; do sleep 0.01; done; exit 0`,
+		GraceMs: 1500,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := ts.jobs.Get(info.JobID)
+	pg := info.Pgid
+	eventually(t, 5*time.Second, "the leader's group to empty", func() bool { return syscall.Kill(-pg, 0) == syscall.ESRCH })
+	var other *exec.Cmd
+	// (few tries: each moves the pid counter back, and other tests' pids
+	// must not be reused wholesale)
+	for try := 0; try < 3 && other == nil; try++ {
+		_ = os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pg-1)), 0)
+		c := exec.Command("sleep", "300")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if c.Process.Pid == pg {
+			other = c
+			break
+		}
+		c.Process.Kill()
+		c.Wait()
+	}
+	if other == nil {
+		t.Skipf("pid %d could not be had (another process took it)", pg)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	if over(j.Done()) {
+		t.Fatalf("the job ended (%s, %s) before the group number was reused: the test proves nothing", j.Info().Reason, j.Info().Error)
+	}
+	<-j.Done() // after the grace period: SIGKILL through the cgroup
+	if err := syscall.Kill(pg, 0); err != nil {
+		t.Fatalf("the unrelated process %d, in group %d after the job's leader, was killed", pg, pg)
+	}
+	if ps, err := os.ReadFile("/proc/" + strconv.Itoa(pg) + "/status"); err == nil && strings.Contains(string(ps), "State:\tZ") {
+		t.Fatalf("the unrelated process %d, in group %d after the job's leader, was killed", pg, pg)
 	}
 }
