@@ -56,14 +56,25 @@ func unmarshalMax(b []byte, v any, what string, maxElems uint64) error {
 		return Errorf(CodeBadRequest, "decode %s: %v", what, err)
 	}
 	dec := msgpack.GetDecoder()
-	dec.Reset(bytes.NewReader(b))
+	rd := bytes.NewReader(b)
+	dec.Reset(rd) // (a bytes.Reader is read as it is: no read-ahead)
 	if err := dec.Decode(v); err != nil {
 		// Not back to the pool: a failed decode may have grown its
 		// buffer, which the pool would keep.
 		return Errorf(CodeBadRequest, "decode %s: %v", what, err)
 	}
 	msgpack.PutDecoder(dec)
+	if n := rd.Len(); n > 0 {
+		return Errorf(CodeBadRequest, "decode %s: %d bytes after its value", what, n)
+	}
 	return nil
+}
+
+// isMap reports whether b is (starts with) a msgpack map: fixmap, map 16
+// or map 32. Envelopes and args are maps; the generic decoder would also
+// take a struct encoded as an array.
+func isMap(b []byte) bool {
+	return len(b) > 0 && (b[0]&0xf0 == 0x80 || b[0] == 0xde || b[0] == 0xdf)
 }
 
 // DecodeRequest decodes and validates a request envelope. max bounds the
@@ -81,6 +92,9 @@ func DecodeRequest(b []byte, max int) (*Request, error) {
 	}
 	req, ok := fastRequest(b)
 	if !ok {
+		if !isMap(b) {
+			return nil, Errorf(CodeBadRequest, "request must be a msgpack map (first byte 0x%02x)", b[0])
+		}
 		req = new(Request)
 		if err := unmarshalMax(b, req, "request", MaxArgs); err != nil {
 			return nil, err
@@ -116,7 +130,10 @@ type Validator interface{ Validate() error }
 // DecodeArgs decodes req.Args into v and validates it when v is a
 // Validator. Missing args decode as the zero value. Errors are *Error.
 func DecodeArgs(req *Request, v any) error {
-	if len(req.Args) > 0 {
+	if len(req.Args) > 0 && req.Args[0] != 0xc0 { // (nil: no args)
+		if !isMap(req.Args) {
+			return Errorf(CodeBadRequest, "%s args must be a msgpack map (first byte 0x%02x)", req.Op, req.Args[0])
+		}
 		a, spawn := v.(*SpawnArgs)
 		if !spawn || !fastSpawnArgs(req.Args, a) {
 			if spawn {
@@ -367,6 +384,10 @@ func (a *SubscribeArgs) Validate() error {
 	}
 	if a.Limit < 0 {
 		return Errorf(CodeInvalidArgument, "limit is negative (%d)", a.Limit)
+	}
+	if a.FromSeq > 1<<62 {
+		// (a negative number sent for the unsigned field arrives so)
+		return Errorf(CodeInvalidArgument, "fromSeq %d is not a seq (seqs count from 1; a negative number?)", a.FromSeq)
 	}
 	return nil
 }

@@ -69,6 +69,10 @@ func TestDecodeRequestErrors(t *testing.T) {
 		{"version", mustMarshal(map[string]any{"v": 3, "op": "health"}), CodeUnsupportedVersion},
 		{"unknown op", mustMarshal(map[string]any{"v": 2, "op": "nope"}), CodeUnknownOp},
 		{"long id", mustMarshal(map[string]any{"v": 2, "op": "health", "id": string(bytes.Repeat([]byte{'a'}, 200))}), CodeInvalidArgument},
+		// The envelope is a map: the generic decoder took a struct
+		// encoded as an array (found by a client written from the docs).
+		{"array envelope", mustMarshal([]any{2, "arr", "health", map[string]any{}}), CodeBadRequest},
+		{"bytes after the envelope", append(mustMarshal(map[string]any{"v": 2, "op": "health", "id": "x", "args": map[string]any{"k": []int{1}}}), 1), CodeBadRequest},
 	}
 	for _, tc := range cases {
 		_, err := DecodeRequest(tc.body, 0)
@@ -76,6 +80,33 @@ func TestDecodeRequestErrors(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != tc.code {
 			t.Errorf("%s: want %s, got %v", tc.name, tc.code, err)
 		}
+	}
+	// Args: a map or nil; a negative fromSeq is no seq.
+	for name, tc := range map[string]struct {
+		args any
+		v    any
+		code Code
+	}{
+		"array args":       {[]any{"j-1", 1, 0}, &SubscribeArgs{}, CodeBadRequest},
+		"negative fromSeq": {map[string]any{"jobId": "j-1", "fromSeq": -5}, &SubscribeArgs{}, CodeInvalidArgument},
+	} {
+		req, err := DecodeRequest(mustMarshal(map[string]any{"v": 2, "op": "subscribe", "args": tc.args}), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = DecodeArgs(req, tc.v)
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Code != tc.code {
+			t.Errorf("%s: want %s, got %v", name, tc.code, err)
+		}
+	}
+	req, err := DecodeRequest(mustMarshal(map[string]any{"v": 2, "op": "health", "args": nil}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pe *Error // nil args are no args: zero values, then Validate (no jobId)
+	if err := DecodeArgs(req, &SubscribeArgs{}); !errors.As(err, &pe) || pe.Code != CodeInvalidArgument || !strings.Contains(pe.Message, "jobId") {
+		t.Errorf("nil args: %v", err)
 	}
 }
 
