@@ -957,6 +957,14 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 	}
 	if sig == sigKill && j.killing {
 		j.escalateLocked()
+		// Sent here too, not only by the goroutine waiting out the grace
+		// period: a supervisor whose shutdown gave up waiting (Close)
+		// exits right after asking for this.
+		if !j.leaderExited || !j.groupGone {
+			if err := j.signalLocked(sigKill); err != nil {
+				j.m.log.Warn("job kill signal", "job", j.id, "err", err)
+			}
+		}
 		return false, nil
 	}
 	if j.killing {

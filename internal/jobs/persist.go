@@ -35,6 +35,10 @@ type Snapshot struct {
 	// Info.LastSeq. A job recorded as finished already had its terminal
 	// event, numbered Info.LastSeq, and keeps that seq.
 	Interrupted bool
+	// GroupGone is set once the job's process group was seen empty after
+	// its leader was reaped: the number may be anyone's now (its members
+	// must not be recorded as the job's).
+	GroupGone bool
 }
 
 // TailChunk is one output event within a Snapshot's Tail.
@@ -59,7 +63,7 @@ func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.fingerprintLocked()
-	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt)}
+	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.groupGone}
 	j.seqSnap, j.reserveAsked = j.seq, false // (see seqReserve)
 	if j.svc != nil {
 		s.Service = &ServiceState{

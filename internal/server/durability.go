@@ -348,7 +348,9 @@ func (s *Server) scanMembers(snaps []jobs.Snapshot) {
 	for _, sn := range snaps {
 		// (a service between runs has no group: its last run's was
 		// reaped, and the number may be anyone's now)
-		if sn.Info.State != protocol.StateExited && sn.Info.State != protocol.StateRestarting && sn.Info.Pgid > 1 {
+		// (nor has a job whose group was seen empty, still draining its
+		// output: the number may be reused meanwhile)
+		if sn.Info.State != protocol.StateExited && sn.Info.State != protocol.StateRestarting && !sn.GroupGone && sn.Info.Pgid > 1 {
 			if sn.Info.Pty {
 				sessions[sn.Info.Pgid] = true
 			} else {
