@@ -187,12 +187,18 @@ func (j *Journal) Load() (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal %s: %w", j.path, err)
 	}
+	// Another user's journal (planted while the directory was open to
+	// them) would choose services to run and groups to terminate.
+	foreign := ownedByOther(f)
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("read journal %s: %w", j.path, err)
 	}
 	doc, perr := parse(b)
+	if foreign != nil {
+		doc, perr = nil, foreign
+	}
 	if perr == nil {
 		return doc, nil
 	}
@@ -201,6 +207,18 @@ func (j *Journal) Load() (*File, error) {
 		return nil, fmt.Errorf("journal %s is unusable (%v) and could not be moved aside: %w", j.path, perr, err)
 	}
 	return &File{Version: Version}, &CorruptError{Path: j.path, MovedTo: moved, Err: perr}
+}
+
+// ownedByOther says why f cannot be trusted if another user owns it.
+func ownedByOther(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("owned by uid %d, not by us (uid %d)", st.Uid, os.Geteuid())
+	}
+	return nil
 }
 
 func parse(b []byte) (*File, error) {

@@ -879,3 +879,29 @@ func TestLockStaleAfterHolderDies(t *testing.T) {
 		t.Errorf("lock content = %q, want %q", b, want)
 	}
 }
+
+// TestOthersJournalIsNotTrusted: a journal another user owns (planted while
+// the state directory was open to them) would choose the services the
+// supervisor runs and the groups it terminates: it is moved aside like a
+// corrupt one. (A security audit ran a command as root through one.)
+func TestOthersJournalIsNotTrusted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the journal to another user")
+	}
+	path := filepath.Join(t.TempDir(), "journal.json")
+	j := New(path)
+	if err := j.Save(&File{Version: Version, InstanceID: "x", Jobs: []Record{{JobID: "j-1", State: "exited", Reason: "exit"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if doc, err := j.Load(); err != nil || len(doc.Jobs) != 1 {
+		t.Fatalf("our own journal: %+v %v", doc, err)
+	}
+	if err := os.Chown(path, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := j.Load()
+	var ce *CorruptError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Err.Error(), "owned by uid 65534") || len(doc.Jobs) != 0 {
+		t.Fatalf("another user's journal: %+v %v", doc, err)
+	}
+}

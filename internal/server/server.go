@@ -120,6 +120,17 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if fi, err := os.Lstat(s.cfg.StateDir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("--state-dir %s is not a directory (symlinks are refused)", s.cfg.StateDir)
 	}
+	// What is read back from it (journal: jobs to resume and processes to
+	// terminate; token) must be ours alone: a directory another user made,
+	// or can write to, is refused.
+	if err := zmqx.CheckDir(s.cfg.StateDir, false); err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	if jd := filepath.Dir(s.cfg.JournalPath()); jd != filepath.Clean(s.cfg.StateDir) {
+		if err := zmqx.CheckDir(jd, false); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("journal directory: %w", err)
+		}
+	}
 	// One state directory, one owner: taken before anything else.
 	if s.lock, err = journal.Acquire(s.cfg.StateDir, s.instanceID); err != nil {
 		return fmt.Errorf("--state-dir: %w", err)

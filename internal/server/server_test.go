@@ -642,3 +642,39 @@ func TestResourceUsage(t *testing.T) {
 		t.Fatalf("list-jobs usage: %+v %v", jobs, err)
 	}
 }
+
+// TestStateDirOfOthersRefused: a state directory another user made, or
+// can write to, is refused at start (its journal says which services to
+// run: a security audit ran a command as root through a planted one).
+func TestStateDirOfOthersRefused(t *testing.T) {
+	for _, how := range []string{"world-writable", "another owner"} {
+		t.Run(how, func(t *testing.T) {
+			cfg := testConfig(t)
+			if err := os.Mkdir(cfg.StateDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if how == "world-writable" {
+				if err := os.Chmod(cfg.StateDir, 0o777); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if os.Geteuid() != 0 {
+					t.Skip("needs root to give the directory to another user")
+				}
+				if err := os.Chown(cfg.StateDir, 65534, 65534); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := New(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Start(context.Background()); err == nil {
+				s.Close(context.Background())
+				t.Fatal("started on it")
+			} else if !strings.Contains(err.Error(), "--state-dir") {
+				t.Fatalf("error does not name the option: %v", err)
+			}
+		})
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -50,6 +52,20 @@ func DialClient(ctx context.Context, socketType, endpoint string, timeout time.D
 	network := "tcp"
 	if scheme == "ipc" {
 		network = "unix"
+		// The default directory's name says whose it is: anyone else's
+		// (made in a shared TMPDIR before ours) is not our supervisor's.
+		// Elsewhere, a directory others can write to lets them replace
+		// the socket.
+		dir := filepath.Dir(addr)
+		var derr error
+		if dir == DefaultRuntimeDir() {
+			derr = checkPrivate(dir)
+		} else {
+			derr = CheckDir(dir, true)
+		}
+		if derr != nil && !errors.Is(derr, os.ErrNotExist) {
+			return nil, fmt.Errorf("connect to %s: %w", endpoint, derr)
+		}
 	}
 	if timeout <= 0 {
 		timeout = 5 * time.Second

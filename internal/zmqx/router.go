@@ -93,6 +93,9 @@ func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedLi
 			}
 		} else if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, nil, fmt.Errorf("create directory of %s: %w", endpoint, err)
+		} else if err := CheckDir(dir, true); err != nil {
+			// (another user could move our socket away and bind theirs)
+			return nil, nil, fmt.Errorf("directory of %s: %w", endpoint, err)
 		}
 	}
 	if p == nil {

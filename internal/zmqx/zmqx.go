@@ -188,6 +188,19 @@ func EnsurePrivateDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("inspect %s: %w", dir, err)
 	}
+	return checkPrivateInfo(dir, fi)
+}
+
+// checkPrivate is EnsurePrivateDir's check alone (it creates nothing).
+func checkPrivate(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	return checkPrivateInfo(dir, fi)
+}
+
+func checkPrivateInfo(dir string, fi os.FileInfo) error {
 	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
 		return fmt.Errorf("%s is not a directory (or is a symlink): refusing to use it", dir)
 	}
@@ -197,6 +210,41 @@ func EnsurePrivateDir(dir string) error {
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("%s has mode %o; it must be 0700 (chmod 700 %s)", dir, fi.Mode().Perm(), dir)
+	}
+	return nil
+}
+
+// CheckDir refuses a directory whose contents someone other than us (or
+// root) could change: a symlink or not a directory, owned by another user,
+// or writable by group or others (unless sticky, as /tmp is, when sticky is
+// allowed: then nobody else can rename or remove our files in it). It
+// creates nothing.
+func CheckDir(dir string, stickyOK bool) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (or is a symlink): refusing to use it", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && st.Uid != 0 {
+		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d) or root: refusing to use it", dir, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 && !(stickyOK && fi.Mode()&os.ModeSticky != 0) {
+		return fmt.Errorf("%s has mode %o: others could replace what is in it (chmod go-w %s)", dir, fi.Mode().Perm(), dir)
+	}
+	return nil
+}
+
+// CheckOwnFile refuses a file (open as f, at path) that is not owned by us:
+// what the supervisor reads back (journal, token) must be its own.
+func CheckOwnFile(f *os.File, path string) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", path, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d): refusing to trust it", path, st.Uid, os.Geteuid())
 	}
 	return nil
 }
@@ -228,8 +276,8 @@ func DefaultStateDir() string {
 // DefaultTokenFile is where the supervisor keeps its tcp token by default.
 func DefaultTokenFile() string { return filepath.Join(DefaultStateDir(), "token") }
 
-// ReadToken reads a token file, refusing symlinks and files readable by
-// others.
+// ReadToken reads a token file, refusing symlinks, files readable by
+// others and files owned by another user (who would know the token).
 func ReadToken(path string) (string, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
@@ -238,6 +286,9 @@ func ReadToken(path string) (string, error) {
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	if err := CheckOwnFile(f, path); err != nil {
 		return "", fmt.Errorf("read token: %w", err)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
