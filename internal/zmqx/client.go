@@ -3,12 +3,15 @@ package zmqx
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +48,24 @@ const (
 // ("DEALER" or "SUB") and completes the ZMTP handshake: mechanism NULL, or
 // PLAIN with token as the password when token is not empty.
 func DialClient(ctx context.Context, socketType, endpoint string, timeout time.Duration, token string) (*Client, error) {
+	return DialClientWith(ctx, socketType, endpoint, DialOptions{Timeout: timeout, Token: token})
+}
+
+// DialOptions configure DialClientWith.
+type DialOptions struct {
+	Timeout time.Duration // connect and handshake (0: 5 s)
+	Token   string        // PLAIN password ("": mechanism NULL)
+	// TokenToOwnOnly sends Token only to a tcp listener on this machine
+	// owned by our user (or root), as found in /proc/net/tcp{,6}: for a
+	// token the client found by itself (the supervisor's default token
+	// file), which must not go to whoever took the port while the
+	// supervisor was down (PLAIN does not authenticate the server).
+	TokenToOwnOnly bool
+}
+
+// DialClientWith is DialClient with options.
+func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOptions) (*Client, error) {
+	timeout, token := o.Timeout, o.Token
 	scheme, addr, err := Split(endpoint)
 	if err != nil {
 		return nil, err
@@ -74,6 +95,12 @@ func DialClient(ctx context.Context, socketType, endpoint string, timeout time.D
 	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
+	}
+	if token != "" && o.TokenToOwnOnly && network == "tcp" {
+		if err := ownListener(conn.RemoteAddr()); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("connect to %s: not sending the default token: %w (give the token explicitly if this is the supervisor you mean)", endpoint, err)
+		}
 	}
 	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writeTimeout: 10 * time.Second, wsem: make(chan struct{}, 1)}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
@@ -228,3 +255,64 @@ func (c *Client) Subscribe(topic string) error {
 
 // Close closes the connection; a Recv in progress returns an error.
 func (c *Client) Close() error { return c.conn.Close() }
+
+// ownListener checks that the tcp listener at addr (the remote end of a
+// connection we made) is a socket on this machine owned by our user or
+// root, from the kernel's socket tables.
+func ownListener(addr net.Addr) error {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return fmt.Errorf("not a tcp address: %v", addr)
+	}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 8 || f[3] != "0A" { // (LISTEN)
+				continue
+			}
+			ip, port, ok := parseProcAddr(f[1])
+			if !ok || port != ta.Port || !(ip.Equal(ta.IP) || ip.IsUnspecified()) {
+				continue
+			}
+			uid, err := strconv.Atoi(f[7])
+			if err != nil {
+				continue
+			}
+			if uid != os.Geteuid() && uid != 0 {
+				return fmt.Errorf("the listener on %v belongs to uid %d, not to us (uid %d)", addr, uid, os.Geteuid())
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no listener of this machine serves %v", addr)
+}
+
+// parseProcAddr parses a /proc/net/tcp address: hex ip (32-bit words in
+// host order) and hex port.
+func parseProcAddr(s string) (net.IP, int, bool) {
+	h, p, ok := strings.Cut(s, ":")
+	if !ok || (len(h) != 8 && len(h) != 32) {
+		return nil, 0, false
+	}
+	port, err := strconv.ParseUint(p, 16, 16)
+	if err != nil {
+		return nil, 0, false
+	}
+	raw, err := hex.DecodeString(h)
+	if err != nil {
+		return nil, 0, false
+	}
+	ip := make(net.IP, len(raw))
+	for i := 0; i < len(raw); i += 4 { // each word as stored on a little-endian host
+		w := binary.NativeEndian.Uint32(raw[i : i+4])
+		binary.BigEndian.PutUint32(ip[i:i+4], w)
+	}
+	if v4 := ip.To4(); v4 != nil && len(raw) == 16 && !ip.IsUnspecified() {
+		ip = v4
+	}
+	return ip, int(port), true
+}

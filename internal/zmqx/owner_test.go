@@ -1,8 +1,10 @@
 package zmqx
 
 import (
+	"bufio"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,4 +114,56 @@ func TestOthersFilesAreRefused(t *testing.T) {
 			t.Fatalf("error: %v", err)
 		}
 	})
+}
+
+// TestDefaultTokenOnlyToOwnListener: a token the client found by itself
+// (the supervisor's default token file) is not sent to a tcp listener of
+// another user: PLAIN does not authenticate the server, and a user who
+// took the port while the supervisor was down got the token (security
+// audit). Our own listener gets it.
+func TestDefaultTokenOnlyToOwnListener(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := ListenRouter(ctx, "tcp://127.0.0.1:0", &Policy{Token: "tok"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c, err := DialClientWith(ctx, "DEALER", "tcp://"+r.Addr().String(), DialOptions{Token: "tok", TokenToOwnOnly: true})
+	if err != nil {
+		t.Fatalf("our own listener: %v", err)
+	}
+	c.Close()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to listen as another user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv to listen as another user")
+	}
+	// Another user's listener (it reads nothing: the handshake would
+	// just time out).
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skip("no /usr/bin/python3 to listen as another user")
+	}
+	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", py, "-c",
+		"import socket,time\ns=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	port := strings.TrimSpace(line)
+	if err != nil || port == "" {
+		t.Skipf("no listener as another user (%v)", err)
+	}
+	_, err = DialClientWith(ctx, "DEALER", "tcp://127.0.0.1:"+port, DialOptions{Token: "tok", TokenToOwnOnly: true, Timeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Fatalf("the default token went to another user's listener: %v", err)
+	}
 }

@@ -54,6 +54,10 @@ type Options struct {
 	// means: read the supervisor's default token file
 	// (~/.local/state/exec-supervisor/token) when an endpoint is tcp.
 	Token string
+
+	// tokenFound: Token was read from the default token file, so it goes
+	// only to a listener of our own user on this machine.
+	tokenFound bool
 }
 
 // SubscribeMode selects how events reach a follower.
@@ -65,12 +69,13 @@ const (
 	SubscribePoll SubscribeMode = "poll"
 )
 
-// token returns the token to use for endpoint ("" for ipc).
-func (o *Options) tokenFor(endpoint string) string {
-	if !strings.HasPrefix(endpoint, "tcp://") {
-		return ""
+// dialOptions are how to connect to endpoint: the token only for tcp.
+func (o *Options) dialOptions(endpoint string) zmqx.DialOptions {
+	d := zmqx.DialOptions{Timeout: o.DialTimeout}
+	if strings.HasPrefix(endpoint, "tcp://") {
+		d.Token, d.TokenToOwnOnly = o.Token, o.tokenFound
 	}
-	return o.Token
+	return d
 }
 
 func (o *Options) fill() {
@@ -100,7 +105,7 @@ func (o *Options) fill() {
 	}
 	if o.Token == "" && (strings.HasPrefix(o.ControlAddress, "tcp://") || strings.HasPrefix(o.EventAddress, "tcp://")) {
 		if tok, err := zmqx.ReadToken(zmqx.DefaultTokenFile()); err == nil {
-			o.Token = tok
+			o.Token, o.tokenFound = tok, true
 		}
 	}
 }
@@ -216,7 +221,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 			}
 		}
 		sctx, cancel := context.WithCancel(context.Background())
-		sock, err := zmqx.DialClient(sctx, "DEALER", c.opts.ControlAddress, c.opts.DialTimeout, c.opts.tokenFor(c.opts.ControlAddress))
+		sock, err := zmqx.DialClientWith(sctx, "DEALER", c.opts.ControlAddress, c.opts.dialOptions(c.opts.ControlAddress))
 		if err != nil {
 			cancel()
 			lastErr = err

@@ -163,7 +163,7 @@ func (s *subscription) connect(ctx context.Context) {
 	s.lastHear = time.Now()
 	s.live = false
 	s.mu.Unlock()
-	sub, err := zmqx.DialClient(sctx, "SUB", s.c.opts.EventAddress, s.c.opts.DialTimeout, s.c.opts.tokenFor(s.c.opts.EventAddress))
+	sub, err := zmqx.DialClientWith(sctx, "SUB", s.c.opts.EventAddress, s.c.opts.dialOptions(s.c.opts.EventAddress))
 	if err == nil {
 		for _, t := range s.topics {
 			err = errors.Join(err, sub.Subscribe(t))
