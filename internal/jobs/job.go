@@ -263,6 +263,21 @@ func (j *Job) emitLocked(kind protocol.Kind, payload any) protocol.Event {
 	return ev
 }
 
+// maxExtraEvs bounds a job's retained events other than its first start,
+// its output and its end: a service restarted for weeks adds a start and
+// a job.restarting per run (a leak audit watched a crash-looping one grow
+// by thousands). Past it the older half goes; subscribe reports them
+// missing, as evicted output.
+const maxExtraEvs = 512
+
+// keepExtraLocked retains ev among extraEvs.
+func (j *Job) keepExtraLocked(ev protocol.Event) {
+	if len(j.extraEvs) >= maxExtraEvs {
+		j.extraEvs = append(make([]protocol.Event, 0, maxExtraEvs), j.extraEvs[len(j.extraEvs)-maxExtraEvs/2:]...)
+	}
+	j.extraEvs = append(j.extraEvs, ev)
+}
+
 // seqReserve is how far past a running job's last journaled seq its
 // events may be numbered before the journal is written again: a
 // supervisor that dies in between may have published events up to there,
@@ -422,7 +437,7 @@ func (j *Job) start() error {
 	if j.startedEv == nil {
 		j.startedEv = &started
 	} else {
-		j.extraEvs = append(j.extraEvs, started)
+		j.keepExtraLocked(started)
 	}
 	if j.timeout > 0 {
 		j.overallT = time.AfterFunc(j.timeout, func() { j.killRun(runDone, protocol.ReasonOverallTimeout) })
@@ -1767,7 +1782,7 @@ func (j *Job) detectEscapes(runDone <-chan struct{}) {
 	first := !j.escaped
 	j.escaped = true
 	if first && j.state != Exited {
-		j.extraEvs = append(j.extraEvs, j.emitLocked(protocol.KindOwnershipEscape, protocol.OwnershipEscapePayload{Pids: escaped}))
+		j.keepExtraLocked(j.emitLocked(protocol.KindOwnershipEscape, protocol.OwnershipEscapePayload{Pids: escaped}))
 	}
 	strict := j.spec.StrictOwnership && !j.leaderExited
 	j.mu.Unlock()

@@ -33,7 +33,7 @@ func TestTransitions(t *testing.T) {
 }
 
 func TestRingEvictsOldestAndReads(t *testing.T) {
-	r := newRing(10)
+	r := newRing(10 + 3*chunkOverhead) // 10 bytes of output in three chunks
 	var off int64
 	for i, s := range []string{"aaaa", "bbbb", "cccc", "dd"} {
 		r.add(chunk{Chunk: protocol.Chunk{Seq: uint64(i + 2), Offset: off, Data: []byte(s)}})
@@ -233,4 +233,83 @@ func finishedTrueJobs(t *testing.T, m *Manager, n int) []string {
 		ids = append(ids, info.JobID)
 	}
 	return ids
+}
+
+// TestRingBoundsChunkRecords: a job printing a byte per event cannot hold
+// far more memory than its ring's size in chunk records and event
+// payloads (a leak audit measured 68 MB for 600,000 one-byte events in a
+// 1 MiB ring, which then counted only their data).
+func TestRingBoundsChunkRecords(t *testing.T) {
+	const max = 1 << 20
+	r := newRing(max)
+	for i := range 600_000 {
+		ev := protocol.NewOutputEvent("j-1", uint64(i+2), 0, protocol.KindStdout, int64(i), []byte{'x'})
+		r.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: protocol.Stdout, Offset: int64(i), Data: ev.Payload[len(ev.Payload)-1:]}, payload: ev.Payload})
+	}
+	live := r.live()
+	if r.cost > max || len(live) > max/chunkOverhead {
+		t.Fatalf("%d chunks retained, costing %d (ring of %d)", len(live), r.cost, max)
+	}
+	if r.bytes != len(live) || r.end != 600_000 || r.from() != 600_000-int64(len(live)) {
+		t.Fatalf("accounting: %d bytes, %d chunks, end %d from %d", r.bytes, len(live), r.end, r.from())
+	}
+}
+
+// TestExtraEventsBounded: a job's non-output events other than its first
+// start and its end (a service's later starts, restarts, readiness) are
+// bounded; the dropped ones are reported missing by subscribe.
+func TestExtraEventsBounded(t *testing.T) {
+	m := New(Config{MergeInterval: time.Millisecond}, nil, nil)
+	defer m.Close(context.Background())
+	info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get(info.JobID)
+	j.mu.Lock()
+	for range 5000 { // as a service's readiness after each of 5000 runs
+		j.keepExtraLocked(j.emitLocked(protocol.KindReady, protocol.ReadyPayload{}))
+	}
+	last := j.seq
+	j.mu.Unlock()
+	if n := len(j.extraEvs); n > maxExtraEvs {
+		t.Fatalf("%d extra events retained", n)
+	}
+	res, err := j.Events(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Events[0].Kind != protocol.KindStarted || res.Events[len(res.Events)-1].Seq != last {
+		t.Fatalf("events %d..%d", res.Events[0].Seq, res.Events[len(res.Events)-1].Seq)
+	}
+	if len(res.Missing) != 1 || res.Missing[0].From != 2 || res.Missing[0].To != res.Events[1].Seq-1 || res.MissingBytes != 0 {
+		t.Fatalf("missing %+v (%d bytes); second event %d", res.Missing, res.MissingBytes, res.Events[1].Seq)
+	}
+	_, _ = j.Kill(protocol.ReasonManualCancel, 0)
+	<-j.Done()
+}
+
+// TestSnapshotTailChunksBounded: a job printing a byte per event journals
+// a tail of at most maxTailChunks chunks (each a journal record entry).
+func TestSnapshotTailChunksBounded(t *testing.T) {
+	m := New(Config{MergeInterval: time.Millisecond}, nil, nil)
+	defer m.Close(context.Background())
+	info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get(info.JobID)
+	j.mu.Lock()
+	for range 3000 {
+		j.nextSeqLocked()
+		j.out.add(chunk{Chunk: protocol.Chunk{Seq: j.seq, Stream: protocol.Stdout, Offset: j.offset, Data: []byte{'x'}}})
+		j.offset++
+	}
+	j.mu.Unlock()
+	sn := j.Snapshot()
+	if len(sn.TailChunks) > maxTailChunks || len(sn.TailChunks) == 0 || len(sn.Tail) != len(sn.TailChunks) {
+		t.Fatalf("tail of %d bytes in %d chunks", len(sn.Tail), len(sn.TailChunks))
+	}
+	_, _ = j.Kill(protocol.ReasonManualCancel, 0)
+	<-j.Done()
 }

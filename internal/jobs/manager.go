@@ -349,7 +349,7 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 // final) to recent and applies the bounds; it returns how many jobs they
 // forgot. m.mu must be held.
 func (m *Manager) addRecentLocked(j *Job) int {
-	j.finBytes = int64(j.out.bytes)
+	j.finBytes = int64(j.out.cost)
 	m.recent = append(m.recent, finished{finN: j.finN, j: j})
 	m.recentN++
 	m.recentBytes += j.finBytes
@@ -633,7 +633,8 @@ func (m *Manager) Close(ctx context.Context) error {
 	return nil
 }
 
-// RetainedBytes sums the output bytes held in every job's ring buffer.
+// RetainedBytes sums the memory held by every job's ring buffer (output
+// and its encoded events, plus a small cost per chunk: see ring).
 func (m *Manager) RetainedBytes() int64 {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))
@@ -644,7 +645,7 @@ func (m *Manager) RetainedBytes() int64 {
 	var n int64
 	for _, j := range js {
 		j.mu.Lock()
-		n += int64(j.out.bytes)
+		n += int64(j.out.cost)
 		j.mu.Unlock()
 	}
 	return n

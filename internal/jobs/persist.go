@@ -14,6 +14,11 @@ import (
 // TailBytes is how much of a job's newest output a Snapshot carries.
 const TailBytes = 4 << 10
 
+// maxTailChunks bounds the chunks of a snapshot's tail (each is a record in
+// the journal): a job printing a byte per event keeps a shorter tail rather
+// than 4096 chunk records in every journal write.
+const maxTailChunks = 256
+
 // Snapshot is what persistence needs of a job: its info plus the process
 // fingerprint and the newest output.
 type Snapshot struct {
@@ -76,7 +81,7 @@ func (j *Job) Snapshot() Snapshot {
 		s.TailSeq = live[n-1].Seq
 		var tail []byte
 		var chunks []TailChunk
-		for i := n - 1; i >= 0 && len(tail) < TailBytes; i-- {
+		for i := n - 1; i >= 0 && len(tail) < TailBytes && len(chunks) < maxTailChunks; i-- {
 			d := live[i].Data
 			if room := TailBytes - len(tail); len(d) > room {
 				d = d[len(d)-room:]

@@ -28,6 +28,10 @@ type backoff struct {
 	ends []time.Time
 }
 
+// maxEndsKept bounds the run ends a backoff keeps (and reports as
+// restartsInWindow) when its policy has no restart limit.
+const maxEndsKept = 1000
+
 func newBackoff(p protocol.RestartPolicy) *backoff {
 	return &backoff{p: p.WithDefaults()}
 }
@@ -60,6 +64,16 @@ func (b *backoff) next(now time.Time, ran time.Duration) (delay time.Duration, i
 		}
 	}
 	b.ends = append(keep, now)
+	// Only the newest MaxRestarts ends decide anything (without a limit,
+	// maxEndsKept serve the report): a service restarting every few ms
+	// would otherwise keep, and journal, every end in the window.
+	keepN := maxEndsKept
+	if max := *b.p.MaxRestarts; max > 0 && max < keepN {
+		keepN = max
+	}
+	if n := len(b.ends); n > keepN {
+		b.ends = append(b.ends[:0], b.ends[n-keepN:]...)
+	}
 	inWindow = len(b.ends)
 	if max := *b.p.MaxRestarts; max > 0 && inWindow >= max {
 		return 0, inWindow, true

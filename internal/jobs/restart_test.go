@@ -222,3 +222,33 @@ func TestTailChunksValid(t *testing.T) {
 		}
 	}
 }
+
+// TestBackoffKeepsFewEnds: a service restarting every few milliseconds
+// keeps (and journals) a bounded number of run ends: the newest
+// MaxRestarts decide the limit; without a limit, maxEndsKept serve the
+// report. (A leak audit saw a crash-looping service's journal record grow
+// from 92 to 239 KB in three minutes.)
+func TestBackoffKeepsFewEnds(t *testing.T) {
+	now := time.Now()
+	unlimited := newBackoff(protocol.RestartPolicy{Policy: protocol.RestartAlways, MaxRestarts: intp(0)})
+	for i := range 5000 {
+		if _, _, limited := unlimited.next(now.Add(time.Duration(i)*time.Millisecond), 0); limited {
+			t.Fatal("limited without a limit")
+		}
+	}
+	if n := len(unlimited.ends); n > maxEndsKept {
+		t.Fatalf("%d ends kept", n)
+	}
+	limited := newBackoff(protocol.RestartPolicy{Policy: protocol.RestartAlways, MaxRestarts: intp(50)})
+	for i := range 49 {
+		if _, in, lim := limited.next(now.Add(time.Duration(i)*time.Millisecond), 0); lim || in != i+1 {
+			t.Fatalf("end %d: in window %d, limited %v", i+1, in, lim)
+		}
+	}
+	if _, in, lim := limited.next(now.Add(49*time.Millisecond), 0); !lim || in != 50 {
+		t.Fatalf("50th end: in window %d, limited %v", in, lim)
+	}
+	if len(limited.ends) > 50 {
+		t.Fatalf("%d ends kept with a limit of 50", len(limited.ends))
+	}
+}

@@ -17,14 +17,19 @@ type chunk struct {
 	attempt int
 }
 
-// ring retains a job's most recent output chunks up to max bytes of data,
-// dropping the oldest whole chunks first. Memory grows with what is
-// actually retained: nothing is preallocated.
+// ring retains a job's most recent output chunks up to max bytes of
+// memory, dropping the oldest whole chunks first. What a chunk costs is its
+// encoded event (its data included) plus chunkOverhead, so that a job
+// printing a byte at a time cannot hold a hundred times max in chunk
+// records (measured: 600,000 one-byte events held 68 MB with a 1 MiB
+// ring). Memory grows with what is actually retained: nothing is
+// preallocated.
 type ring struct {
 	max     int
 	chunks  []chunk // chunks[head:] are live
 	head    int
-	bytes   int
+	bytes   int   // output bytes retained
+	cost    int   // memory retained (see chunkCost)
 	evicted int64 // bytes ever evicted
 	// gone indexes the newest evicted chunks (seq and offset, at most
 	// goneMax), so that the size of a missing seq range is exact; goneCut
@@ -37,12 +42,26 @@ type ring struct {
 
 func newRing(max int) *ring { return &ring{max: max} }
 
+// chunkOverhead approximates what retaining a chunk costs beyond its
+// encoded event: the chunk record in the ring's array and the payload's
+// allocation.
+const chunkOverhead = 128
+
+// chunkCost is the memory c holds in the ring.
+func chunkCost(c *chunk) int {
+	if c.payload != nil { // (its data is the payload's tail)
+		return len(c.payload) + chunkOverhead
+	}
+	return len(c.Data) + chunkOverhead
+}
+
 // add stores c. c.Offset must equal r.end.
 func (r *ring) add(c chunk) {
 	r.chunks = append(r.chunks, c)
 	r.bytes += len(c.Data)
+	r.cost += chunkCost(&c)
 	r.end = c.Offset + int64(len(c.Data))
-	for r.bytes > r.max && r.head < len(r.chunks) {
+	for r.cost > r.max && r.head < len(r.chunks) {
 		old := &r.chunks[r.head]
 		if len(r.gone) >= goneMax {
 			r.gone = append(r.gone[:0], r.gone[goneMax/2:]...)
@@ -50,6 +69,7 @@ func (r *ring) add(c chunk) {
 		}
 		r.gone = append(r.gone, seqOffset{old.Seq, old.Offset})
 		r.bytes -= len(old.Data)
+		r.cost -= chunkCost(old)
 		r.evicted += int64(len(old.Data))
 		*old = chunk{}
 		r.head++

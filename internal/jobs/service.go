@@ -78,7 +78,7 @@ func (j *Job) afterRunLocked() bool {
 	}
 	j.restarts++
 	j.restartAt = now.Add(delay)
-	j.extraEvs = append(j.extraEvs, j.emitLocked(protocol.KindRestarting, protocol.RestartingPayload{
+	j.keepExtraLocked(j.emitLocked(protocol.KindRestarting, protocol.RestartingPayload{
 		Attempt: j.attempt, NextAttempt: j.attempt + 1, Reason: rec.Reason, ExitCode: j.exitCode,
 		Signal: j.signal, Error: j.errMsg, DurationMs: ran.Milliseconds(), DelayMs: delay.Milliseconds(),
 		RestartAt: ms(j.restartAt), RestartsInWindow: inWindow,
@@ -304,7 +304,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 	// The old terminal event stays in the sequence; a new one follows
 	// when this supervision ends.
 	if j.exitEv != nil {
-		j.extraEvs = append(j.extraEvs, *j.exitEv)
+		j.keepExtraLocked(*j.exitEv)
 		j.exitEv = nil
 	}
 	j.done = make(chan struct{})
@@ -471,7 +471,7 @@ func (j *Job) notified(msg notify.Message, runDone <-chan struct{}) {
 	trigger := msg.Fields["WATCHDOG"] == "trigger"
 	if msg.Ready() && !j.ready {
 		j.ready = true
-		j.extraEvs = append(j.extraEvs, j.emitLocked(protocol.KindReady, protocol.ReadyPayload{Attempt: j.attempt, Status: j.notifyStatus}))
+		j.keepExtraLocked(j.emitLocked(protocol.KindReady, protocol.ReadyPayload{Attempt: j.attempt, Status: j.notifyStatus}))
 		j.m.log.Info("job ready", "job", j.id, "attempt", j.attempt, "status", j.notifyStatus)
 	}
 	j.m.changed()
