@@ -149,6 +149,13 @@ func runHelper(args []string) error {
 		return err
 	}
 	path, argv, env := args[1], args[2:], os.Environ()
+	// The message for a failed exec is made now: once RLIMIT_AS is set,
+	// the runtime may not be able to map memory for it (seen: "fatal
+	// error: runtime: out of memory" instead of the message, under a
+	// 64 MiB limit). Only an errno's text (static) is added then.
+	failed := make([]byte, 0, len(HelperArg0)+len(path)+160)
+	failed = append(append(append(failed, HelperArg0...), ": exec "...), path...)
+	failed = append(failed, ": "...)
 	// The nice value is per thread on Linux, and only the thread that
 	// calls execve survives it: set it on the thread that will exec.
 	runtime.LockOSThread()
@@ -171,5 +178,10 @@ func runHelper(args []string) error {
 		}
 	}
 	err = syscall.Exec(path, argv, env)
+	if errno, ok := err.(syscall.Errno); ok && len(failed)+len(errno.Error())+1 <= cap(failed) {
+		failed = append(append(failed, errno.Error()...), '\n')
+		_, _ = syscall.Write(2, failed)
+		syscall.Exit(127)
+	}
 	return fmt.Errorf("exec %s: %w", path, err)
 }
