@@ -560,7 +560,7 @@ func (s *Server) reply(p *zmqx.Peer, env [][]byte, body []byte) {
 // history may encode large replies; stop and restart end runs.)
 func quickOp(op protocol.Op) bool {
 	switch op {
-	case protocol.OpSpawn, protocol.OpWait, protocol.OpStatus, protocol.OpHealth, protocol.OpKill, protocol.OpPoll:
+	case protocol.OpSpawn, protocol.OpWait, protocol.OpStatus, protocol.OpHealth, protocol.OpKill, protocol.OpPoll, protocol.OpCancel:
 		return true
 	}
 	return false
@@ -651,6 +651,12 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		return protocol.SpawnResult{JobID: info.JobID, Job: info}, nil
 	case protocol.OpWait:
 		return s.wait(p, req)
+	case protocol.OpCancel:
+		var a protocol.CancelArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		return protocol.CancelResult{Cancelled: s.cancelHeld(p, a.RequestID)}, nil
 	case protocol.OpPoll:
 		var a protocol.PollArgs
 		if err := protocol.DecodeArgs(req, &a); err != nil {

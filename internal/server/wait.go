@@ -29,11 +29,63 @@ type heldReply struct {
 	wait time.Duration
 }
 
-// heldCounts counts held replies, in all and per peer.
+// heldCounts counts held replies, in all and per peer, and indexes them
+// by peer and request id for cancel.
 type heldCounts struct {
 	mu    sync.Mutex
 	total int
 	peers map[*zmqx.Peer]int
+	byID  map[heldKey][]*heldEntry
+}
+
+type heldKey struct {
+	p  *zmqx.Peer
+	id string
+}
+
+// heldEntry is one held reply as cancel sees it: drop gives it up
+// (reporting false if it was settled already).
+type heldEntry struct{ drop func() bool }
+
+func (s *Server) indexHeld(k heldKey, e *heldEntry) {
+	h := &s.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byID == nil {
+		h.byID = map[heldKey][]*heldEntry{}
+	}
+	h.byID[k] = append(h.byID[k], e)
+}
+
+func (s *Server) unindexHeld(k heldKey, e *heldEntry) {
+	h := &s.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	es := h.byID[k]
+	for i, x := range es {
+		if x == e {
+			es = append(es[:i], es[i+1:]...)
+			break
+		}
+	}
+	if len(es) == 0 {
+		delete(h.byID, k)
+	} else {
+		h.byID[k] = es
+	}
+}
+
+// cancelHeld gives up the replies held for request id of peer p (its own
+// only): they are never sent. It reports whether one was held.
+func (s *Server) cancelHeld(p *zmqx.Peer, id string) bool {
+	s.held.mu.Lock()
+	es := append([]*heldEntry(nil), s.held.byID[heldKey{p, id}]...)
+	s.held.mu.Unlock()
+	cancelled := false
+	for _, e := range es {
+		cancelled = e.drop() || cancelled
+	}
+	return cancelled
 }
 
 // reserveHeld counts one more held reply for p, or says why not.
@@ -148,7 +200,9 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 		mu      sync.Mutex
 		settled bool
 		stops   []func() bool // what else could settle it
+		indexed bool          // for cancel (see below)
 	)
+	key, entry := heldKey{p, w.id}, &heldEntry{}
 	// settle claims the reply (once) and stops the rest. It does not
 	// cancel AfterDone: it may run under the job's lock, in AfterDone.
 	settle := func() bool {
@@ -158,9 +212,12 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 			return false
 		}
 		settled = true
-		fs := stops
+		fs, wasIndexed := stops, indexed
 		stops = nil
 		mu.Unlock()
+		if wasIndexed {
+			s.unindexHeld(key, entry)
+		}
 		for _, stop := range fs {
 			stop()
 		}
@@ -195,13 +252,24 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 		}
 		return
 	}
-	giveUp := func() {
-		if settle() {
-			cancel()
-			s.releaseHeld(p)
-			s.reqWG.Done()
+	drop := func() bool {
+		if !settle() {
+			return false
 		}
+		cancel()
+		s.releaseHeld(p)
+		s.reqWG.Done()
+		return true
 	}
+	entry.drop = drop
+	giveUp := func() { drop() }
+	// Cancellable by the peer from now (unless it was settled already).
+	mu.Lock()
+	if !settled {
+		s.indexHeld(key, entry)
+		indexed = true
+	}
+	mu.Unlock()
 	t := time.AfterFunc(w.wait, func() {
 		if !settle() {
 			return

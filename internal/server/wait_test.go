@@ -392,3 +392,99 @@ func TestFinishedJobKeepsItsSeqsAcrossRestart(t *testing.T) {
 		t.Fatalf("output events after the restart:\n%q\nbefore:\n%q", after, before)
 	}
 }
+
+// TestCancelHeldWait: a wait the caller gave up on (its context) is
+// cancelled on the supervisor: it no longer counts against the
+// connection's held waits (a leak audit cancelled 1100 waits on one
+// client and got too-many-waits after 1000: each stayed held for its
+// waitMs). The cancel op: only the asking connection's own held request,
+// never answered afterwards.
+func TestCancelHeldWait(t *testing.T) {
+	cfg := testConfig(t)
+	ts := startServer(t, cfg)
+	c := ts.client
+	ctx := ctxT(t, 60*time.Second)
+	info, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(context.Background(), info.JobID, "SIGKILL")
+	var wg sync.WaitGroup
+	for range 25 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 48 { // 1200 in all, past the 1000 a connection may hold
+				// (cancelled, not a deadline: a deadline would shorten
+				// the wait the supervisor holds)
+				wctx, cancel := context.WithCancel(ctx)
+				stop := time.AfterFunc(30*time.Millisecond, cancel)
+				_, _, err := c.Wait(wctx, info.JobID, time.Hour)
+				stop.Stop()
+				cancel()
+				if err == nil || !errors.Is(err, context.Canceled) {
+					t.Errorf("a wait on a running job: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, 10*time.Second, "the abandoned waits given up", func() bool { return ts.Server.heldWaits() == 0 })
+	if _, finished, err := c.Wait(ctx, info.JobID, 50*time.Millisecond); err != nil || finished {
+		t.Fatalf("a wait after 1200 abandoned ones: %v (finished %v)", err, finished)
+	}
+
+	// The op itself, on raw connections.
+	dial := func() *zmqx.Client {
+		d, err := zmqx.DialClient(ctx, "DEALER", cfg.Control, time.Second, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	call := func(d *zmqx.Client, id string, op protocol.Op, args any) {
+		body, _ := protocol.EncodeRequest(id, op, args)
+		if err := d.Send(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func(d *zmqx.Client) *protocol.Reply {
+		fr, err := d.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := protocol.DecodeReply(fr[len(fr)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	a, b := dial(), dial()
+	call(a, "w1", protocol.OpWait, &protocol.WaitArgs{JobID: info.JobID, WaitMs: 3_600_000})
+	eventually(t, 10*time.Second, "the wait held", func() bool { return ts.Server.heldWaits() == 1 })
+	for _, tc := range []struct {
+		d    *zmqx.Client
+		id   string
+		want bool
+	}{{b, "w1", false}, {a, "other", false}, {a, "w1", true}, {a, "w1", false}} {
+		call(tc.d, "c", protocol.OpCancel, &protocol.CancelArgs{RequestID: tc.id})
+		var res protocol.CancelResult
+		if rep := recv(tc.d); rep.ID != "c" || rep.DecodeResult(&res) != nil || res.Cancelled != tc.want {
+			t.Fatalf("cancel %q: reply %+v %+v; want cancelled %v", tc.id, rep, res, tc.want)
+		}
+	}
+	if n := ts.Server.heldWaits(); n != 0 {
+		t.Fatalf("%d waits held after the cancel", n)
+	}
+	// The cancelled wait is never answered: the next reply is health's.
+	call(a, "h", protocol.OpHealth, nil)
+	if rep := recv(a); rep.ID != "h" {
+		t.Fatalf("reply %q after a cancelled wait", rep.ID)
+	}
+	call(a, "c", protocol.OpCancel, &protocol.CancelArgs{})
+	if rep := recv(a); rep.Error == nil || rep.Error.Code != protocol.CodeInvalidArgument {
+		t.Fatalf("cancel without requestId: %+v", rep)
+	}
+}

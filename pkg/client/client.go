@@ -370,9 +370,26 @@ func (c *Client) call(parent context.Context, op protocol.Op, args any, held tim
 			// its call: the connection carries others' requests and held
 			// waits.
 			c.drop(cn)
+		} else if held > 0 {
+			c.abandon(cn, id)
 		}
 		return nil, fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, ctx.Err())
 	}
+}
+
+// abandon tells the supervisor that the reply it holds for request id (a
+// wait the caller gave up on) is not wanted: otherwise it stays held until
+// its waitMs runs out, counting against the connection's held waits (a
+// caller cancelling waits got too-many-waits after 1000). Best effort: the
+// cancel's own reply is not awaited.
+func (c *Client) abandon(cn *conn, id string) {
+	body, err := protocol.EncodeRequest(c.prefix+strconv.FormatUint(c.nextID.Add(1), 36), protocol.OpCancel, &protocol.CancelArgs{RequestID: id})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = cn.sock.SendContext(ctx, body)
 }
 
 // Spawn starts a job.

@@ -392,6 +392,14 @@ func (a *SubscribeArgs) Validate() error {
 	return nil
 }
 
+// Validate checks cancel arguments.
+func (a *CancelArgs) Validate() error {
+	if a.RequestID == "" || len(a.RequestID) > MaxIDBytes {
+		return Errorf(CodeInvalidArgument, "requestId must be 1..%d bytes", MaxIDBytes)
+	}
+	return nil
+}
+
 // Validate checks write arguments.
 func (a *WriteArgs) Validate() error {
 	if err := validJobID(a.JobID); err != nil {

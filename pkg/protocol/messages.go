@@ -133,6 +133,20 @@ type WaitArgs struct {
 	WaitMs int64 `msgpack:"waitMs,omitempty" json:"waitMs,omitempty"`
 }
 
+// CancelArgs are the arguments of OpCancel.
+type CancelArgs struct {
+	// RequestID is the id of the held request (spawn with waitMs, or
+	// wait) sent earlier on the same connection.
+	RequestID string `msgpack:"requestId" json:"requestId"`
+}
+
+// CancelResult is the result of OpCancel.
+type CancelResult struct {
+	// Cancelled is false when no reply was held for that id on this
+	// connection (already answered, or never held).
+	Cancelled bool `msgpack:"cancelled" json:"cancelled"`
+}
+
 // JobArgs are the arguments of ops that name one job (OpRemove, OpStatus).
 // For OpStatus an empty JobID means every job.
 type JobArgs struct {

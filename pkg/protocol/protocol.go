@@ -32,10 +32,14 @@ const (
 	OpHistory Op = "history"
 	// OpWait replies when a job has finished, or when its waitMs passed.
 	OpWait Op = "wait"
+	// OpCancel gives up a reply held for a wait (spawn with waitMs, or
+	// wait) that the same connection asked for: the held request is never
+	// answered.
+	OpCancel Op = "cancel"
 )
 
 // Ops lists every operation the server understands, in documentation order.
-var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize, OpStart, OpRestart, OpStop, OpHistory, OpWait}
+var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize, OpStart, OpRestart, OpStop, OpHistory, OpWait, OpCancel}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {
