@@ -259,13 +259,7 @@ func TestRingBoundsChunkRecords(t *testing.T) {
 // start and its end (a service's later starts, restarts, readiness) are
 // bounded; the dropped ones are reported missing by subscribe.
 func TestExtraEventsBounded(t *testing.T) {
-	m := New(Config{MergeInterval: time.Millisecond}, nil, nil)
-	defer m.Close(context.Background())
-	info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, _ := m.Get(info.JobID)
+	j := sleepingJob(t)
 	j.mu.Lock()
 	for range 5000 { // as a service's readiness after each of 5000 runs
 		j.keepExtraLocked(j.emitLocked(protocol.KindReady, protocol.ReadyPayload{}))
@@ -285,20 +279,12 @@ func TestExtraEventsBounded(t *testing.T) {
 	if len(res.Missing) != 1 || res.Missing[0].From != 2 || res.Missing[0].To != res.Events[1].Seq-1 || res.MissingBytes != 0 {
 		t.Fatalf("missing %+v (%d bytes); second event %d", res.Missing, res.MissingBytes, res.Events[1].Seq)
 	}
-	_, _ = j.Kill(protocol.ReasonManualCancel, 0)
-	<-j.Done()
 }
 
 // TestSnapshotTailChunksBounded: a job printing a byte per event journals
 // a tail of at most maxTailChunks chunks (each a journal record entry).
 func TestSnapshotTailChunksBounded(t *testing.T) {
-	m := New(Config{MergeInterval: time.Millisecond}, nil, nil)
-	defer m.Close(context.Background())
-	info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, _ := m.Get(info.JobID)
+	j := sleepingJob(t)
 	j.mu.Lock()
 	for range 3000 {
 		j.nextSeqLocked()
@@ -310,6 +296,23 @@ func TestSnapshotTailChunksBounded(t *testing.T) {
 	if len(sn.TailChunks) > maxTailChunks || len(sn.TailChunks) == 0 || len(sn.Tail) != len(sn.TailChunks) {
 		t.Fatalf("tail of %d bytes in %d chunks", len(sn.Tail), len(sn.TailChunks))
 	}
-	_, _ = j.Kill(protocol.ReasonManualCancel, 0)
-	<-j.Done()
+}
+
+// sleepingJob is a running job of its own manager, killed and closed when
+// the test ends.
+func sleepingJob(t *testing.T) *Job {
+	t.Helper()
+	m := New(Config{MergeInterval: time.Millisecond}, nil, nil)
+	info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
+	if err != nil {
+		m.Close(context.Background())
+		t.Fatal(err)
+	}
+	j, _ := m.Get(info.JobID)
+	t.Cleanup(func() {
+		_, _ = j.Kill(protocol.ReasonManualCancel, 0)
+		<-j.Done()
+		m.Close(context.Background())
+	})
+	return j
 }

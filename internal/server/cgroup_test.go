@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,18 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
+
+// needCgroups skips the test where the server has no cgroup per job.
+func needCgroups(t *testing.T, ctx context.Context, ts *testServer) {
+	t.Helper()
+	h, err := ts.client.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Cgroups {
+		t.Skipf("no writable cgroup v2 here (%s): jobs fall back to process groups", h.CgroupsNote)
+	}
+}
 
 // sessionOf returns the session id of pid, or 0.
 func sessionOf(pid int) int {
@@ -32,13 +45,7 @@ func sessionOf(pid int) int {
 func TestCgroupCatchesEscapedChildren(t *testing.T) {
 	ts := startServer(t, testConfig(t))
 	ctx := ctxT(t, 30*time.Second)
-	h, err := ts.client.Health(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !h.Cgroups {
-		t.Skipf("no writable cgroup v2 here (%s): jobs fall back to process groups", h.CgroupsNote)
-	}
+	needCgroups(t, ctx, ts)
 	for _, mode := range []string{"leader-exits", "killed"} {
 		t.Run(mode, func(t *testing.T) {
 			// The daemon writes its pid where we can find it, then lives on
@@ -218,13 +225,7 @@ func pgidOf(pid int) int {
 func TestJobsAfterCgroupKill(t *testing.T) {
 	ts := startServer(t, testConfig(t))
 	ctx := ctxT(t, 30*time.Second)
-	h, err := ts.client.Health(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !h.Cgroups {
-		t.Skipf("no writable cgroup v2 here (%s): jobs fall back to process groups", h.CgroupsNote)
-	}
+	needCgroups(t, ctx, ts)
 	for _, shell := range []string{"sleep 300 & sleep 300; echo never", "exec sleep 300"} {
 		j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: shell})
 		if err != nil {
@@ -253,9 +254,7 @@ func TestJobsAfterCgroupKill(t *testing.T) {
 func TestCgroupJobNeverSignalsAReusedGroup(t *testing.T) {
 	ts := startServer(t, testConfig(t))
 	ctx := ctxT(t, 30*time.Second)
-	if h, err := ts.client.Health(ctx); err != nil || !h.Cgroups {
-		t.Skipf("no writable cgroup v2 here (%v %s)", err, h.CgroupsNote)
-	}
+	needCgroups(t, ctx, ts)
 	if f, err := os.OpenFile("/proc/sys/kernel/ns_last_pid", os.O_WRONLY, 0); err != nil {
 		t.Skipf("cannot choose pids here (%v): the reuse of a group number cannot be forced", err)
 	} else {
