@@ -234,7 +234,9 @@ func (j *Job) transition(to State) error {
 	if !canMove(j.state, to) {
 		return fmt.Errorf("job %s: illegal transition %s -> %s", j.id, j.state, to)
 	}
-	j.m.log.Debug("job state", "job", j.id, "from", j.state.String(), "to", to.String())
+	if j.m.logDebug() { // (the attributes cost allocations even when not logged)
+		j.m.log.Debug("job state", "job", j.id, "from", j.state.String(), "to", to.String())
+	}
 	j.state = to
 	j.updatedAt = j.m.now()
 	j.m.changed()

@@ -563,6 +563,9 @@ func (m *Manager) forgetRecentLocked(j *Job) {
 // logInfo reports whether info-level records are logged at all.
 func (m *Manager) logInfo() bool { return m.log.Enabled(context.Background(), slog.LevelInfo) }
 
+// logDebug reports whether debug records are logged.
+func (m *Manager) logDebug() bool { return m.log.Enabled(context.Background(), slog.LevelDebug) }
+
 // closing reports whether Drain or Close was called.
 func (m *Manager) closing() bool {
 	m.mu.Lock()
