@@ -1204,3 +1204,47 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExecctlFollowAcrossRestart: execctl spawn --follow goes on across a
+// supervisor that is down for a while (SIGKILL, back 1.5 s later) and ends
+// with the job's recorded fate, not "no supervisor answering": its client
+// gives up on a connection at once, and following is resumed. (It exited 3
+// unless the supervisor was back within about a second.)
+func TestExecctlFollowAcrossRestart(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	var stdout, stderr proctest.Buffer
+	follow := exec.CommandContext(ctx, execctlBinary, "--control", e.ctl, "--event", e.evt,
+		"spawn", "--follow", "--shell", "echo started; exec sleep 300")
+	follow.Stdout, follow.Stderr = &stdout, &stderr
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(stdout.String(), "started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no output from the followed job: %q %q", stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the follower's output
+	}
+	jobs, err := s.client.ListJobs(ctx, protocol.ListJobsArgs{})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("jobs %v %v", jobs, err)
+	}
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the job running, with its fingerprint", func(f *journal.File) bool {
+		return len(f.Jobs) == 1 && f.Jobs[0].State == "running" && f.Jobs[0].StartTicks != 0
+	})
+	t.Cleanup(func() { killGroups([]int{jobs[0].Pgid}) })
+	s.kill9()
+	<-time.After(1500 * time.Millisecond) // the outage (part of the scenario, not a wait for anything)
+	e.start(t)
+	err = follow.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 3 || !strings.Contains(stderr.String(), string(protocol.ReasonSupervisorRestart)) {
+		t.Fatalf("execctl --follow across the restart: %v, stderr %q; want the job's recorded fate", err, stderr.String())
+	}
+	if strings.Count(stdout.String(), "started") != 1 {
+		t.Fatalf("output %q: want it once", stdout.String())
+	}
+}

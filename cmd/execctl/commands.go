@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -77,6 +78,49 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// jsonEvent is an event as --json prints it: the wire's field names, the
+// payload decoded to its fields (binary data, as output, in base64 as JSON
+// has it).
+type jsonEvent struct {
+	JobID   string        `json:"jobId"`
+	Seq     uint64        `json:"seq"`
+	Ts      int64         `json:"ts"`
+	Kind    protocol.Kind `json:"kind"`
+	Attempt int           `json:"attempt,omitempty"`
+	Payload any           `json:"payload,omitempty"`
+}
+
+func eventJSON(ev protocol.Event) jsonEvent {
+	out := jsonEvent{JobID: ev.JobID, Seq: ev.Seq, Ts: ev.Ts, Kind: ev.Kind, Attempt: ev.Attempt}
+	if len(ev.Payload) > 0 {
+		var p map[string]any
+		if ev.DecodePayload(&p) == nil {
+			out.Payload = p
+		}
+	}
+	return out
+}
+
+// gapNotice tells, on stderr, which of a job's events a follower did not
+// get (their output is lost).
+func gapNotice(g *globals, id string, ev protocol.Event) {
+	var p protocol.GapPayload
+	_ = ev.DecodePayload(&p)
+	fmt.Fprintf(g.stderr, "execctl: [events %d..%d of %s are missing (no longer retained, or not recorded before a supervisor crash): any output in them is lost]\n", p.From, p.To, id)
+}
+
+// millis converts a duration flag to ms, refusing what would round to 0
+// (0 means "the default": 500us must not become 10 minutes).
+func millis(d time.Duration, flag string) (int64, error) {
+	if d < 0 {
+		return 0, &usageError{msg: flag + " must not be negative"}
+	}
+	if d > 0 && d < time.Millisecond {
+		return 0, &usageError{msg: fmt.Sprintf("%s %v is below the protocol's 1ms resolution", flag, d)}
+	}
+	return d.Milliseconds(), nil
+}
+
 // SpawnCommand starts a job.
 type SpawnCommand struct{}
 
@@ -108,18 +152,30 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	a := protocol.SpawnArgs{Argv: fs.Args(), Shell: *shell, Cwd: *cwd, SessionID: *session,
-		TimeoutMs: timeout.Milliseconds(), NoOutputTimeoutMs: noOut.Milliseconds(), GraceMs: grace.Milliseconds()}
+	a := protocol.SpawnArgs{Argv: fs.Args(), Shell: *shell, Cwd: *cwd, SessionID: *session}
+	var err error
+	if a.TimeoutMs, err = millis(*timeout, "--timeout"); err != nil {
+		return 0, err
+	}
+	if a.NoOutputTimeoutMs, err = millis(*noOut, "--no-output-timeout"); err != nil {
+		return 0, err
+	}
+	if a.GraceMs, err = millis(*grace, "--grace"); err != nil {
+		return 0, err
+	}
+	if a.Cwd != "" && !filepath.IsAbs(a.Cwd) && strings.HasPrefix(g.client.Options().ControlAddress, "ipc://") {
+		// The supervisor runs elsewhere (its own working directory): a
+		// relative --cwd means the operator's, on this machine.
+		if a.Cwd, err = filepath.Abs(a.Cwd); err != nil {
+			return 0, &usageError{msg: "--cwd: " + err.Error()}
+		}
+	}
 	if *shell != "" && len(a.Argv) > 0 {
 		return 0, &usageError{msg: "give a command after -- or --shell, not both"}
 	}
 	if *shell == "" && len(a.Argv) == 0 {
 		return 0, &usageError{msg: "no command given", hint: "execctl spawn -- echo hello   or   execctl spawn --shell 'echo hello'"}
 	}
-	if *timeout < 0 || *noOut < 0 || *grace < 0 {
-		return 0, &usageError{msg: "durations must not be negative"}
-	}
-	var err error
 	if err = svc.apply(fs, &a); err != nil {
 		return 0, err
 	}
@@ -153,10 +209,19 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		return 0, err
 	}
 	switch {
-	case *follow:
-		return followJob(ctx, g, job.JobID)
-	case *wait:
-		return waitEnd(ctx, g, job, finished)
+	case *follow || *wait:
+		var code int
+		if *follow {
+			code, err = followJob(ctx, g, job.JobID)
+		} else {
+			code, err = waitEnd(ctx, g, job, finished)
+		}
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			// Interrupted (Ctrl-C): the job is the supervisor's, and goes on.
+			fmt.Fprintf(g.stderr, "execctl: interrupted; job %s keeps running (stop it with: execctl kill %s)\n", job.JobID, job.JobID)
+			return exitInterrupted, nil
+		}
+		return code, err
 	case g.json:
 		return exitOK, printJSON(g.stdout, protocol.SpawnResult{JobID: job.JobID, Job: job})
 	}
@@ -184,11 +249,17 @@ func kvs(list []string, flag string) (map[string]string, error) {
 func followJob(ctx context.Context, g *globals, id string) (int, error) {
 	var final protocol.ExitPayload
 	var mu sync.Mutex
-	err := g.client.Follow(ctx, id, 1, func(ev protocol.Event) error {
+	next := uint64(1)
+	err := followOn(ctx, g, id, &next, func(ev protocol.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
+		if ev.Kind.Terminal() {
+			if err := ev.DecodePayload(&final); err != nil {
+				return err
+			}
+		}
 		if g.json {
-			return printJSON(g.stdout, ev)
+			return printJSON(g.stdout, eventJSON(ev))
 		}
 		switch ev.Kind {
 		case protocol.KindStdout, protocol.KindStderr:
@@ -203,9 +274,7 @@ func followJob(ctx context.Context, g *globals, id string) (int, error) {
 			_, err := w.Write(p.Data)
 			return err
 		case protocol.KindGap:
-			var p protocol.GapPayload
-			_ = ev.DecodePayload(&p)
-			fmt.Fprintf(g.stderr, "execctl: [output events %d..%d of %s are no longer retained by the supervisor and were lost]\n", p.From, p.To, id)
+			gapNotice(g, id, ev)
 		case protocol.KindRestarting:
 			var p protocol.RestartingPayload
 			if err := ev.DecodePayload(&p); err != nil {
@@ -213,8 +282,6 @@ func followJob(ctx context.Context, g *globals, id string) (int, error) {
 			}
 			fmt.Fprintf(g.stderr, "execctl: job %s: run %d ended: %s; attempt %d starts in %v\n",
 				id, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), p.NextAttempt, msDuration(p.DelayMs))
-		case protocol.KindExited, protocol.KindFailed:
-			return ev.DecodePayload(&final)
 		}
 		return nil
 	})
@@ -222,6 +289,39 @@ func followJob(ctx context.Context, g *globals, id string) (int, error) {
 		return 0, err
 	}
 	return exitCodeOf(final, g, id), nil
+}
+
+// followOn is client.Follow from *next on (advanced past every event
+// delivered), going on across a supervisor that is restarting: execctl's
+// client gives up on a connection at once (a missing supervisor is
+// reported quickly), so the follow is resumed for up to reconnectFor.
+func followOn(ctx context.Context, g *globals, id string, next *uint64, fn client.FollowFunc) error {
+	var lost time.Time
+	for {
+		err := g.client.Follow(ctx, id, *next, func(ev protocol.Event) error {
+			if err := fn(ev); err != nil {
+				return err
+			}
+			if ev.Seq >= *next {
+				*next = ev.Seq + 1
+			}
+			return nil
+		})
+		var ce *client.ConnectError
+		switch {
+		case err == nil || !errors.As(err, &ce) || ctx.Err() != nil:
+			return err
+		case lost.IsZero():
+			lost = time.Now()
+		case time.Since(lost) > reconnectFor:
+			return err
+		}
+		select { // the supervisor is restarting: follow again shortly
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // exitCodeOf maps a job's end to execctl's exit code: its own exit code;
@@ -326,18 +426,40 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 			}
 			lw := &lineWriter{prefix: prefix, mu: &mu}
 			if !*follow {
-				res, err := g.client.Poll(ctx, id, 0, 0)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				for _, c := range res.Chunks {
-					lw.write(g.stdout, c.Data)
+				for cursor := int64(0); ; {
+					res, err := g.client.Poll(ctx, id, cursor, 0)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					if res.Truncated {
+						fmt.Fprintf(g.stderr, "execctl: [the first %s of %s's output are no longer retained]\n", humanBytes(res.LostBytes), id)
+					}
+					for _, c := range res.Chunks {
+						if g.json {
+							_ = printJSON(g.stdout, c)
+						} else {
+							lw.write(g.stdout, c.Data)
+						}
+					}
+					if !res.More {
+						break
+					}
+					cursor = res.Next
 				}
 				lw.flush(g.stdout)
 				return
 			}
 			errs[i] = followPeriods(ctx, g, id, func(ev protocol.Event) error {
+				if g.json {
+					mu.Lock()
+					defer mu.Unlock()
+					return printJSON(g.stdout, eventJSON(ev))
+				}
+				if ev.Kind == protocol.KindGap {
+					lw.flush(g.stdout)
+					gapNotice(g, id, ev)
+				}
 				if ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr {
 					var p protocol.OutputPayload
 					if err := ev.DecodePayload(&p); err != nil {
@@ -358,7 +480,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 					var p protocol.ExitPayload
 					_ = ev.DecodePayload(&p)
 					mu.Lock()
-					fmt.Fprintf(g.stdout, "%s[ended: %s]\n", lw.prefix, p.Reason)
+					fmt.Fprintf(g.stdout, "%s[ended: %s]\n", lw.prefix, runEnd(p.Reason, p.ExitCode, p.Signal))
 					mu.Unlock()
 				}
 				return nil
@@ -366,6 +488,9 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		}()
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return exitInterrupted, nil // (Ctrl-C: the way to stop following)
+	}
 	return exitOK, errors.Join(errs...)
 }
 
@@ -376,7 +501,7 @@ func followPeriods(ctx context.Context, g *globals, id string, fn client.FollowF
 	from := uint64(1)
 	for {
 		var end uint64
-		err := g.client.Follow(ctx, id, from, func(ev protocol.Event) error {
+		err := followOn(ctx, g, id, &from, func(ev protocol.Event) error {
 			if ev.Kind.Terminal() {
 				end = ev.Seq
 			}
@@ -826,6 +951,9 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	code := exitOK
 	for _, id := range fs.Args() {
 		c, err := waitEnd(ctx, g, protocol.JobInfo{JobID: id}, false)
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			return exitInterrupted, nil // (Ctrl-C: the jobs go on)
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -842,14 +970,16 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 func waitEnd(ctx context.Context, g *globals, job protocol.JobInfo, finished bool) (int, error) {
 	id := job.JobID
 	var lost time.Time
+	reached := job.State != "" // (spawn --wait reached one already)
 	for !finished {
 		info, done, err := g.client.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
 		var ce *client.ConnectError
 		switch {
 		case err == nil:
-			job, finished, lost = info, done, time.Time{}
+			job, finished, lost, reached = info, done, time.Time{}, true
 			continue
-		case !errors.As(err, &ce) || ctx.Err() != nil:
+		case !errors.As(err, &ce) || ctx.Err() != nil || !reached:
+			// (no supervisor at all: said at once, as by every command)
 			return 0, err
 		case lost.IsZero():
 			lost = time.Now()

@@ -322,7 +322,8 @@ func TestUnreachableSupervisor(t *testing.T) {
 	t.Parallel()
 	dir := shortTempDir(t)
 	control := "ipc://" + filepath.Join(dir, "nobody.sock")
-	for _, args := range [][]string{{"health"}, {"list"}, {"spawn", "--", "true"}} {
+	// (wait too: it rides out a supervisor restart only once it reached one)
+	for _, args := range [][]string{{"health"}, {"list"}, {"spawn", "--", "true"}, {"wait", "j-1"}} {
 		start := time.Now()
 		code, out, errs := execctl(t, append([]string{"--control", control, "--event", "ipc://" + filepath.Join(dir, "nobody-e.sock")}, args...)...)
 		if code != 3 {
@@ -413,7 +414,7 @@ func TestLogs(t *testing.T) {
 			t.Fatalf("logs -f: exit %d\nstdout: %s\nstderr: %s", r.code, r.out, r.errs)
 		}
 		got := prefixedLines(t, r.out, id)
-		if want := []string{"l1", "l2", "l3", "[ended: exit]"}; fmt.Sprint(got[id]) != fmt.Sprint(want) {
+		if want := []string{"l1", "l2", "l3", "[ended: exit code 0]"}; fmt.Sprint(got[id]) != fmt.Sprint(want) {
 			t.Fatalf("logs -f lines %q, want %q\n%s", got[id], want, r.out)
 		}
 	})
@@ -527,5 +528,71 @@ func TestWaitWithoutEventSocket(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Job.JobID != id || st.Job.State != "exited" || st.Job.ExitCode == nil || *st.Job.ExitCode != 4 {
 		t.Fatalf("wait --json printed %q (%v)", out, err)
+	}
+}
+
+// TestOperatorFindings: what an operator's walk through execctl found
+// wrong. --json spawn --follow printed each payload as base64 of msgpack
+// and exited 137 whatever the job's code; sub-millisecond durations became
+// 0 (the default: --timeout 500us meant 10 minutes); a relative --cwd was
+// the supervisor's; Ctrl-C on spawn --follow said "context canceled",
+// exited 1 and never named the job left running.
+func TestOperatorFindings(t *testing.T) {
+	s := startSupervisor(t)
+	code, out, errs := s.ctl(t, "--json", "spawn", "--follow", "--", "sh", "-c", "echo x; exit 2")
+	if code != 2 {
+		t.Fatalf("--json spawn --follow: exit %d, want 2\n%s\n%s", code, out, errs)
+	}
+	var kinds []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var ev struct {
+			Kind    string         `json:"kind"`
+			Seq     uint64         `json:"seq"`
+			Payload map[string]any `json:"payload"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		kinds = append(kinds, ev.Kind)
+		if ev.Kind == "job.stdout" && (ev.Payload["data"] != "eAo=" || ev.Payload["offset"] != float64(0)) {
+			t.Fatalf("stdout payload %v: want its fields (data base64 of \"x\\n\")", ev.Payload)
+		}
+		if ev.Kind == "job.exited" && ev.Payload["exitCode"] != float64(2) {
+			t.Fatalf("exit payload %v", ev.Payload)
+		}
+	}
+	if strings.Join(kinds, " ") != "job.started job.stdout job.exited" {
+		t.Fatalf("events %v", kinds)
+	}
+
+	for _, flag := range []string{"--timeout", "--no-output-timeout", "--grace"} {
+		if code, _, errs := s.ctl(t, "spawn", flag, "500us", "--", "true"); code != 2 || !strings.Contains(errs, flag) {
+			t.Fatalf("%s 500us: exit %d, %s", flag, code, errs)
+		}
+	}
+
+	wd, _ := os.Getwd()
+	if code, out, errs := s.ctl(t, "spawn", "--follow", "--cwd", ".", "--", "pwd"); code != 0 || strings.TrimSpace(out) != wd {
+		t.Fatalf("--cwd .: exit %d, printed %q (want %q)\n%s", code, out, wd, errs)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr proctest.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append(s.globals(), "spawn", "--follow", "--", "sh", "-c", "echo up; exec sleep 300"), &stdout, &stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stdout.String(), "up") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no output: %q", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the follower's output
+	}
+	cancel() // as Ctrl-C does
+	code = <-done
+	if code != 130 || !strings.Contains(stderr.String(), "keeps running") || !strings.Contains(stderr.String(), "execctl kill j-") {
+		t.Fatalf("interrupted: exit %d, stderr %q", code, stderr.String())
 	}
 }

@@ -27,6 +27,8 @@ const (
 	exitUsage       = 2
 	exitUnreachable = 3
 	exitNotFound    = 4 // no such job
+	// exitInterrupted: Ctrl-C while following or waiting (the jobs go on).
+	exitInterrupted = 130
 )
 
 func main() {

@@ -168,7 +168,7 @@ func TestServiceLifecycle(t *testing.T) {
 		t.Fatalf("logs -f: exit %d: %s", code, errs)
 	}
 	want := []string{"boom", "[run 1 ended: exit code 1; restarting in 50ms]", "boom", "[run 2 ended: exit code 1; restarting in 100ms]", "boom",
-		"[ended: restart-limit]", "up", "[run 4 ended: manual-restart (SIGTERM); restarting in 0s]", "up", "[ended: stopped]"}
+		"[ended: restart-limit (exit code 1)]", "up", "[run 4 ended: manual-restart (SIGTERM); restarting in 0s]", "up", "[ended: stopped (SIGTERM)]"}
 	if got := prefixedLines(t, out, id)[id]; !reflect.DeepEqual(got, want) {
 		t.Errorf("logs -f lines:\n%q\nwant\n%q", got, want)
 	}
