@@ -978,12 +978,13 @@ func waitEnd(ctx context.Context, g *globals, job protocol.JobInfo, finished boo
 		case err == nil:
 			job, finished, lost, reached = info, done, time.Time{}, true
 			continue
-		case !errors.As(err, &ce) || ctx.Err() != nil || !reached:
-			// (no supervisor at all: said at once, as by every command)
+		case !errors.As(err, &ce) || ctx.Err() != nil:
 			return 0, err
 		case lost.IsZero():
 			lost = time.Now()
-		case time.Since(lost) > reconnectFor:
+		case time.Since(lost) > reconnectFor, !reached && time.Since(lost) > firstReachFor:
+			// (never reached one: probably no supervisor at all, which
+			// is said after a short while, not after reconnectFor)
 			return 0, err
 		}
 		select { // the supervisor is restarting: ask again shortly
@@ -1003,6 +1004,10 @@ func waitEnd(ctx context.Context, g *globals, job protocol.JobInfo, finished boo
 // reconnectFor bounds how long waitEnd waits for a supervisor that went
 // away to answer again.
 const reconnectFor = 30 * time.Second
+
+// firstReachFor bounds how long wait tries to reach a supervisor it has
+// not reached yet (one restarting just then is back within it).
+const firstReachFor = 3 * time.Second
 
 // isTTY reports whether w is a terminal.
 func isTTY(w io.Writer) bool {

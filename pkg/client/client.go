@@ -135,6 +135,9 @@ type Client struct {
 	conn    *conn
 	closed  bool
 	pending map[string]chan *protocol.Reply
+	// quit is closed by Close: followers (their own event connections)
+	// stop on it.
+	quit chan struct{}
 
 	// backfills bounds concurrent subscribe (bulk replay) requests, so
 	// that many followers catching up at once neither flood this client's
@@ -147,9 +150,8 @@ const maxConcurrentBackfills = 8
 
 // conn is one control socket and its reader goroutine.
 type conn struct {
-	sock   *zmqx.Client
-	cancel context.CancelFunc
-	done   chan struct{}
+	sock *zmqx.Client
+	done chan struct{}
 }
 
 // New returns a Client. It does not connect until the first call.
@@ -158,15 +160,19 @@ func New(opts Options) *Client {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return &Client{opts: opts, prefix: hex.EncodeToString(b[:]) + "-", pending: map[string]chan *protocol.Reply{},
-		backfills: make(chan struct{}, maxConcurrentBackfills)}
+		backfills: make(chan struct{}, maxConcurrentBackfills), quit: make(chan struct{})}
 }
 
 // Options returns the effective options.
 func (c *Client) Options() Options { return c.opts }
 
-// Close closes the connection. Calls in flight fail with ErrClosed.
+// Close closes the connection. Calls in flight, Follow and Job handles
+// fail with ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
+	if !c.closed {
+		close(c.quit)
+	}
 	c.closed = true
 	cn := c.conn
 	c.conn = nil
@@ -182,7 +188,6 @@ func (c *Client) Close() error {
 }
 
 func (cn *conn) close() {
-	cn.cancel()
 	cn.sock.Close()
 	<-cn.done
 }
@@ -211,6 +216,9 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 
 	var lastErr error
 	for attempt := 0; attempt < c.opts.MaxReconnectAttempts; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.Join(lastErr, err)}
+		}
 		if attempt > 0 {
 			t := time.NewTimer(c.opts.ReconnectInterval)
 			select {
@@ -220,18 +228,16 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 			case <-t.C:
 			}
 		}
-		sctx, cancel := context.WithCancel(context.Background())
-		sock, err := zmqx.DialClientWith(sctx, "DEALER", c.opts.ControlAddress, c.opts.dialOptions(c.opts.ControlAddress))
+		// (the caller's ctx bounds the dial; the connection outlives it)
+		sock, err := zmqx.DialClientWith(ctx, "DEALER", c.opts.ControlAddress, c.opts.dialOptions(c.opts.ControlAddress))
 		if err != nil {
-			cancel()
 			lastErr = err
 			continue
 		}
-		cn := &conn{sock: sock, cancel: cancel, done: make(chan struct{})}
+		cn := &conn{sock: sock, done: make(chan struct{})}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			cancel()
 			sock.Close()
 			close(cn.done)
 			return nil, ErrClosed
@@ -239,7 +245,6 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 		if c.conn != nil { // another caller won the race
 			old := c.conn
 			c.mu.Unlock()
-			cancel()
 			sock.Close()
 			close(cn.done)
 			return old, nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -200,7 +201,7 @@ func TestSlowReaderGetsExplicitLoss(t *testing.T) {
 	if !errors.As(err, &lost) || lost.Reason != "reader-too-slow" {
 		t.Fatalf("want an OutputLostError, got %v after %d bytes", err, len(got))
 	}
-	if len(got) > 4096 {
+	if len(got) > 64<<10 { // (the bound, or one event's output if larger: at most 64 KiB)
 		t.Fatalf("buffered %d bytes past the 4096 bound", len(got))
 	}
 	if len(j.Lost()) == 0 {
@@ -288,3 +289,139 @@ func TestPollModeFollows(t *testing.T) {
 		t.Fatalf("exit %+v %v", exit, err)
 	}
 }
+
+// TestClientAuditFindings: what a review of pkg/client found, each
+// reproduced against a real supervisor. Follow from past a finished job's
+// end invented a terminal event under a new seq; a service's Job.Wait kept
+// an earlier end's exit code; Client.Close did not stop a push-mode Follow
+// of a busy job; a job buffer smaller than one output chunk lost it even
+// with a reader waiting; a SetMode overtaken by a later one overrode it.
+func TestClientAuditFindings(t *testing.T) {
+	s := start(t, nil)
+	ctx := ctxT(t, 30*time.Second)
+
+	t.Run("follow past the end", func(t *testing.T) {
+		info, done, err := s.c.SpawnWait(ctx, protocol.SpawnArgs{Argv: []string{"true"}}, 10*time.Second)
+		if err != nil || !done {
+			t.Fatal(err)
+		}
+		var got []protocol.Event
+		if err := s.c.Follow(ctx, info.JobID, info.LastSeq+1, func(ev protocol.Event) error { got = append(got, ev); return nil }); err != nil || len(got) != 0 {
+			t.Fatalf("follow from %d: %v, events %+v", info.LastSeq+1, err, got)
+		}
+	})
+
+	t.Run("service exit fields", func(t *testing.T) {
+		// The first period ends at once with exit code 7 (restart-limit);
+		// the second runs until killed (no exit code, a signal).
+		mark := filepath.Join(t.TempDir(), "ran")
+		info, err := s.c.Spawn(ctx, protocol.SpawnArgs{Shell: "if [ -e " + mark + " ]; then exec sleep 300; fi; : > " + mark + "; exit 7",
+			Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, MaxRestarts: ptr(1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, done, err := s.c.Wait(ctx, info.JobID, 10*time.Second); err != nil || !done {
+			t.Fatal(err)
+		}
+		if st, err := s.c.StartService(ctx, info.JobID); err != nil || st.State != protocol.StateRunning {
+			t.Fatalf("start again: %s %v", st.State, err)
+		}
+		j := s.c.Open(info.JobID, 0)
+		defer j.Close()
+		if _, err := s.c.Kill(ctx, info.JobID, "SIGKILL"); err != nil {
+			t.Fatal(err)
+		}
+		exit, err := j.Wait(ctx)
+		st, serr := s.c.Status(ctx, info.JobID)
+		if err != nil || serr != nil || exit.ExitCode != nil || st.ExitCode != nil || exit.Reason != protocol.ReasonManualCancel || exit.Signal != "SIGKILL" {
+			t.Fatalf("Job.Wait %+v (%v); status: reason %s exit code %v (%v)", exit, err, st.Reason, st.ExitCode, serr)
+		}
+	})
+
+	t.Run("close stops follow", func(t *testing.T) {
+		c := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event})
+		info, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: "while :; do echo tick; sleep 0.05; done"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.c.Kill(context.Background(), info.JobID, "SIGKILL")
+		ticks := make(chan struct{}, 1)
+		res := make(chan error, 1)
+		go func() {
+			res <- c.Follow(ctx, info.JobID, 1, func(ev protocol.Event) error {
+				if ev.Kind == protocol.KindStdout {
+					select {
+					case ticks <- struct{}{}:
+					default:
+					}
+				}
+				return nil
+			})
+		}()
+		<-ticks
+		c.Close()
+		select {
+		case err := <-res:
+			if !errors.Is(err, client.ErrClosed) {
+				t.Fatalf("follow after Close: %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("Follow of a busy job went on after Close")
+		}
+	})
+
+	t.Run("a chunk larger than the buffer", func(t *testing.T) {
+		j, err := s.c.Start(ctx, protocol.SpawnArgs{Shell: "head -c 10000 /dev/zero"}, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		out, err := readAll(t, j.Stdout())
+		if err != nil || len(out) != 10000 {
+			t.Fatalf("read %d bytes: %v", len(out), err)
+		}
+	})
+
+	t.Run("set mode ordering", func(t *testing.T) {
+		// A supervisor stand-in whose health answer we hold back.
+		dir, err := os.MkdirTemp("", "d-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		ep := "ipc://" + filepath.Join(dir, "h.sock")
+		r, err := zmqx.ListenRouter(ctx, ep, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		c := client.New(client.Options{ControlAddress: ep, EventAddress: ep})
+		defer c.Close()
+		local := client.NewLocal(0)
+		defer local.Close(context.Background())
+		d := client.NewDispatcher(c, local)
+		first := make(chan error, 1)
+		go func() { first <- d.SetMode(ctx, client.ModeZMQ) }()
+		in, err := r.Recv() // its health check is under way
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.SetMode(ctx, client.ModeOrigin); err != nil {
+			t.Fatal(err)
+		}
+		req, err := protocol.DecodeRequest(in.Frames[len(in.Frames)-1], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, _ := protocol.OKReply(req.ID, protocol.HealthResult{OK: true})
+		if err := r.Send(in.Peer, append(in.Frames[:len(in.Frames)-1:len(in.Frames)-1], rep)); err != nil {
+			t.Fatal(err)
+		}
+		in.Peer.Release()
+		if err := <-first; err == nil || d.Mode() != client.ModeOrigin {
+			t.Fatalf("the earlier SetMode(zmq) finished last: %v, mode %s", err, d.Mode())
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -31,6 +31,9 @@ type Dispatcher struct {
 
 	mu   sync.Mutex
 	mode Mode
+	// gen counts SetMode calls: one that finishes after a later call
+	// began (its health check was slow) does not override it.
+	gen uint64
 }
 
 // NewDispatcher returns a Dispatcher in ModeOrigin. c may be nil when only
@@ -48,8 +51,14 @@ func (d *Dispatcher) Mode() Mode {
 
 // SetMode switches the mode for new jobs. Switching to ModeZMQ requires a
 // healthy supervisor (a health check is made); switching to ModeOrigin
-// always succeeds.
+// needs nothing. Of calls that overlap, the last one begun wins: an earlier
+// one that finishes later (its health check was slow) changes nothing and
+// returns an error.
 func (d *Dispatcher) SetMode(ctx context.Context, m Mode) error {
+	d.mu.Lock()
+	d.gen++
+	gen := d.gen
+	d.mu.Unlock()
 	switch m {
 	case ModeOrigin:
 	case ModeZMQ:
@@ -67,8 +76,11 @@ func (d *Dispatcher) SetMode(ctx context.Context, m Mode) error {
 		return fmt.Errorf("unknown mode %q (want %s or %s)", m, ModeOrigin, ModeZMQ)
 	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gen != gen {
+		return fmt.Errorf("switch to %s: overtaken by a later SetMode (mode is %s)", m, d.mode)
+	}
 	d.mode = m
-	d.mu.Unlock()
 	return nil
 }
 

@@ -67,6 +67,8 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-c.quit:
+			return fmt.Errorf("follow %s: %w", jobID, ErrClosed)
 		case ev := <-sub.events:
 			sub.heard()
 			if ev.Kind == protocol.KindHeartbeat {
@@ -253,6 +255,8 @@ func (f *follower) poll(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-f.c.quit:
+			return fmt.Errorf("follow %s: %w", f.jobID, ErrClosed)
 		case <-t.C:
 		}
 	}
@@ -408,9 +412,16 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 		}
 		if !res.More {
 			if res.Job.Finished() && res.Job.LastSeq < f.next {
+				if !f.restarted {
+					// Asked from past the end: the terminal event was
+					// delivered before (from seq lastSeq+1 on there is
+					// nothing; never a second, renumbered terminal).
+					return true, nil
+				}
 				// The job ended, but its terminal event is numbered below
 				// what we already have: a restarted supervisor recovered it
-				// from its journal, which lags the events. Report its fate.
+				// from a journal that lagged the events (older versions
+				// numbered no reserve). Report its fate.
 				return f.deliver(terminalFrom(res.Job, f.next))
 			}
 			return false, nil

@@ -69,7 +69,9 @@ func (b zmqBackend) write(ctx context.Context, id string, data []byte, eof bool)
 }
 
 // Start spawns a job on the supervisor and follows it. bufferBytes bounds
-// the unread output held per stream (0 means DefaultJobBufferBytes).
+// the unread output held per stream (0 means DefaultJobBufferBytes; one
+// output event is held whatever its size, so a reader keeping up loses
+// nothing).
 func (c *Client) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes int) (*Job, error) {
 	info, err := c.Spawn(ctx, args)
 	if err != nil {
@@ -121,7 +123,13 @@ func (j *Job) run(ctx context.Context) {
 				j.loss(&OutputLostError{JobID: j.ID, Stream: streamOf(i), Seqs: fmt.Sprintf("%d-%d", g.From, g.To), Reason: "not-retained"}, i)
 			}
 		case protocol.KindExited, protocol.KindFailed:
-			return ev.DecodePayload(&j.exit)
+			// (a service's later end must not keep an earlier one's
+			// fields: each is decoded afresh)
+			var exit protocol.ExitPayload
+			if err := ev.DecodePayload(&exit); err != nil {
+				return err
+			}
+			j.exit = exit
 		}
 		return nil
 	})
@@ -215,7 +223,9 @@ func newStreamBuf(max int) *streamBuf {
 func (s *streamBuf) put(b []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.size+len(b) > s.max {
+	if s.size+len(b) > s.max && s.size > 0 {
+		// (one chunk always fits into an empty buffer, however large:
+		// a reader that is keeping up never loses output)
 		return false
 	}
 	s.items = append(s.items, item{data: b})
