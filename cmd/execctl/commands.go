@@ -205,6 +205,11 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		fmt.Fprintf(g.stderr, "execctl spawn: %s (%s)\n", pe.Message, pe.Code)
 		return 127, nil
 	}
+	if ae := (*client.AbandonedError)(nil); errors.As(err, &ae) && ctx.Err() != nil {
+		// Interrupted (Ctrl-C) while spawn --wait waited: the job goes on.
+		fmt.Fprintf(g.stderr, "execctl: interrupted; job %s keeps running (stop it with: execctl kill %s)\n", ae.JobID, ae.JobID)
+		return exitInterrupted, nil
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -656,7 +656,8 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		if err := protocol.DecodeArgs(req, &a); err != nil {
 			return nil, err
 		}
-		return protocol.CancelResult{Cancelled: s.cancelHeld(p, a.RequestID)}, nil
+		ok, job := s.cancelHeld(p, a.RequestID)
+		return protocol.CancelResult{Cancelled: ok, JobID: job}, nil
 	case protocol.OpPoll:
 		var a protocol.PollArgs
 		if err := protocol.DecodeArgs(req, &a); err != nil {

@@ -45,7 +45,10 @@ type heldKey struct {
 
 // heldEntry is one held reply as cancel sees it: drop gives it up
 // (reporting false if it was settled already).
-type heldEntry struct{ drop func() bool }
+type heldEntry struct {
+	drop  func() bool
+	jobID string
+}
 
 func (s *Server) indexHeld(k heldKey, e *heldEntry) {
 	h := &s.held
@@ -76,16 +79,19 @@ func (s *Server) unindexHeld(k heldKey, e *heldEntry) {
 }
 
 // cancelHeld gives up the replies held for request id of peer p (its own
-// only): they are never sent. It reports whether one was held.
-func (s *Server) cancelHeld(p *zmqx.Peer, id string) bool {
+// only): they are never sent. It reports whether one was held, and for
+// which job.
+func (s *Server) cancelHeld(p *zmqx.Peer, id string) (bool, string) {
 	s.held.mu.Lock()
 	es := append([]*heldEntry(nil), s.held.byID[heldKey{p, id}]...)
 	s.held.mu.Unlock()
-	cancelled := false
+	cancelled, job := false, ""
 	for _, e := range es {
-		cancelled = e.drop() || cancelled
+		if e.drop() {
+			cancelled, job = true, e.jobID
+		}
 	}
-	return cancelled
+	return cancelled, job
 }
 
 // reserveHeld counts one more held reply for p, or says why not.
@@ -202,7 +208,7 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 		stops   []func() bool // what else could settle it
 		indexed bool          // for cancel (see below)
 	)
-	key, entry := heldKey{p, w.id}, &heldEntry{}
+	key, entry := heldKey{p, w.id}, &heldEntry{jobID: w.job.ID()}
 	// settle claims the reply (once) and stops the rest. It does not
 	// cancel AfterDone: it may run under the job's lock, in AfterDone.
 	settle := func() bool {

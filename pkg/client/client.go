@@ -376,26 +376,70 @@ func (c *Client) call(parent context.Context, op protocol.Op, args any, held tim
 			// waits.
 			c.drop(cn)
 		} else if held > 0 {
-			c.abandon(cn, id)
+			if job := c.abandon(cn, id); job != "" {
+				return nil, &AbandonedError{JobID: job, Err: fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, ctx.Err())}
+			}
 		}
 		return nil, fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, ctx.Err())
 	}
 }
 
+// AbandonedError is returned by a wait (SpawnWait, Wait) whose caller gave
+// up (its context) while the supervisor held the reply: the job keeps
+// running. JobID names it (for SpawnWait, the job it started, which the
+// caller would not know otherwise).
+type AbandonedError struct {
+	JobID string
+	Err   error // wraps the context's error
+}
+
+func (e *AbandonedError) Error() string {
+	return fmt.Sprintf("%v (job %s keeps running)", e.Err, e.JobID)
+}
+
+func (e *AbandonedError) Unwrap() error { return e.Err }
+
 // abandon tells the supervisor that the reply it holds for request id (a
 // wait the caller gave up on) is not wanted: otherwise it stays held until
 // its waitMs runs out, counting against the connection's held waits (a
-// caller cancelling waits got too-many-waits after 1000). Best effort: the
-// cancel's own reply is not awaited.
-func (c *Client) abandon(cn *conn, id string) {
-	body, err := protocol.EncodeRequest(c.prefix+strconv.FormatUint(c.nextID.Add(1), 36), protocol.OpCancel, &protocol.CancelArgs{RequestID: id})
+// caller cancelling waits got too-many-waits after 1000). It returns the
+// job the request waited for, as the supervisor answers within
+// abandonWait ("" if not).
+func (c *Client) abandon(cn *conn, id string) string {
+	cid := c.prefix + strconv.FormatUint(c.nextID.Add(1), 36)
+	body, err := protocol.EncodeRequest(cid, protocol.OpCancel, &protocol.CancelArgs{RequestID: id})
 	if err != nil {
-		return
+		return ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ch := make(chan *protocol.Reply, 1)
+	c.mu.Lock()
+	c.pending[cid] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, cid)
+		c.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), abandonWait)
 	defer cancel()
-	_ = cn.sock.SendContext(ctx, body)
+	if cn.sock.SendContext(ctx, body) != nil {
+		return ""
+	}
+	select {
+	case rep, ok := <-ch:
+		var r protocol.CancelResult
+		if ok && rep.DecodeResult(&r) == nil {
+			return r.JobID
+		}
+	case <-cn.done:
+	case <-ctx.Done():
+	}
+	return ""
 }
+
+// abandonWait bounds how long a caller who gave up on a wait waits for the
+// supervisor to confirm the cancel (and name the job).
+const abandonWait = time.Second
 
 // Spawn starts a job.
 func (c *Client) Spawn(ctx context.Context, args protocol.SpawnArgs) (protocol.JobInfo, error) {
@@ -408,12 +452,17 @@ func (c *Client) Spawn(ctx context.Context, args protocol.SpawnArgs) (protocol.J
 // protocol.MaxWaitMs, and less than ctx's deadline) for it to finish, in
 // one round trip: the reply
 // comes when the job has finished (finished true: the returned JobInfo is
-// final) or when wait has passed (finished false; Wait can go on).
+// final) or when wait has passed (finished false; Wait can go on). If ctx
+// is cancelled while the job runs, the error is an *AbandonedError and the
+// JobInfo carries the job's id: it keeps running.
 func (c *Client) SpawnWait(ctx context.Context, args protocol.SpawnArgs, wait time.Duration) (protocol.JobInfo, bool, error) {
 	wait = untilDeadline(ctx, wait)
 	args.WaitMs = max(wait.Milliseconds(), 1)
 	var r protocol.SpawnResult
 	err := c.callResult(ctx, protocol.OpSpawn, &args, wait, &r)
+	if ae := (*AbandonedError)(nil); errors.As(err, &ae) {
+		r.Job.JobID = ae.JobID // (started, running on: the caller must know it)
+	}
 	return r.Job, r.Finished, err
 }
 

@@ -382,6 +382,24 @@ func TestClientAuditFindings(t *testing.T) {
 		}
 	})
 
+	t.Run("abandoned spawn names its job", func(t *testing.T) {
+		wctx, cancel := context.WithCancel(ctx)
+		stop := time.AfterFunc(100*time.Millisecond, cancel)
+		defer stop.Stop()
+		info, _, err := s.c.SpawnWait(wctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}}, time.Hour)
+		var ae *client.AbandonedError
+		if !errors.As(err, &ae) || !errors.Is(err, context.Canceled) || ae.JobID == "" || info.JobID != ae.JobID {
+			t.Fatalf("cancelled SpawnWait: %+v, %v", info, err)
+		}
+		st, err := s.c.Status(ctx, info.JobID)
+		if err != nil || st.State != protocol.StateRunning {
+			t.Fatalf("the job: %s %v", st.State, err)
+		}
+		if _, err := s.c.Kill(ctx, info.JobID, "SIGKILL"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("set mode ordering", func(t *testing.T) {
 		// A supervisor stand-in whose health answer we hold back.
 		dir, err := os.MkdirTemp("", "d-")

@@ -145,6 +145,9 @@ type CancelResult struct {
 	// Cancelled is false when no reply was held for that id on this
 	// connection (already answered, or never held).
 	Cancelled bool `msgpack:"cancelled" json:"cancelled"`
+	// JobID is the job the cancelled request waited for (a spawn's new
+	// job: it keeps running).
+	JobID string `msgpack:"jobId,omitempty" json:"jobId,omitempty"`
 }
 
 // JobArgs are the arguments of ops that name one job (OpRemove, OpStatus).
