@@ -599,7 +599,9 @@ func TestOperatorFindings(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	var stderr2 proctest.Buffer
-	go func() { done <- run(ctx, append(s.globals(), "spawn", "--wait", "--", "sleep", "300"), &stdout, &stderr2) }()
+	go func() {
+		done <- run(ctx, append(s.globals(), "spawn", "--wait", "--", "sleep", "300"), &stdout, &stderr2)
+	}()
 	time.AfterFunc(200*time.Millisecond, cancel) // Ctrl-C while it waits
 	if code := <-done; code != 130 || !strings.Contains(stderr2.String(), "execctl kill j-") {
 		t.Fatalf("interrupted spawn --wait: exit %d, stderr %q", code, stderr2.String())
