@@ -87,9 +87,9 @@ type Job struct {
 	// output's order across streams is the order it was read in.
 	pendingSince [2]uint64
 	pendingN     uint64
-	// seqSnap is the seq when the journal last took a snapshot (its
-	// record reserves seqs up to seqSnap+seqReserve); reserveAsked is set
-	// once a new write was asked for.
+	// seqSnap is the job's last seq in the journal as last written (its
+	// record reserves seqs up to seqSnap+seqReserve; see Journaled);
+	// reserveAsked is set once a new write was asked for.
 	seqSnap      uint64
 	reserveAsked bool
 	overallT     *time.Timer

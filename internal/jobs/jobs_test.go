@@ -316,3 +316,25 @@ func sleepingJob(t *testing.T) *Job {
 	})
 	return j
 }
+
+// TestSeqReserveCountsFromWrittenJournal: a running job's seq reserve
+// counts from its last seq in a journal that was written, not from the
+// last snapshot taken: a snapshot whose write failed (disk full) reset it,
+// and a long-failing journal let the job run past the reserve unasked.
+func TestSeqReserveCountsFromWrittenJournal(t *testing.T) {
+	j := sleepingJob(t)
+	sn := j.Snapshot()
+	j.mu.Lock()
+	snap := j.seqSnap
+	j.mu.Unlock()
+	if snap != 0 {
+		t.Fatalf("a snapshot alone moved the reserve to %d", snap)
+	}
+	j.m.Journaled([]Snapshot{sn})
+	j.mu.Lock()
+	snap = j.seqSnap
+	j.mu.Unlock()
+	if snap != sn.Info.LastSeq || snap == 0 {
+		t.Fatalf("after the write: reserve from %d, want %d", snap, sn.Info.LastSeq)
+	}
+}

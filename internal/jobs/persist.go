@@ -69,7 +69,6 @@ func (j *Job) Snapshot() Snapshot {
 	defer j.mu.Unlock()
 	j.fingerprintLocked()
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.groupGone}
-	j.seqSnap, j.reserveAsked = j.seq, false // (see seqReserve)
 	if j.svc != nil {
 		s.Service = &ServiceState{
 			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive,
@@ -161,6 +160,26 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 		out = append(out, j.Snapshot())
 	}
 	return out
+}
+
+// Journaled records that snaps (taken by Snapshots) reached the disk: the
+// seqs they name are the ones a restarted supervisor will know, from which
+// each running job's reserve counts (see seqReserve). A snapshot whose
+// write failed must not count.
+func (m *Manager) Journaled(snaps []Snapshot) {
+	for _, sn := range snaps {
+		m.mu.Lock()
+		j := m.jobs[sn.Info.JobID]
+		m.mu.Unlock()
+		if j == nil {
+			continue
+		}
+		j.mu.Lock()
+		if sn.Info.LastSeq > j.seqSnap {
+			j.seqSnap, j.reserveAsked = sn.Info.LastSeq, false
+		}
+		j.mu.Unlock()
+	}
 }
 
 // Restore adds a finished job recovered from persistence, visible to

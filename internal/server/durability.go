@@ -327,6 +327,7 @@ func (s *Server) writeJournal(periodic bool) {
 		s.journalFailing = true
 		return
 	}
+	s.jobs.Journaled(snaps)
 	if s.journalFailing {
 		s.log.Info("journal writes recovered", "path", s.journal.Path())
 		s.journalFailing = false
