@@ -249,8 +249,17 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.log.Info("supervisor started", "instance", s.instanceID, "control", s.cfg.Control, "event", s.cfg.Event,
 		"metrics", s.cfg.MetricsAddr, "stateDir", s.cfg.StateDir, "journal", s.journal.Path(), "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
+	if s.cfg.HeartbeatInterval > maxQuietHeartbeat {
+		s.log.Warn("heartbeats are further apart than followers wait on a quiet event connection: pkg/client and execctl will reconnect theirs over and over",
+			"heartbeatInterval", s.cfg.HeartbeatInterval, "keepAtMost", maxQuietHeartbeat)
+	}
 	return nil
 }
+
+// maxQuietHeartbeat is the longest heartbeat interval with which a
+// follower (pkg/client, 3 s of silence) does not take its event
+// connection for broken.
+const maxQuietHeartbeat = 2 * time.Second
 
 // Addr returns the bound address of the control socket (useful with tcp port 0).
 func (s *Server) Addr() net.Addr { return s.ctl.Addr() }

@@ -266,8 +266,13 @@ func (f *follower) poll(ctx context.Context) error {
 // a restarting supervisor: up to MaxReconnectAttempts tries,
 // ReconnectInterval apart.
 func (f *follower) subscribe(ctx context.Context) (protocol.SubscribeResult, error) {
+	return f.subscribeLimit(ctx, 0)
+}
+
+// subscribeLimit is subscribe asking for at most limit events (0: all).
+func (f *follower) subscribeLimit(ctx context.Context, limit int) (protocol.SubscribeResult, error) {
 	for attempt := 1; ; attempt++ {
-		res, err := f.c.Subscribe(ctx, f.jobID, f.next, 0)
+		res, err := f.c.Subscribe(ctx, f.jobID, f.next, limit)
 		if err == nil || ctx.Err() != nil || attempt >= f.c.opts.MaxReconnectAttempts || !transient(err) {
 			return res, err
 		}
@@ -342,10 +347,11 @@ func (f *follower) continues(ctx context.Context, ev protocol.Event) (bool, erro
 	if ev.Attempt == 0 {
 		return false, nil
 	}
-	res, err := f.c.Subscribe(ctx, f.jobID, f.next, 1)
+	res, err := f.subscribeLimit(ctx, 1) // (riding out a restarting supervisor, as backfills do)
 	if err != nil {
 		return false, fmt.Errorf("follow %s: %w", f.jobID, err)
 	}
+	f.seen(res.InstanceID)
 	return res.Job.LastSeq > ev.Seq, nil
 }
 
