@@ -246,11 +246,41 @@ func (c *Cgroup) closeFiles() {
 	}
 }
 
-// Signal sends sig to every process in the cgroup.
+// Signal sends sig to every process in the cgroup. Each pid read from
+// cgroup.procs is signalled through a pidfd opened after the read and
+// checked to be in the cgroup still (/proc/PID/cgroup): a member that
+// exited and was reaped meanwhile, its pid reused by another process, is
+// not signalled. (Without pidfds, plain kill.)
 func (c *Cgroup) Signal(sig syscall.Signal) {
 	for _, pid := range c.Procs() {
-		_ = syscall.Kill(pid, sig)
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err == unix.ENOSYS {
+			_ = syscall.Kill(pid, sig)
+			continue
+		}
+		if err != nil {
+			continue // (gone)
+		}
+		if c.holds(pid) {
+			_ = unix.PidfdSendSignal(fd, sig, nil, 0)
+		}
+		unix.Close(fd)
 	}
+}
+
+// holds reports whether process pid is in the cgroup, from its cgroup v2
+// line in /proc/PID/cgroup ("0::/path", relative to the cgroup2 root).
+func (c *Cgroup) holds(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok {
+			return len(rel) > 1 && strings.HasSuffix(c.Path, rel)
+		}
+	}
+	return false
 }
 
 // Kill kills every process in the cgroup: cgroup.kill where the kernel has
