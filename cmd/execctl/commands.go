@@ -914,10 +914,10 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	}
 	var r, c uint16
 	if _, err := fmt.Sscan(fs.Arg(1), &r); err != nil || r == 0 {
-		return 0, &usageError{msg: fmt.Sprintf("ROWS %q is not a positive number", fs.Arg(1))}
+		return 0, &usageError{msg: fmt.Sprintf("ROWS %q must be a number in 1..65535", fs.Arg(1))}
 	}
 	if _, err := fmt.Sscan(fs.Arg(2), &c); err != nil || c == 0 {
-		return 0, &usageError{msg: fmt.Sprintf("COLS %q is not a positive number", fs.Arg(2))}
+		return 0, &usageError{msg: fmt.Sprintf("COLS %q must be a number in 1..65535", fs.Arg(2))}
 	}
 	return exitOK, g.client.Resize(ctx, fs.Arg(0), r, c)
 }
