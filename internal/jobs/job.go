@@ -1188,6 +1188,30 @@ func (j *Job) runLoop(p *proc, out [2]int) {
 		// them, only its exit is left to wait for.)
 		polling = fds[2].Revents == 0 && open > 0
 	}
+	if !handedOff {
+		exited := fds[2].Revents != 0
+		if !exited {
+			// The pipes ended first: the exit is waited for in poll too,
+			// so that the job knows its leader exited before it is reaped.
+			pidOnly := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+			for {
+				_, err := unix.Poll(pidOnly, -1)
+				if err == unix.EINTR {
+					continue
+				}
+				exited = err == nil && pidOnly[0].Revents != 0
+				break
+			}
+		}
+		if exited {
+			// A zombie now: its pid (and so the group number) is still
+			// taken. From here on a kill signals a cgroup job through its
+			// cgroup only: once reaped, the group number may be anyone's.
+			j.mu.Lock()
+			j.leaderExited = true
+			j.mu.Unlock()
+		}
+	}
 	ws, err := p.wait()
 	if !handedOff {
 		// What it wrote before it exited is in the pipes (at most a
