@@ -60,6 +60,13 @@ func parse(fs *pflag.FlagSet, args []string) error {
 		if errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
+		// (execctl's own flags go before the command)
+		for _, g := range [...]string{"json", "control", "event", "token-file", "request-timeout"} {
+			if strings.Contains(err.Error(), "unknown flag: --"+g) {
+				cmd := strings.TrimPrefix(fs.Name(), "execctl ")
+				return &usageError{msg: err.Error(), hint: "--" + g + " is a global flag: put it before the command (execctl --" + g + " ... " + cmd + " ...)"}
+			}
+		}
 		return &usageError{msg: err.Error(), hint: "see: " + fs.Name() + " --help"}
 	}
 	return nil

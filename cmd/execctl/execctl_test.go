@@ -607,3 +607,13 @@ func TestOperatorFindings(t *testing.T) {
 		t.Fatalf("interrupted spawn --wait: exit %d, stderr %q", code, stderr2.String())
 	}
 }
+
+// TestGlobalFlagAfterCommand: a global flag given after the command is a
+// usage error whose hint says where it goes (it pointed at the command's
+// --help, which does not list global flags).
+func TestGlobalFlagAfterCommand(t *testing.T) {
+	code, _, errs := execctl(t, "health", "--json")
+	if code != 2 || !strings.Contains(errs, "--json is a global flag: put it before the command") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
