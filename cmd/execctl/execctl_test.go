@@ -617,3 +617,33 @@ func TestGlobalFlagAfterCommand(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
 }
+
+// TestTokenHints: against a tcp supervisor (which requires ZMTP PLAIN),
+// execctl without a token, or with a wrong one, says to pass the token
+// (without one it said "is the supervisor running? start one").
+func TestTokenHints(t *testing.T) {
+	dir := shortTempDir(t)
+	cfg := server.DefaultConfig()
+	cfg.Control, cfg.Event = "tcp://127.0.0.1:0", "ipc://"+filepath.Join(dir, "e.sock")
+	cfg.StateDir, cfg.MetricsAddr = filepath.Join(dir, "state"), ""
+	cfg.Subreaper = false
+	s, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	t.Setenv("HOME", dir) // (no default token file to find)
+	t.Setenv("XDG_STATE_HOME", filepath.Join(dir, "none"))
+	t.Setenv("EXEC_SUPERVISOR_TOKEN", "")
+	ctl := "tcp://" + s.Addr().String()
+	if code, _, errs := execctl(t, "--control", ctl, "health"); code != 3 || !strings.Contains(errs, "wants a token") || !strings.Contains(errs, "--token-file") {
+		t.Fatalf("no token: exit %d, %q", code, errs)
+	}
+	t.Setenv("EXEC_SUPERVISOR_TOKEN", "wrong")
+	if code, _, errs := execctl(t, "--control", ctl, "health"); code != 3 || !strings.Contains(errs, "refused our token") {
+		t.Fatalf("wrong token: exit %d, %q", code, errs)
+	}
+}

@@ -164,6 +164,9 @@ func report(g *globals, name string, err error) int {
 			fmt.Fprintf(g.stderr, "  hint: %s\n", ue.hint)
 		}
 		return exitUsage
+	case errors.As(err, &ce) && strings.Contains(err.Error(), "mechanism PLAIN"):
+		fmt.Fprintf(g.stderr, "execctl %s: the supervisor wants a token (ZMTP PLAIN) and execctl has none\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n", name)
+		return exitUnreachable
 	case errors.As(err, &ce) && strings.Contains(err.Error(), "authentication failed"):
 		fmt.Fprintf(g.stderr, "execctl %s: the supervisor refused our token (authentication failed)\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n", name)
 		return exitUnreachable
