@@ -1248,3 +1248,29 @@ func TestExecctlFollowAcrossRestart(t *testing.T) {
 		t.Fatalf("output %q: want it once", stdout.String())
 	}
 }
+
+// TestExecctlWriteLargeStdin: execctl write JOB - sends standard input of
+// any size, in writes of at most the protocol's 256 KiB (it refused more
+// than 256 KiB), then --eof.
+func TestExecctlWriteLargeStdin(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 30*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"wc", "-c"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := exec.CommandContext(ctx, execctlBinary, "--control", e.ctl, "--event", e.evt, "write", "--eof", j.JobID, "-")
+	w.Stdin = bytes.NewReader(bytes.Repeat([]byte("x"), 600<<10))
+	if out, err := w.CombinedOutput(); err != nil {
+		t.Fatalf("execctl write: %v\n%s", err, out)
+	}
+	info, done, err := s.client.Wait(ctx, j.JobID, 10*time.Second)
+	if err != nil || !done {
+		t.Fatalf("wait: %v", err)
+	}
+	res, err := s.client.Poll(ctx, j.JobID, 0, 0)
+	if err != nil || len(res.Chunks) == 0 || strings.TrimSpace(string(res.Chunks[0].Data)) != fmt.Sprint(600<<10) {
+		t.Fatalf("the job counted %+v (%v); exit %v", res.Chunks, err, info.ExitCode)
+	}
+}

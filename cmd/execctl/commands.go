@@ -855,14 +855,7 @@ func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	case fs.NArg() == 1 && !*eof:
 		return 0, &usageError{msg: "nothing to write", hint: "give DATA, - for standard input, or --eof"}
 	case fs.NArg() == 2 && fs.Arg(1) == "-":
-		b, err := io.ReadAll(io.LimitReader(g.stdin, protocol.MaxWriteBytes+1))
-		if err != nil {
-			return 0, err
-		}
-		if len(b) > protocol.MaxWriteBytes {
-			return 0, &usageError{msg: fmt.Sprintf("standard input is over %d bytes", protocol.MaxWriteBytes)}
-		}
-		data = b
+		return writeStdin(ctx, g, id, *eof)
 	case fs.NArg() == 2:
 		data = []byte(fs.Arg(1))
 		if !*raw {
@@ -875,6 +868,41 @@ func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	}
 	if g.json {
 		return exitOK, printJSON(g.stdout, res)
+	}
+	return exitOK, nil
+}
+
+// writeStdin sends standard input to job id in writes of at most
+// protocol.MaxWriteBytes each, in order (one at a time), then eof with the
+// last.
+func writeStdin(ctx context.Context, g *globals, id string, eof bool) (int, error) {
+	buf := make([]byte, protocol.MaxWriteBytes)
+	var total int
+	var last protocol.WriteResult
+	for {
+		n, rerr := io.ReadFull(g.stdin, buf)
+		end := rerr == io.EOF || rerr == io.ErrUnexpectedEOF
+		if rerr != nil && !end {
+			return 0, fmt.Errorf("read standard input: %w", rerr)
+		}
+		if n > 0 || (end && eof) {
+			res, err := g.client.Write(ctx, id, buf[:n], end && eof)
+			if err != nil {
+				if total > 0 {
+					return 0, fmt.Errorf("after %d bytes written: %w", total, err)
+				}
+				return 0, err
+			}
+			total += res.Written
+			last = res
+		}
+		if end {
+			break
+		}
+	}
+	if g.json {
+		last.Written = total
+		return exitOK, printJSON(g.stdout, last)
 	}
 	return exitOK, nil
 }
