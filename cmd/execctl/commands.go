@@ -73,8 +73,8 @@ func parse(fs *pflag.FlagSet, args []string) error {
 }
 
 func oneJob(fs *pflag.FlagSet) (string, error) {
-	if fs.NArg() != 1 {
-		return "", &usageError{msg: fmt.Sprintf("want exactly one JOB argument, got %d", fs.NArg()), hint: "usage: " + fs.Name() + " JOB (ids are shown by: execctl list)"}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		return "", &usageError{msg: fmt.Sprintf("want exactly one JOB argument, got %q", fs.Args()), hint: "usage: " + fs.Name() + " JOB (ids are shown by: execctl list)"}
 	}
 	return fs.Arg(0), nil
 }
@@ -198,6 +198,8 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	a.Stdin = *stdin
 	if *usePty {
 		a.Pty = &protocol.PtyArgs{Rows: *rows, Cols: *cols}
+	} else if fs.Changed("rows") || fs.Changed("cols") {
+		return 0, &usageError{msg: "--rows and --cols are for --pty jobs", hint: "execctl spawn --pty --rows 40 --cols 120 -- bash"}
 	}
 	var job protocol.JobInfo
 	finished := false

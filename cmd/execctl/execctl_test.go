@@ -647,3 +647,14 @@ func TestTokenHints(t *testing.T) {
 		t.Fatalf("wrong token: exit %d, %q", code, errs)
 	}
 }
+
+// TestMoreUsageErrors: an empty JOB, --rows without --pty and a
+// non-positive --request-timeout are usage errors (they were exit 1,
+// ignored, and accepted).
+func TestMoreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"status", ""}, {"spawn", "--rows", "40", "--", "true"}, {"--request-timeout", "-1s", "health"}} {
+		if code, _, errs := execctl(t, args...); code != 2 {
+			t.Errorf("%q: exit %d, %s", args, code, errs)
+		}
+	}
+}

@@ -111,6 +111,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "execctl: %v\n  hint: see: execctl --help\n", err)
 		return exitUsage
 	}
+	if g.timeout <= 0 {
+		fmt.Fprintf(stderr, "execctl: --request-timeout %v must be positive\n", g.timeout)
+		return exitUsage
+	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		usage(stderr, fs)
