@@ -87,7 +87,7 @@ func New(g Gauges) *Metrics {
 		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected, m.SubDisconnects, m.OwnershipEscapes,
 		gf("jobs_active", "Jobs not yet exited.", g.ActiveJobs),
 		gf("jobs_known", "Jobs known (running or finished within retention).", g.KnownJobs),
-		gf("ring_buffer_bytes", "Output bytes retained in all jobs' ring buffers.", g.RingBytes),
+		gf("ring_buffer_bytes", "Memory held by all jobs' ring buffers: retained output, its event headers and ~128 bytes per event.", g.RingBytes),
 		gf("event_queue_length", "Events waiting for the event socket.", g.QueueLength),
 		gf("event_subscribers", "Connections subscribed to the event socket.", g.Subscribers),
 		gf("held_waits", "Replies held for waits (spawn with waitMs, the wait op).", g.HeldWaits),

@@ -101,6 +101,11 @@ func (s *Server) recover() {
 				s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
 			} else {
 				restored++
+				if r.Service == nil || !s.cfg.ResumeServices {
+					// It ended here (a resumed service ends later, and is
+					// counted then).
+					s.metrics.Finished.WithLabelValues(string(protocol.ReasonSupervisorRestart)).Inc()
+				}
 			}
 		}(r)
 	}

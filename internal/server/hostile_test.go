@@ -383,3 +383,23 @@ func TestPlainAuthGoClient(t *testing.T) {
 		t.Fatalf("auth failures counted: %v", v)
 	}
 }
+
+// TestRejectionCountedOnce: a peer refused during its handshake is
+// counted once, under its reason (a metrics audit saw every
+// incompatible-socket-type refusal counted a second time as "handshake").
+func TestRejectionCountedOnce(t *testing.T) {
+	cfg := hostileConfig(t)
+	ts := startServer(t, cfg)
+	for _, ep := range []string{cfg.Control, cfg.Event} {
+		c := dialRaw(t, ep)
+		c.Write(greeting("NULL"))
+		c.Write(command("READY", readyBody("PUSH")))
+		expectClosed(t, c, 3*time.Second)
+	}
+	eventually(t, 5*time.Second, "both refusals counted", func() bool {
+		return value(scrape2(t, ts), "exec_supervisor_connections_rejected_total", "reason", "incompatible-socket-type") == 2
+	})
+	if v := value(scrape2(t, ts), "exec_supervisor_connections_rejected_total", "reason", "handshake"); v > 0 {
+		t.Fatalf("also counted as handshake: %v", v)
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -160,5 +163,26 @@ func waitOutput(t *testing.T, ts *testServer, id string) {
 			t.Fatal("no output")
 		}
 		time.Sleep(10 * time.Millisecond) // polling the job's state
+	}
+}
+
+// TestRecoveredJobCountedFinished: a job that was running when its
+// supervisor died ends at the next start, with reason supervisor-restart,
+// and is counted among finished jobs like any other end (a metrics audit
+// found that series pre-created at 0 and never moving).
+func TestRecoveredJobCountedFinished(t *testing.T) {
+	cfg := testConfig(t)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	doc := &journal.File{InstanceID: "dead", Jobs: []journal.Record{
+		{JobID: "j-gone", Shell: "true", Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running"},
+	}}
+	if err := journal.New(cfg.JournalPath()).Save(doc); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, cfg)
+	if v := value(scrape2(t, ts), "exec_supervisor_jobs_finished_total", "reason", "supervisor-restart"); v != 1 {
+		t.Fatalf("finished with supervisor-restart: %v", v)
 	}
 }

@@ -376,7 +376,14 @@ type hardenedConn struct {
 	// raw is the socket's descriptor access for non-blocking writes (nil
 	// if the connection has none).
 	raw syscall.RawConn
+	// rejected is set when Read refused the peer (and counted why): the
+	// handshake that fails on it then counts nothing more. (Read and the
+	// handshake run on the one goroutine of the connection's serve.)
+	rejected bool
 }
+
+// rejectedAlready reports whether c's refusal was counted already.
+func (c *hardenedConn) rejectedAlready() bool { return c.rejected }
 
 func (c *hardenedConn) Read(p []byte) (int, error) {
 	var n int
@@ -390,6 +397,7 @@ func (c *hardenedConn) Read(p []byte) (int, error) {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				c.l.policy.reject("handshake-timeout-or-eof", c.RemoteAddr().String(), err)
+				c.rejected = true
 				c.Close()
 				return 0, io.EOF
 			}
@@ -404,6 +412,7 @@ func (c *hardenedConn) Read(p []byte) (int, error) {
 			reason = v.reason
 		}
 		c.l.policy.reject(reason, c.RemoteAddr().String(), err)
+		c.rejected = true
 		c.Close()
 		return 0, io.EOF
 	}

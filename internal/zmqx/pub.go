@@ -94,7 +94,9 @@ func (p *Publisher) acceptLoop() {
 func (p *Publisher) serve(c *hardenedConn) {
 	defer p.wg.Done()
 	if err := handshake(c, p.policy, "PUB"); err != nil {
-		p.policy.reject("handshake", c.RemoteAddr().String(), err)
+		if !c.rejectedAlready() { // (else counted with its reason)
+			p.policy.reject("handshake", c.RemoteAddr().String(), err)
+		}
 		c.Close()
 		return
 	}

@@ -175,7 +175,9 @@ func (r *Router) acceptLoop() {
 func (r *Router) serve(c *hardenedConn) {
 	defer r.wg.Done()
 	if err := handshake(c, r.policy, "ROUTER"); err != nil {
-		r.policy.reject("handshake", c.RemoteAddr().String(), err)
+		if !c.rejectedAlready() { // (else counted with its reason)
+			r.policy.reject("handshake", c.RemoteAddr().String(), err)
+		}
 		c.Close()
 		return
 	}
