@@ -1565,7 +1565,7 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
 		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
 		Cgroup:    j.cgroupPath(),
-		StdinOpen: j.state != Exited && (j.stdin != nil || j.isPTY),
+		StdinOpen: j.state != Exited && j.state != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
 	}
 	if j.state == Exited {
 		info.Reason = j.reason
@@ -1709,6 +1709,11 @@ func (j *Job) Write(data []byte, eof bool) (int, error) {
 	if state == Exited {
 		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited; nothing reads its input", j.id)
 	}
+	if state == Starting || state == Restarting {
+		// (a service between runs: the last run's input is closed, the
+		// next one's not open yet)
+		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no running process right now (%s); nothing reads its input", j.id, state)
+	}
 	if f == nil {
 		if j.spec.Stdin {
 			return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s's stdin was closed (eof)", j.id)
@@ -1747,8 +1752,11 @@ func (j *Job) Resize(rows, cols uint16) error {
 	if !j.isPTY {
 		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no terminal (spawn it with pty)", j.id)
 	}
-	if j.state == Exited {
+	switch {
+	case j.state == Exited:
 		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited", j.id)
+	case j.state == Starting || j.state == Restarting || j.ptmx == nil:
+		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no running process right now (%s)", j.id, j.state)
 	}
 	if err := setWinsize(j.ptmx, rows, cols); err != nil {
 		return fmt.Errorf("resize job %s: %w", j.id, err)

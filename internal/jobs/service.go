@@ -208,6 +208,7 @@ func (j *Job) beginRunLocked() {
 	j.pid, j.pgid = 0, 0
 	j.startTicks = 0
 	j.reason, j.exitCode, j.signal, j.errMsg = "", nil, "", ""
+	j.endedAt = time.Time{} // (the last run's end: this one has none yet)
 	j.killing, j.cleanupKilled, j.pendingKill = false, false, ""
 	j.killDeadline = time.Time{}
 	j.killNow = make(chan struct{})

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -490,5 +491,53 @@ func TestServiceOpsBadInput(t *testing.T) {
 	}
 	if _, err := c.Health(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatalf("not serving after bad input: %v", err)
+	}
+}
+
+// TestServiceBetweenRunsAudit: what a services audit found. A running
+// service kept its previous run's endedAt (negative runtimes in status);
+// write and resize on a PTY service between runs failed with internal
+// errors ("use of closed file") and status said its stdin was open.
+func TestServiceBetweenRunsAudit(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	c := ts.client
+	ctx := ctxT(t, 30*time.Second)
+	info, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "1000"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(context.Background(), info.JobID, "SIGKILL")
+	if _, err := c.Stop(ctx, info.JobID); err != nil {
+		t.Fatal(err)
+	}
+	if _, done, err := c.Wait(ctx, info.JobID, 10*time.Second); err != nil || !done {
+		t.Fatalf("stop: %v", err)
+	}
+	again, err := c.StartService(ctx, info.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.State != protocol.StateRunning || again.EndedAt != 0 {
+		t.Fatalf("started again: state %s, endedAt %d (the last run's)", again.State, again.EndedAt)
+	}
+
+	pty, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: "exit 3", Pty: &protocol.PtyArgs{},
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways, RestartDelayMs: 60_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(context.Background(), pty.JobID, "")
+	eventually(t, 10*time.Second, "the pty service waiting to restart", func() bool {
+		st, err := c.Status(ctx, pty.JobID)
+		return err == nil && st.State == protocol.StateRestarting
+	})
+	if st, _ := c.Status(ctx, pty.JobID); st.StdinOpen {
+		t.Fatal("status says stdin is open between runs")
+	}
+	if err := c.Resize(ctx, pty.JobID, 40, 100); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("resize between runs: %v", err)
+	}
+	if _, err := c.Write(ctx, pty.JobID, []byte("x"), false); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("write between runs: %v", err)
 	}
 }
