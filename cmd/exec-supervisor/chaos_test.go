@@ -1274,3 +1274,37 @@ func TestExecctlWriteLargeStdin(t *testing.T) {
 		t.Fatalf("the job counted %+v (%v); exit %v", res.Chunks, err, info.ExitCode)
 	}
 }
+
+// TestDrainResumesServices: with --shutdown=wait, a service run that ends
+// during the drain (its policy would restart it) ends supervision as a
+// shutdown does, so the next supervisor resumes it (it kept the run's own
+// reason, exit, and stayed down after the restart).
+func TestDrainResumesServices(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--shutdown", "wait", "--shutdown-timeout", "10s")
+	ctx := ctxFor(t, 60*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "echo a; sleep 0.3; exit 1", Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	s2 := e.start(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := s2.client.Status(ctx, j.JobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State != protocol.StateExited && info.Attempt >= 2 {
+			break // resumed
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not resumed: %s %s attempt %d", info.State, info.Reason, info.Attempt)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's state
+	}
+	if _, err := s2.client.Stop(ctx, j.JobID); err != nil {
+		t.Fatal(err)
+	}
+}

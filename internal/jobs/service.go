@@ -45,8 +45,15 @@ func (j *Job) afterRunLocked() bool {
 		restart  bool
 	)
 	switch {
-	case j.endReason != "" || j.m.closing():
-		// Stopped, killed, or the supervisor is going away.
+	case j.endReason != "":
+		// Stopped or killed.
+	case j.m.closing():
+		// The supervisor is going away (a drain: --shutdown=wait). A run
+		// its policy would restart ends supervision as a shutdown does,
+		// so that the next supervisor resumes the service.
+		if j.restartReq || j.svc.wants(j.reason, j.exitCode) {
+			j.endReason = protocol.ReasonShutdown
+		}
 	case j.restartReq:
 		j.svc.reset()
 		restart = true
