@@ -1308,3 +1308,60 @@ func TestDrainResumesServices(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInterruptedRunHistoryTail: after a SIGKILL of the supervisor, the
+// history record of a service's interrupted run has that run's output
+// only (it had the whole job's tail: an earlier run's lines).
+func TestInterruptedRunHistoryTail(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--journal-flush-interval", "100ms")
+	ctx := ctxFor(t, 60*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "echo run-$$; exec sleep 300", Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOut := func(n int) {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			res, err := s.client.Poll(ctx, j.JobID, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out string
+			for _, c := range res.Chunks {
+				out += string(c.Data)
+			}
+			if strings.Count(out, "run-") >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("output %q", out)
+			}
+			time.Sleep(20 * time.Millisecond) // polling the job's output
+		}
+	}
+	waitOut(1)
+	if _, err := s.client.Restart(ctx, j.JobID); err != nil {
+		t.Fatal(err)
+	}
+	waitOut(2)
+	info, err := s.client.Status(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the second run with its output", func(f *journal.File) bool {
+		return len(f.Jobs) == 1 && f.Jobs[0].Service != nil && f.Jobs[0].Service.Attempt == 2 && f.Jobs[0].OutputEnd == info.OutputEnd && f.Jobs[0].StartTicks != 0
+	})
+	t.Cleanup(func() { killGroups([]int{info.Pgid}) })
+	s.kill9()
+	s2 := e.start(t, "--resume-services=false")
+	hist, err := s2.client.History(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := hist[len(hist)-1]
+	want := fmt.Sprintf("run-%d", info.Pid)
+	if last.Reason != protocol.ReasonSupervisorRestart || len(last.Tail) != 1 || last.Tail[0] != want {
+		t.Fatalf("interrupted run: %s, tail %q; want only %q", last.Reason, last.Tail, want)
+	}
+}

@@ -61,6 +61,8 @@ type ServiceState struct {
 	Consecutive int
 	Ends        []time.Time
 	History     []protocol.RunRecord
+	// RunOutputStart is the output offset of the current run's first byte.
+	RunOutputStart int64
 }
 
 // Snapshot returns the job's persistent state.
@@ -71,7 +73,7 @@ func (j *Job) Snapshot() Snapshot {
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.groupGone}
 	if j.svc != nil {
 		s.Service = &ServiceState{
-			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive,
+			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset,
 			Ends: append([]time.Time(nil), j.svc.ends...), History: append([]protocol.RunRecord(nil), j.history...),
 		}
 	}

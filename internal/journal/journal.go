@@ -118,6 +118,9 @@ type Service struct {
 	Consecutive int                  `json:"consecutive"`
 	Ends        []int64              `json:"ends,omitempty"`
 	History     []protocol.RunRecord `json:"history,omitempty"`
+	// RunOutputStart is the output offset at which the current run's
+	// output began (its share of OutputTail, for its history record).
+	RunOutputStart int64 `json:"runOutputStart,omitempty"`
 }
 
 // TailChunk is one output event within a record's OutputTail.

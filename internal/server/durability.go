@@ -84,7 +84,7 @@ func (s *Server) recover() {
 				sv.History = append(sv.History, protocol.RunRecord{
 					Attempt: sv.Attempt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DurationMs: max(0, r.EndedAt-r.StartedAt),
 					Pid: r.Pid, Reason: protocol.ReasonSupervisorRestart, Error: note, Restarted: s.cfg.ResumeServices,
-					Tail: jobs.TailLines(r.OutputTail, protocol.HistoryLines),
+					Tail: jobs.TailLines(runTail(r), protocol.HistoryLines),
 				})
 				if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
 					sv.History = sv.History[n:]
@@ -201,6 +201,22 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 	}
 }
 
+// runTail is the part of r's output tail that its service's current run
+// printed (the tail may begin in earlier runs' output).
+func runTail(r journal.Record) []byte {
+	tail := r.OutputTail
+	if sv := r.Service; sv != nil {
+		start := r.OutputEnd - int64(len(tail))
+		if skip := sv.RunOutputStart - start; skip > 0 {
+			if skip >= int64(len(tail)) {
+				return nil
+			}
+			tail = tail[skip:]
+		}
+	}
+	return tail
+}
+
 func serviceOf(sv *journal.Service) *jobs.ServiceState {
 	if sv == nil {
 		return nil
@@ -227,7 +243,7 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len})
 	}
 	if sv := sn.Service; sv != nil {
-		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History}
+		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History, RunOutputStart: sv.RunOutputStart}
 		for _, e := range sv.Ends {
 			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
 		}
