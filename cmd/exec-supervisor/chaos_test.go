@@ -1365,3 +1365,69 @@ func TestInterruptedRunHistoryTail(t *testing.T) {
 		t.Fatalf("interrupted run: %s, tail %q; want only %q", last.Reason, last.Tail, want)
 	}
 }
+
+// TestRestartKeepsServiceEvents: a service in its second run, the
+// supervisor restarted (SIGTERM): every event the new supervisor returns
+// under a seq the old one published is that event (kind, attempt,
+// payload). The first run's job.started was rebuilt from the current
+// run's pid, and the restored output had lost its attempt.
+func TestRestartKeepsServiceEvents(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "echo run-$$; exec sleep 300", Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Restart(ctx, j.JobID); err != nil {
+		t.Fatal(err)
+	}
+	var before protocol.SubscribeResult
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if before, err = s.client.Subscribe(ctx, j.JobID, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		outs := 0
+		for _, ev := range before.Events {
+			if ev.Kind == protocol.KindStdout {
+				outs++
+			}
+		}
+		if outs == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events %d", len(before.Events))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the service's second run
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	s2 := e.start(t, "--resume-services=false")
+	after, err := s2.client.Subscribe(ctx, j.JobID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := map[uint64]protocol.Event{}
+	for _, ev := range before.Events {
+		old[ev.Seq] = ev
+	}
+	same := 0
+	for _, ev := range after.Events {
+		o, ok := old[ev.Seq]
+		if !ok {
+			continue
+		}
+		if o.Kind != ev.Kind || o.Attempt != ev.Attempt || !bytes.Equal(o.Payload, ev.Payload) {
+			var op, np map[string]any
+			_ = o.DecodePayload(&op)
+			_ = ev.DecodePayload(&np)
+			t.Errorf("seq %d: was %s attempt %d %v, now %s attempt %d %v", ev.Seq, o.Kind, o.Attempt, op, ev.Kind, ev.Attempt, np)
+		}
+		same++
+	}
+	if same == 0 {
+		t.Fatal("no event kept its seq")
+	}
+}

@@ -51,6 +51,8 @@ type TailChunk struct {
 	Seq    uint64
 	Stream protocol.Stream
 	Len    int
+	// Attempt is the service run that printed it (0: a one-shot job's).
+	Attempt int
 }
 
 // ServiceState is the persistent part of a service job.
@@ -88,7 +90,7 @@ func (j *Job) Snapshot() Snapshot {
 				d = d[len(d)-room:]
 			}
 			tail = append(append([]byte(nil), d...), tail...)
-			chunks = append(chunks, TailChunk{Seq: live[i].Seq, Stream: live[i].Stream, Len: len(d)})
+			chunks = append(chunks, TailChunk{Seq: live[i].Seq, Stream: live[i].Stream, Len: len(d), Attempt: live[i].attempt})
 		}
 		slices.Reverse(chunks)
 		s.Tail, s.TailChunks = tail, chunks
@@ -209,10 +211,32 @@ func (m *Manager) Restore(s Snapshot) error {
 	j.offset = info.OutputEnd
 	j.out.end = info.OutputEnd
 	j.seq = info.LastSeq
-	if info.Pid > 0 {
-		ev, _ := protocol.NewEvent(j.id, 1, info.StartedAt, protocol.KindStarted, protocol.StartedPayload{
-			Pid: info.Pid, Pgid: info.Pgid, Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID,
+	// The first run's job.started (seq 1), as it was published: the
+	// record's pid is the first run's only for a one-shot job or a
+	// service's first run; a later run's service has it in its history,
+	// else it is reported missing rather than made up.
+	first := struct {
+		pid     int
+		at      int64
+		attempt int
+	}{info.Pid, info.StartedAt, 0}
+	if sv := s.Service; sv != nil {
+		first.attempt = 1
+		if sv.Attempt > 1 {
+			first.pid = 0
+			for _, r := range sv.History {
+				if r.Attempt == 1 {
+					first.pid, first.at = r.Pid, r.StartedAt
+				}
+			}
+		}
+	}
+	if first.pid > 0 {
+		ev, _ := protocol.NewEvent(j.id, 1, first.at, protocol.KindStarted, protocol.StartedPayload{
+			Pid: first.pid, Pgid: first.pid, Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID,
+			Attempt: first.attempt,
 		})
+		ev.Attempt = first.attempt
 		j.startedEv = &ev
 	}
 	if len(s.Tail) > 0 && s.TailSeq >= 2 {
@@ -221,7 +245,11 @@ func (m *Manager) Restore(s Snapshot) error {
 			// Each with the seq, stream and offset it had.
 			data := s.Tail
 			for _, c := range s.TailChunks {
-				j.out.add(chunk{Chunk: protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: data[:c.Len:c.Len]}, ts: info.LastOutputAt})
+				attempt := c.Attempt
+				if sv := s.Service; attempt == 0 && sv != nil && off >= sv.RunOutputStart {
+					attempt = max(sv.Attempt, 1) // the current run's (older journals)
+				}
+				j.out.add(chunk{Chunk: protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: data[:c.Len:c.Len]}, ts: info.LastOutputAt, attempt: attempt})
 				data, off = data[c.Len:], off+int64(c.Len)
 			}
 		} else {

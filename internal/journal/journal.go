@@ -128,6 +128,8 @@ type TailChunk struct {
 	Seq    uint64 `json:"seq"`
 	Stream string `json:"stream"`
 	Len    int    `json:"len"`
+	// Attempt is the service run that printed it (absent for one-shot jobs).
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // Member identifies one process of a job's group.

@@ -221,7 +221,7 @@ func serviceOf(sv *journal.Service) *jobs.ServiceState {
 	if sv == nil {
 		return nil
 	}
-	st := &jobs.ServiceState{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History}
+	st := &jobs.ServiceState{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History, RunOutputStart: sv.RunOutputStart}
 	for _, e := range sv.Ends {
 		st.Ends = append(st.Ends, time.UnixMilli(e))
 	}
@@ -240,7 +240,7 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		Pty: i.Pty, Cgroup: i.Cgroup,
 	}
 	for _, c := range sn.TailChunks {
-		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len})
+		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len, Attempt: c.Attempt})
 	}
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History, RunOutputStart: sv.RunOutputStart}
@@ -430,7 +430,7 @@ func (s *Server) reapLeftoverCgroups() map[string]string {
 func tailChunks(r journal.Record) []jobs.TailChunk {
 	var out []jobs.TailChunk
 	for _, c := range r.OutputTailChunks {
-		out = append(out, jobs.TailChunk{Seq: c.Seq, Stream: protocol.Stream(c.Stream), Len: c.Len})
+		out = append(out, jobs.TailChunk{Seq: c.Seq, Stream: protocol.Stream(c.Stream), Len: c.Len, Attempt: c.Attempt})
 	}
 	return out
 }
