@@ -418,7 +418,7 @@ func (m *Manager) Get(id string) (*Job, error) {
 	j := m.jobs[id]
 	m.mu.Unlock()
 	if j == nil {
-		return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period; list jobs with list-jobs)", id)
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period)", id)
 	}
 	return j, nil
 }

@@ -189,6 +189,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			if s.httpL != nil {
 				s.httpL.Close()
 			}
+			if s.cgroupBase != nil {
+				_ = s.cgroupBase.Close() // (no job ran: it is empty)
+			}
 		}
 	}()
 	if s.cfg.usesTCP() {

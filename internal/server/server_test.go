@@ -678,3 +678,31 @@ func TestStateDirOfOthersRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedStartLeavesNoCgroup: a start that fails after the job cgroup
+// base was made (here: the control endpoint is taken) removes it (an
+// empty exec-supervisor-<hash> directory was left behind).
+func TestFailedStartLeavesNoCgroup(t *testing.T) {
+	cfg := testConfig(t)
+	first := startServer(t, cfg)
+	h, err := first.client.Health(ctxT(t, 5*time.Second))
+	if err != nil || !h.Cgroups {
+		t.Skipf("no cgroup per job here (%v)", err)
+	}
+	second := cfg
+	second.StateDir = cfg.StateDir + "-2"
+	s, err := New(second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err == nil {
+		s.Close(context.Background())
+		t.Fatal("two supervisors on one control endpoint")
+	}
+	if s.cgroupBase == nil {
+		t.Skip("the failed start made no cgroup base")
+	}
+	if _, err := os.Stat(s.cgroupBase.Dir); !os.IsNotExist(err) {
+		t.Fatalf("cgroup base %s left behind: %v", s.cgroupBase.Dir, err)
+	}
+}
