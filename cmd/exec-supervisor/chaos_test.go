@@ -774,7 +774,7 @@ func TestClientSeesSupervisorRestart(t *testing.T) {
 				if !journalKept {
 					e2.state = filepath.Join(e.root, "other-state")
 				}
-				e2.start(t, "--heartbeat-interval", "100ms")
+				other := e2.start(t, "--heartbeat-interval", "100ms")
 				var ferr error
 				select {
 				case ferr = <-errc:
@@ -786,6 +786,11 @@ func TestClientSeesSupervisorRestart(t *testing.T) {
 					if !errors.Is(ferr, client.ErrSupervisorRestarted) || !errors.As(ferr, &pe) || pe.Code != protocol.CodeNotFound {
 						t.Fatalf("follow after a restart that lost the job: %v", ferr)
 					}
+					// A supervisor on the first state directory again reaps
+					// what the dead one left (its job's cgroup and base).
+					other.cmd.Process.Signal(syscall.SIGTERM)
+					<-other.done
+					e.start(t)
 					return
 				}
 				if ferr != nil {
