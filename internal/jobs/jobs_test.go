@@ -3,7 +3,11 @@ package jobs
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"os/signal"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -336,5 +340,37 @@ func TestSeqReserveCountsFromWrittenJournal(t *testing.T) {
 	j.mu.Unlock()
 	if snap != sn.Info.LastSeq || snap == 0 {
 		t.Fatalf("after the write: reserve from %d, want %d", snap, sn.Info.LastSeq)
+	}
+}
+
+// TestJobsStartWithDefaultSignals: signals this process ignores (nohup's
+// SIGHUP; a gateway's signal.Ignore(SIGTERM) in origin mode) are not
+// passed on to jobs: the kill path's SIGTERM ends them at once (it did
+// nothing, and the job was SIGKILLed after the grace period).
+func TestJobsStartWithDefaultSignals(t *testing.T) {
+	signal.Ignore(syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	defer signal.Reset(syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	m := New(Config{MergeInterval: time.Millisecond, Grace: 5 * time.Second}, nil, nil)
+	defer m.Close(context.Background())
+	info, out := runJob(t, m, protocol.SpawnArgs{Shell: "grep SigIgn /proc/self/status"})
+	var mask uint64
+	if _, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(out, "SigIgn:")), "%x", &mask); err != nil || info.Reason != protocol.ReasonExit {
+		t.Fatalf("%q %v (%s)", out, err, info.Reason)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGPIPE} {
+		if mask&(1<<(uint(sig)-1)) != 0 {
+			t.Fatalf("the job ignores %v (SigIgn %x)", sig, mask)
+		}
+	}
+	started, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get(started.JobID)
+	begin := time.Now()
+	_, _ = j.Kill(protocol.ReasonManualCancel, 0)
+	<-j.Done()
+	if st := j.Info(); st.Signal != "SIGTERM" || time.Since(begin) > 3*time.Second {
+		t.Fatalf("killed by %s after %v", st.Signal, time.Since(begin))
 	}
 }

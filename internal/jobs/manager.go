@@ -255,6 +255,7 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	for _, o := range opts {
 		o(m)
 	}
+	m.unignoreSignals()
 	m.wg.Add(2)
 	go m.sweeper()
 	go m.escapeWatcher()
