@@ -443,3 +443,30 @@ func TestClientAuditFindings(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestOriginModeAuditFindings: Local.Start with a cancelled context
+// started the job anyway; Client.Write of more than a write may carry got
+// the connection closed ("broken pipe") instead of too-large.
+func TestOriginModeAuditFindings(t *testing.T) {
+	s := start(t, nil)
+	local := client.NewLocal(0)
+	defer local.Close(context.Background())
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if j, err := local.Start(cancelled, protocol.SpawnArgs{Argv: []string{"true"}}, 0); err == nil {
+		j.Close()
+		t.Fatal("started with a cancelled context")
+	}
+	ctx := ctxT(t, 10*time.Second)
+	info, err := s.c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"cat"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.c.Kill(context.Background(), info.JobID, "SIGKILL")
+	if _, err := s.c.Write(ctx, info.JobID, make([]byte, 2<<20), false); protocol.CodeOf(err) != protocol.CodeTooLarge {
+		t.Fatalf("a 2 MiB write: %v", err)
+	}
+	if _, err := s.c.Health(ctx); err != nil {
+		t.Fatalf("the connection after it: %v", err)
+	}
+}

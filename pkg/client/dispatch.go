@@ -55,6 +55,12 @@ func (d *Dispatcher) Mode() Mode {
 // one that finishes later (its health check was slow) changes nothing and
 // returns an error.
 func (d *Dispatcher) SetMode(ctx context.Context, m Mode) error {
+	switch {
+	case m != ModeOrigin && m != ModeZMQ:
+		return fmt.Errorf("unknown mode %q (want %s or %s)", m, ModeOrigin, ModeZMQ)
+	case m == ModeZMQ && d.c == nil:
+		return fmt.Errorf("switch to %s: no supervisor client configured", m)
+	}
 	d.mu.Lock()
 	d.gen++
 	gen := d.gen
@@ -95,6 +101,13 @@ func (d *Dispatcher) Start(ctx context.Context, args protocol.SpawnArgs, bufferB
 // Local runs jobs in this process with the supervisor's job engine: own
 // process group per job, the same kill path, timeouts, ring buffer, events
 // and termination reasons. Close it to terminate its jobs.
+//
+// Unlike the supervisor it has no cgroup per job (a descendant that leaves
+// its process group, e.g. with setsid, escapes the kill; strictOwnership
+// and cgroup limits do nothing), no notify socket and no rlimits helper
+// (spawns asking for them fail), and it reaps no orphans: in a gateway that
+// is PID 1 or a subreaper, descendants orphaned by its jobs stay zombies
+// unless the gateway reaps them.
 type Local struct {
 	m    *jobs.Manager
 	sink *localSink
@@ -116,6 +129,9 @@ func (l *Local) Close(ctx context.Context) error { return l.m.Close(ctx) }
 
 // Start spawns a job in this process and follows it.
 func (l *Local) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes int) (*Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // (as the supervisor's Start: nothing is started)
+	}
 	info, err := l.m.Spawn(args)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,13 @@ import (
 // terminal (PTY jobs); eof then closes stdin, or sends Ctrl-D to a terminal.
 func (c *Client) Write(ctx context.Context, jobID string, data []byte, eof bool) (protocol.WriteResult, error) {
 	var r protocol.WriteResult
-	err := c.Call(ctx, protocol.OpWrite, &protocol.WriteArgs{JobID: jobID, Data: data, EOF: eof}, &r)
+	a := &protocol.WriteArgs{JobID: jobID, Data: data, EOF: eof}
+	if err := a.Validate(); err != nil {
+		// (said here: a body over the request limit would only get the
+		// connection closed)
+		return r, err
+	}
+	err := c.Call(ctx, protocol.OpWrite, a, &r)
 	return r, err
 }
 
