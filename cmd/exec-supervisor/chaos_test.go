@@ -335,7 +335,19 @@ func TestPidReuseGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := victim.Process.Pid
+	// Another live process in a group of its own: a record naming our
+	// victim (fingerprint and all) with this one's group must not get
+	// that group terminated (a hostile-journal audit had it killed).
+	bystander := exec.Command("sleep", "300")
+	bystander.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := bystander.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bystander.Process.Kill(); bystander.Wait() })
+	other := bystander.Process.Pid
 	doc := &journal.File{InstanceID: "dead-instance", Jobs: []journal.Record{
+		{JobID: "j-other-group", Shell: "sleep 300", Pid: pid, Pgid: other, StartTicks: ticks, BootID: jobs.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
+		{JobID: "j-own-group", Shell: "sleep 300", Pid: pid, Pgid: syscall.Getpgrp(), StartTicks: ticks, BootID: jobs.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
 		{JobID: "j-reused", Shell: "sleep 300", Pid: pid, Pgid: pid, StartTicks: ticks + 12345, BootID: jobs.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
 		{JobID: "j-otherboot", Shell: "sleep 300", Pid: pid, Pgid: pid, StartTicks: ticks, BootID: "another-boot", State: "running", CreatedAt: time.Now().UnixMilli()},
 		{JobID: "j-gone", Shell: "true", Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running"},
@@ -350,6 +362,9 @@ func TestPidReuseGuard(t *testing.T) {
 	s := e.start(t)
 	if err := syscall.Kill(pid, 0); err != nil || len(proctest.InGroup(pid)) == 0 {
 		t.Fatalf("the unrelated process %d was touched: %v", pid, err)
+	}
+	if err := syscall.Kill(other, 0); err != nil || len(proctest.InGroup(other)) == 0 {
+		t.Fatalf("the group named by a record of another process was terminated: %v", err)
 	}
 	ctx := ctxFor(t, 10*time.Second)
 	if strings.Contains(s.log.String(), "journal unusable") {

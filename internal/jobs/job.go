@@ -436,9 +436,11 @@ func (j *Job) start() error {
 		Pid: j.pid, Pgid: j.pgid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
 		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Attempt: j.attemptTag(),
 	})
-	if j.startedEv == nil {
+	if j.startedEv == nil && started.Seq == 1 {
 		j.startedEv = &started
 	} else {
+		// (a later run's; or a restored job's whose first start is not
+		// known: Events keeps these in seq order among the others)
 		j.keepExtraLocked(started)
 	}
 	if j.timeout > 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,6 +109,10 @@ func TestOutputAllReadPaths(t *testing.T) {
 				m.waitSlots.Store(blockingWaits)
 			}
 			big := strings.Repeat("a", 300_000)
+			// (the leader waits until its setsid'd child has left the group:
+			// a child still in it when the leader's end is handled is
+			// cleared with the group, by design)
+			left := filepath.Join(t.TempDir(), "left")
 			for _, c := range []struct {
 				shell          string
 				stdout, stderr string
@@ -116,7 +121,7 @@ func TestOutputAllReadPaths(t *testing.T) {
 				{"printf out; printf err >&2; exit 4", "out", "err", 4},
 				{"head -c 300000 /dev/zero | tr '\\0' a; head -c 100000 /dev/zero | tr '\\0' b >&2", big, strings.Repeat("b", 100_000), 0},
 				{"echo early; exec >&- 2>&-; sleep 0.2; exit 5", "early\n", "", 5},
-				{"setsid sh -c 'sleep 0.3; echo late' & echo early", "early\nlate\n", "", 0},
+				{"setsid sh -c ': > " + left + "; sleep 0.3; echo late' & while [ ! -e " + left + " ]; do sleep 0.01; done; echo early", "early\nlate\n", "", 0},
 			} {
 				info, _ := runJob(t, m, protocol.SpawnArgs{Shell: c.shell})
 				j, err := m.Get(info.JobID)

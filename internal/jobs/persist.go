@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -381,8 +383,9 @@ func Identify(pid int, startTicks uint64, bootID string) Liveness {
 // up to grace for it to empty, then SIGKILL. It reports whether SIGKILL was
 // needed. The caller must know the group is its own.
 func TerminateGroup(pgid int, session bool, grace time.Duration) (killed bool, err error) {
-	if pgid <= 1 || pgid == os.Getpid() {
-		return false, fmt.Errorf("refusing to terminate process group %d", pgid)
+	// (never our own group or session, whatever a journal says)
+	if sid, _ := unix.Getsid(0); pgid <= 1 || pgid == os.Getpid() || pgid == syscall.Getpgrp() || pgid == sid {
+		return false, fmt.Errorf("refusing to terminate process group %d (ours, or not a job's)", pgid)
 	}
 	signal, alive := func(sig syscall.Signal) error { return signalGroup(pgid, sig) }, func() bool { return groupAlive(pgid) }
 	if session {

@@ -53,6 +53,22 @@ func ProcStartTicks(pid int) (uint64, error) {
 	return parseStartTicks(b, pid)
 }
 
+// ProcGroup returns the process group and session of pid.
+func ProcGroup(pid int) (pgid, sid int, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("read stat of pid %d: %w", pid, err)
+	}
+	f, ok := statFields(b)
+	if !ok || len(f) < 4 {
+		return 0, 0, fmt.Errorf("parse stat of pid %d: malformed", pid)
+	}
+	if pgid, err = strconv.Atoi(f[2]); err == nil {
+		sid, err = strconv.Atoi(f[3])
+	}
+	return pgid, sid, err
+}
+
 func parseStartTicks(b []byte, pid int) (uint64, error) {
 	f, ok := statFields(b)
 	// f[0] is field 3 (state), so field 22 is f[19].

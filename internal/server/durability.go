@@ -144,6 +144,22 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 		return "supervisor restarted before the process was recorded"
 	}
 	live := jobs.Identify(r.Pid, r.StartTicks, r.BootID)
+	if live == jobs.Ours {
+		// A job's leader leads its own group (or session, for a terminal
+		// job): the record's group must be the pid, and the live process
+		// must still lead it. (The journal is input: a record naming a
+		// live process of ours with another group would have that group,
+		// anyone's, terminated.)
+		pg, sid, err := jobs.ProcGroup(r.Pid)
+		own := pg
+		if r.Pty {
+			own = sid
+		}
+		if err != nil || r.Pgid != r.Pid || own != r.Pgid {
+			s.log.Warn("reconcile: the recorded process does not lead the recorded group; not touched", append(attrs, "livePgid", pg, "liveSid", sid)...)
+			return "the recorded process no longer leads the job's group; left untouched"
+		}
+	}
 	switch live {
 	case jobs.Ours:
 		killed, err := jobs.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -184,5 +185,46 @@ func TestRecoveredJobCountedFinished(t *testing.T) {
 	ts := startServer(t, cfg)
 	if v := value(scrape2(t, ts), "exec_supervisor_jobs_finished_total", "reason", "supervisor-restart"); v != 1 {
 		t.Fatalf("finished with supervisor-restart: %v", v)
+	}
+}
+
+// TestResumedServiceEventsInOrder: a service recovered in a later run
+// whose history no longer has run 1 (the normal shape once the history is
+// cut) and is resumed: subscribe returns its events in seq order, none of
+// them also reported missing (the resumed run's job.started was taken for
+// seq 1's and put first).
+func TestResumedServiceEventsInOrder(t *testing.T) {
+	cfg := testConfig(t)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec := protocol.SpawnArgs{Argv: []string{"sleep", "300"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}}
+	doc := &journal.File{InstanceID: "dead", Jobs: []journal.Record{{
+		JobID: "j-svc", Argv: spec.Argv, Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running", LastSeq: 5,
+		Service: &journal.Service{Spec: spec, Attempt: 3, History: []protocol.RunRecord{{Attempt: 2, Pid: 4193999, Reason: protocol.ReasonExit}}},
+	}}}
+	if err := journal.New(cfg.JournalPath()).Save(doc); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, cfg)
+	ctx := ctxT(t, 10*time.Second)
+	defer ts.client.Kill(context.Background(), "j-svc", "SIGKILL")
+	var res protocol.SubscribeResult
+	eventually(t, 10*time.Second, "the service resumed", func() bool {
+		var err error
+		res, err = ts.client.Subscribe(ctx, "j-svc", 1, 0)
+		return err == nil && len(res.Events) > 0 && res.Events[len(res.Events)-1].Kind == protocol.KindStarted
+	})
+	var last uint64
+	for _, ev := range res.Events {
+		if ev.Seq <= last {
+			t.Fatalf("seq %d after %d: %+v", ev.Seq, last, res.Events)
+		}
+		last = ev.Seq
+		for _, m := range res.Missing {
+			if ev.Seq >= m.From && ev.Seq <= m.To {
+				t.Fatalf("seq %d returned and reported missing (%+v)", ev.Seq, res.Missing)
+			}
+		}
 	}
 }
