@@ -374,3 +374,50 @@ func TestJobsStartWithDefaultSignals(t *testing.T) {
 		t.Fatalf("killed by %s after %v", st.Signal, time.Since(begin))
 	}
 }
+
+// TestRestoreRefusesImplausibleRecords: journal records are input. A
+// negative or wrapping output end, or a tail longer than the output, is
+// refused (restored jobs then failed every poll); a record whose last seq
+// is not past its start gets its end after the start (both were seq 1);
+// a tail chunk's attempt beyond the service's run count is dropped; a
+// history longer than kept is cut.
+func TestRestoreRefusesImplausibleRecords(t *testing.T) {
+	m := New(Config{}, nil, nil)
+	defer m.Close(context.Background())
+	base := func(id string) Snapshot {
+		return Snapshot{Info: protocol.JobInfo{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonExit, Pid: 4194000, LastSeq: 3, OutputEnd: 10}}
+	}
+	for _, bad := range []func(*Snapshot){
+		func(s *Snapshot) { s.Info.OutputEnd = -100 },
+		func(s *Snapshot) { s.Info.OutputEnd = 1<<63 - 1 },
+		func(s *Snapshot) { s.Tail, s.TailSeq = make([]byte, 20), 2 },
+		func(s *Snapshot) { s.Service = &ServiceState{Attempt: -1} },
+	} {
+		s := base("j-bad")
+		bad(&s)
+		if err := m.Restore(s); err == nil {
+			t.Fatalf("restored %+v", s.Info)
+		}
+	}
+	s := base("j-low")
+	s.Info.LastSeq = 0
+	if err := m.Restore(s); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get("j-low")
+	res, _ := j.Events(1, 0)
+	if len(res.Events) != 2 || res.Events[0].Seq != 1 || res.Events[1].Seq != 2 {
+		t.Fatalf("events %+v", res.Events)
+	}
+	s = base("j-svc")
+	s.Tail, s.TailSeq, s.TailChunks = []byte("ab"), 3, []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 1, Attempt: 1 << 40}, {Seq: 3, Stream: protocol.Stdout, Len: 1, Attempt: 2}}
+	s.Service = &ServiceState{Attempt: 2, History: make([]protocol.RunRecord, 3000)}
+	if err := m.Restore(s); err != nil {
+		t.Fatal(err)
+	}
+	j, _ = m.Get("j-svc")
+	res, _ = j.Events(2, 0)
+	if res.Events[0].Attempt != 0 || res.Events[1].Attempt != 2 || len(j.history) > protocol.HistoryRuns {
+		t.Fatalf("attempts %d %d, history %d", res.Events[0].Attempt, res.Events[1].Attempt, len(j.history))
+	}
+}

@@ -199,6 +199,19 @@ func (m *Manager) Restore(s Snapshot) error {
 	if info.LastSeq > 1<<62 || s.TailSeq > 1<<62 { // (the journal is input: no seq may wrap)
 		return fmt.Errorf("restore %s: implausible seqs (last %d, tail %d)", info.JobID, info.LastSeq, s.TailSeq)
 	}
+	// (the journal is input: offsets must not be negative or wrap, and
+	// the tail ends at the output's end)
+	if info.OutputEnd < 0 || info.OutputEnd > 1<<62 || int64(len(s.Tail)) > info.OutputEnd {
+		return fmt.Errorf("restore %s: implausible output end %d (tail of %d bytes)", info.JobID, info.OutputEnd, len(s.Tail))
+	}
+	if sv := s.Service; sv != nil {
+		if sv.Attempt < 0 || sv.Attempt > 1<<30 || sv.Restarts < 0 || sv.Restarts > 1<<30 || sv.RunOutputStart < 0 {
+			return fmt.Errorf("restore %s: implausible service counts (attempt %d, restarts %d)", info.JobID, sv.Attempt, sv.Restarts)
+		}
+		if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
+			sv.History = sv.History[n:] // (as a running job keeps it)
+		}
+	}
 	j := &Job{
 		m: m, id: info.JobID, done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
 		spec: protocol.SpawnArgs{Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID},
@@ -248,7 +261,10 @@ func (m *Manager) Restore(s Snapshot) error {
 			data := s.Tail
 			for _, c := range s.TailChunks {
 				attempt := c.Attempt
-				if sv := s.Service; attempt == 0 && sv != nil && off >= sv.RunOutputStart {
+				switch sv := s.Service; {
+				case sv == nil || attempt < 0 || attempt > max(sv.Attempt, 1):
+					attempt = 0 // (a one-shot job's chunks have none; nor has a run not yet run)
+				case attempt == 0 && off >= sv.RunOutputStart:
 					attempt = max(sv.Attempt, 1) // the current run's (older journals)
 				}
 				j.out.add(chunk{Chunk: protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: data[:c.Len:c.Len]}, ts: info.LastOutputAt, attempt: attempt})
@@ -266,6 +282,7 @@ func (m *Manager) Restore(s Snapshot) error {
 	if j.seq < s.TailSeq {
 		j.seq = s.TailSeq
 	}
+
 	if s.Interrupted {
 		// Events past the record may have gone out before the previous
 		// supervisor died, up to seqReserve past it: number the later
@@ -276,6 +293,9 @@ func (m *Manager) Restore(s Snapshot) error {
 		// (a new terminal event; also when the record's last seq is not
 		// past its output, as in journals without a terminal event)
 		j.seq++
+	}
+	if j.startedEv != nil && j.seq <= j.startedEv.Seq {
+		j.seq = j.startedEv.Seq + 1 // (a record whose last seq is not past its start)
 	}
 	kind := protocol.KindFailed
 	if info.Reason == protocol.ReasonExit {
