@@ -1399,6 +1399,19 @@ func TestRestartKeepsServiceEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	printed := func() int {
+		res, err := s.client.Poll(ctx, j.JobID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Chunks)
+	}
+	for deadline := time.Now().Add(20 * time.Second); printed() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first run printed nothing")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the first run's output
+	}
 	if _, err := s.client.Restart(ctx, j.JobID); err != nil {
 		t.Fatal(err)
 	}
