@@ -45,6 +45,10 @@ type File struct {
 	Pid        int      `json:"pid"`
 	WrittenAt  int64    `json:"writtenAt"`
 	Jobs       []Record `json:"jobs"`
+	// Dropped (not stored) says which records Load left out as invalid
+	// (the others are used), and KeptAt where the file as read was copied.
+	Dropped []string `json:"-"`
+	KeptAt  string   `json:"-"`
 }
 
 // Record is what the journal keeps of one job: enough to report its fate
@@ -205,6 +209,13 @@ func (j *Journal) Load() (*File, error) {
 		doc, perr = nil, foreign
 	}
 	if perr == nil {
+		if len(doc.Dropped) > 0 {
+			// (the next write leaves them out: the file as read is kept)
+			doc.KeptAt = j.path + ".partial-" + time.Now().UTC().Format("20060102T150405.000Z")
+			if err := os.WriteFile(doc.KeptAt, b, 0o600); err != nil {
+				doc.KeptAt = ""
+			}
+		}
 		return doc, nil
 	}
 	moved := j.path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
@@ -244,23 +255,35 @@ func parse(b []byte) (*File, error) {
 	if doc.Version != Version {
 		return nil, fmt.Errorf("unknown journal version %d (this supervisor reads %d)", doc.Version, Version)
 	}
+	// An invalid record is left out, not the journal: the other jobs'
+	// fates and orphans are still known.
 	seen := map[string]bool{}
+	kept := doc.Jobs[:0]
 	for i, r := range doc.Jobs {
+		why := ""
 		switch {
 		case r.JobID == "":
-			return nil, fmt.Errorf("record %d has no jobId", i)
+			why = fmt.Sprintf("record %d has no jobId", i)
 		case seen[r.JobID]:
-			return nil, fmt.Errorf("job %q recorded twice", r.JobID)
+			why = fmt.Sprintf("job %.128q recorded twice (the first is kept)", r.JobID)
 		case r.Pid < 0 || r.Pgid < 0:
-			return nil, fmt.Errorf("job %q has a negative pid", r.JobID)
+			why = fmt.Sprintf("job %.128q has a negative pid", r.JobID)
 		}
 		switch r.State {
 		case "starting", "running", "exiting", "restarting", "exited":
 		default:
-			return nil, fmt.Errorf("job %q has unknown state %q", r.JobID, r.State)
+			if why == "" {
+				why = fmt.Sprintf("job %.128q has unknown state %.32q", r.JobID, r.State)
+			}
+		}
+		if why != "" {
+			doc.Dropped = append(doc.Dropped, why)
+			continue
 		}
 		seen[r.JobID] = true
+		kept = append(kept, r)
 	}
+	doc.Jobs = kept
 	return &doc, nil
 }
 

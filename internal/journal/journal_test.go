@@ -256,13 +256,6 @@ func TestLoadCorrupt(t *testing.T) {
 		{"version-zero", []byte(`{"version":0,"jobs":[]}`)},
 		{"missing-version", []byte(`{"jobs":[]}`)},
 		{"jobs-wrong-type", []byte(`{"version":1,"jobs":{}}`)},
-		{"duplicate-jobId", []byte(rec(`{"jobId":"a","state":"running"},{"jobId":"a","state":"exited"}`))},
-		{"missing-jobId", []byte(rec(`{"state":"running"}`))},
-		{"empty-jobId", []byte(rec(`{"jobId":"","state":"running"}`))},
-		{"unknown-state", []byte(rec(`{"jobId":"a","state":"zombie"}`))},
-		{"missing-state", []byte(rec(`{"jobId":"a"}`))},
-		{"negative-pid", []byte(rec(`{"jobId":"a","state":"running","pid":-5,"pgid":5}`))},
-		{"negative-pgid", []byte(rec(`{"jobId":"a","state":"running","pid":5,"pgid":-5}`))},
 		{"unknown-record-field", []byte(rec(`{"jobId":"a","state":"running","bogus":true}`))},
 		{"trailing-garbage", append(append([]byte{}, valid...), []byte("garbage")...)},
 		{"trailing-second-document", append(append([]byte{}, valid...), valid...)},
@@ -903,5 +896,29 @@ func TestOthersJournalIsNotTrusted(t *testing.T) {
 	var ce *CorruptError
 	if !errors.As(err, &ce) || !strings.Contains(ce.Err.Error(), "owned by uid 65534") || len(doc.Jobs) != 0 {
 		t.Fatalf("another user's journal: %+v %v", doc, err)
+	}
+}
+
+// TestInvalidRecordsAreLeftOut: a record that is invalid on its own (no
+// jobId, a duplicate, a negative pid, an unknown state) is left out and
+// the others are used (one bad record moved the whole journal aside, with
+// every other job's fate and orphans); the file as read is kept aside.
+func TestInvalidRecordsAreLeftOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.json")
+	data := `{"version":1,"instanceId":"x","pid":1,"writtenAt":1,"jobs":[` +
+		`{"jobId":"good","state":"exited"},{"state":"running"},{"jobId":"","state":"running"},{"jobId":"good","state":"running"},` +
+		`{"jobId":"neg","state":"running","pid":-5},{"jobId":"zombie","state":"zombie"},{"jobId":"nostate"},{"jobId":"good2","state":"running","pid":7,"pgid":7}]}`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := New(path).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Jobs) != 2 || doc.Jobs[0].JobID != "good" || doc.Jobs[0].State != "exited" || doc.Jobs[1].JobID != "good2" || len(doc.Dropped) != 6 {
+		t.Fatalf("kept %+v, dropped %q", doc.Jobs, doc.Dropped)
+	}
+	if b, err := os.ReadFile(doc.KeptAt); err != nil || string(b) != data {
+		t.Fatalf("the file as read was not kept (%q): %v", doc.KeptAt, err)
 	}
 }

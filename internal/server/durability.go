@@ -32,6 +32,10 @@ func (s *Server) recover() {
 		s.log.Error("journal unreadable; starting with an empty job table", "path", s.journal.Path(), "err", err)
 		return
 	}
+	if doc != nil && len(doc.Dropped) > 0 {
+		s.journalCorrupt.Add(1)
+		s.log.Error("journal records invalid; left out (the others are recovered)", "path", s.journal.Path(), "keptAt", doc.KeptAt, "dropped", doc.Dropped)
+	}
 	if doc == nil || len(doc.Jobs) == 0 {
 		return
 	}
