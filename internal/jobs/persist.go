@@ -173,10 +173,14 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 // each running job's reserve counts (see seqReserve). A snapshot whose
 // write failed must not count.
 func (m *Manager) Journaled(snaps []Snapshot) {
-	for _, sn := range snaps {
-		m.mu.Lock()
-		j := m.jobs[sn.Info.JobID]
-		m.mu.Unlock()
+	js := make([]*Job, len(snaps))
+	m.mu.Lock()
+	for i, sn := range snaps {
+		js[i] = m.jobs[sn.Info.JobID]
+	}
+	m.mu.Unlock()
+	for i, sn := range snaps {
+		j := js[i]
 		if j == nil {
 			continue
 		}

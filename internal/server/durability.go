@@ -108,7 +108,7 @@ func (s *Server) recover() {
 				if r.Service == nil || !s.cfg.ResumeServices {
 					// It ended here (a resumed service ends later, and is
 					// counted then).
-					s.metrics.Finished.WithLabelValues(string(protocol.ReasonSupervisorRestart)).Inc()
+					s.countFinished(protocol.ReasonSupervisorRestart)
 				}
 			}
 		}(r)

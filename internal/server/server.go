@@ -108,6 +108,17 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// countFinished counts a job's end (and a timeout, if that was it).
+func (s *Server) countFinished(r protocol.Reason) {
+	s.metrics.Finished.WithLabelValues(string(r)).Inc()
+	switch r {
+	case protocol.ReasonOverallTimeout:
+		s.metrics.Timeouts.WithLabelValues("overall").Inc()
+	case protocol.ReasonNoOutputTimeout:
+		s.metrics.Timeouts.WithLabelValues("no_output").Inc()
+	}
+}
+
 // InstanceID identifies this run of the supervisor; it changes on restart.
 func (s *Server) InstanceID() string { return s.instanceID }
 
@@ -159,18 +170,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.cgroupNote = "disabled with --no-cgroups"
 	}
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
-		Changed:   s.markDirty,
-		Spawned:   s.metrics.Spawned.Inc,
-		Restarted: s.metrics.Restarts.Inc,
-		Finished: func(r protocol.Reason) {
-			s.metrics.Finished.WithLabelValues(string(r)).Inc()
-			switch r {
-			case protocol.ReasonOverallTimeout:
-				s.metrics.Timeouts.WithLabelValues("overall").Inc()
-			case protocol.ReasonNoOutputTimeout:
-				s.metrics.Timeouts.WithLabelValues("no_output").Inc()
-			}
-		},
+		Changed:         s.markDirty,
+		Spawned:         s.metrics.Spawned.Inc,
+		Restarted:       s.metrics.Restarts.Inc,
+		Finished:        s.countFinished,
 		OutputBytes:     func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
 		CleanupKill:     func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
 		OwnershipEscape: s.metrics.OwnershipEscapes.Inc,

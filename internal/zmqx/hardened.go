@@ -382,9 +382,6 @@ type hardenedConn struct {
 	rejected bool
 }
 
-// rejectedAlready reports whether c's refusal was counted already.
-func (c *hardenedConn) rejectedAlready() bool { return c.rejected }
-
 func (c *hardenedConn) Read(p []byte) (int, error) {
 	var n int
 	if len(c.replay) > 0 {

@@ -94,7 +94,7 @@ func (p *Publisher) acceptLoop() {
 func (p *Publisher) serve(c *hardenedConn) {
 	defer p.wg.Done()
 	if err := handshake(c, p.policy, "PUB"); err != nil {
-		if !c.rejectedAlready() { // (else counted with its reason)
+		if !c.rejected { // (else counted with its reason)
 			p.policy.reject("handshake", c.RemoteAddr().String(), err)
 		}
 		c.Close()

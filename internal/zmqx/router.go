@@ -175,7 +175,7 @@ func (r *Router) acceptLoop() {
 func (r *Router) serve(c *hardenedConn) {
 	defer r.wg.Done()
 	if err := handshake(c, r.policy, "ROUTER"); err != nil {
-		if !c.rejectedAlready() { // (else counted with its reason)
+		if !c.rejected { // (else counted with its reason)
 			r.policy.reject("handshake", c.RemoteAddr().String(), err)
 		}
 		c.Close()
