@@ -599,10 +599,23 @@ func TestOperatorFindings(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	var stderr2 proctest.Buffer
+	running := func() int {
+		_, out, _ := s.ctl(t, "--json", "list", "--state", "running")
+		return strings.Count(out, `"jobId"`)
+	}
+	before := running() // (the job interrupted above runs on)
 	go func() {
 		done <- run(ctx, append(s.globals(), "spawn", "--wait", "--", "sleep", "300"), &stdout, &stderr2)
 	}()
-	time.AfterFunc(200*time.Millisecond, cancel) // Ctrl-C while it waits
+	go func() { // Ctrl-C once the new job runs (spawn --wait is waiting then)
+		for ctx.Err() == nil {
+			if running() > before {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // polling for the job
+		}
+	}()
 	if code := <-done; code != 130 || !strings.Contains(stderr2.String(), "execctl kill j-") {
 		t.Fatalf("interrupted spawn --wait: exit %d, stderr %q", code, stderr2.String())
 	}

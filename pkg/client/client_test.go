@@ -384,8 +384,17 @@ func TestClientAuditFindings(t *testing.T) {
 
 	t.Run("abandoned spawn names its job", func(t *testing.T) {
 		wctx, cancel := context.WithCancel(ctx)
-		stop := time.AfterFunc(100*time.Millisecond, cancel)
-		defer stop.Stop()
+		defer cancel()
+		// Cancelled once the job runs (its reply is held by then).
+		go func() {
+			for wctx.Err() == nil {
+				if jobs, err := s.c.ListJobs(ctx, protocol.ListJobsArgs{State: protocol.StateRunning}); err == nil && len(jobs) > 0 {
+					cancel()
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // polling for the job
+			}
+		}()
 		info, _, err := s.c.SpawnWait(wctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}}, time.Hour)
 		var ae *client.AbandonedError
 		if !errors.As(err, &ae) || !errors.Is(err, context.Canceled) || ae.JobID == "" || info.JobID != ae.JobID {
