@@ -154,8 +154,9 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 		}
 	}
 	m.mu.Unlock()
-	// Usually most are finished and cached: room for the others only.
-	var out []Snapshot
+	// Usually most are finished and cached: room for the others only
+	// (a Snapshot is large; growing the slice by appends copied them).
+	todo := js[:0]
 	for _, j := range js {
 		j.mu.Lock()
 		finished, seq := j.state == Exited, j.seq
@@ -163,7 +164,11 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 		if finished && cached != nil && cached(j.id, seq) {
 			continue
 		}
-		out = append(out, j.Snapshot())
+		todo = append(todo, j)
+	}
+	out := make([]Snapshot, len(todo))
+	for i, j := range todo {
+		out[i] = j.Snapshot()
 	}
 	return out
 }

@@ -73,6 +73,8 @@ type Server struct {
 	journalFailing bool                        // under journalMu
 	members        map[string][]journal.Member // under journalMu: last group scan
 	recCache       map[string]cachedRecord     // under journalMu: encoded finished records
+	recGen         uint64                      // under journalMu: writes so far (cachedRecord.gen)
+	encBuf         [][]byte                    // under journalMu: the records of a write, reused
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
