@@ -82,7 +82,7 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	defer signal.Stop(winch)
 	sendSize := func() {
 		if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
-			_ = g.client.Resize(ctx, id, ws.Row, ws.Col)
+			_ = g.client.Resize(ctx, id, int(min(ws.Row, protocol.MaxTermSize)), int(min(ws.Col, protocol.MaxTermSize)))
 		}
 	}
 	sendSize()

@@ -152,8 +152,8 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	labels := fs.StringArray("label", nil, "K=V label (repeatable)")
 	session := fs.String("session", "", "session id to group jobs")
 	usePty := fs.Bool("pty", false, "run on a pseudo-terminal (drive it with write, send-keys, resize)")
-	rows := fs.Uint16("rows", 0, "terminal rows with --pty (default 24)")
-	cols := fs.Uint16("cols", 0, "terminal columns with --pty (default 80)")
+	rows := fs.Int("rows", 0, "terminal rows with --pty (default 24)")
+	cols := fs.Int("cols", 0, "terminal columns with --pty (default 80)")
 	stdin := fs.Bool("stdin", false, "keep the job's stdin open for 'execctl write' (default: /dev/null)")
 	svc := serviceFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -949,12 +949,12 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if fs.NArg() != 3 {
 		return 0, &usageError{msg: "want JOB ROWS COLS", hint: "execctl resize JOB 40 120"}
 	}
-	var r, c uint16
-	if _, err := fmt.Sscan(fs.Arg(1), &r); err != nil || r == 0 {
-		return 0, &usageError{msg: fmt.Sprintf("ROWS %q must be a number in 1..65535", fs.Arg(1))}
+	var r, c int
+	if _, err := fmt.Sscan(fs.Arg(1), &r); err != nil || r < 1 || r > protocol.MaxTermSize {
+		return 0, &usageError{msg: fmt.Sprintf("ROWS %q must be a number in 1..%d", fs.Arg(1), protocol.MaxTermSize)}
 	}
-	if _, err := fmt.Sscan(fs.Arg(2), &c); err != nil || c == 0 {
-		return 0, &usageError{msg: fmt.Sprintf("COLS %q must be a number in 1..65535", fs.Arg(2))}
+	if _, err := fmt.Sscan(fs.Arg(2), &c); err != nil || c < 1 || c > protocol.MaxTermSize {
+		return 0, &usageError{msg: fmt.Sprintf("COLS %q must be a number in 1..%d", fs.Arg(2), protocol.MaxTermSize)}
 	}
 	return exitOK, g.client.Resize(ctx, fs.Arg(0), r, c)
 }

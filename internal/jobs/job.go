@@ -704,7 +704,7 @@ func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, e
 	if err != nil {
 		return nil, files, fmt.Errorf("open pty: %w", err)
 	}
-	rows, cols := j.spec.Pty.Rows, j.spec.Pty.Cols
+	rows, cols := uint16(j.spec.Pty.Rows), uint16(j.spec.Pty.Cols) // (1..10000 or 0: Validate)
 	if rows == 0 {
 		rows = 24
 	}

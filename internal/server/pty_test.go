@@ -216,6 +216,28 @@ func TestPipeStdin(t *testing.T) {
 	if _, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"true"}, Stdin: true, Pty: &protocol.PtyArgs{}}); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
 		t.Fatalf("stdin with pty: %v", err)
 	}
+	// Terminal sizes out of 1..10000 are refused, not taken modulo 65536
+	// (65537 rows were a 1-row terminal): in spawn's pty as in resize.
+	for _, size := range []map[string]any{{"rows": 65537}, {"cols": 100000}, {"rows": -1}, {"rows": 10001, "cols": 80}} {
+		args := map[string]any{"argv": []string{"true"}, "pty": size}
+		if err := ts.client.Call(ctx, protocol.OpSpawn, args, nil); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+			t.Fatalf("spawn with pty %v: %v", size, err)
+		}
+		args = map[string]any{"jobId": noin.JobID, "rows": 24, "cols": 80}
+		for k, v := range size {
+			args[k] = v
+		}
+		if err := ts.client.Call(ctx, protocol.OpResize, args, nil); protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "1..10000") {
+			t.Fatalf("resize to %v: %v", size, err)
+		}
+	}
+	big, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "stty size", Pty: &protocol.PtyArgs{Rows: 10000, Cols: 10000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _, _ := waitDone(t, ts.client, big.JobID, 10*time.Second); !strings.Contains(out, "10000 10000") {
+		t.Fatalf("a 10000x10000 terminal: stty says %q", out)
+	}
 }
 
 // TestPTYBracketedPaste: a program that turns bracketed paste on gets

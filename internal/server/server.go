@@ -724,7 +724,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := j.Resize(a.Rows, a.Cols); err != nil {
+		if err := j.Resize(uint16(a.Rows), uint16(a.Cols)); err != nil { // (1..10000: Validate)
 			return nil, err
 		}
 		info := j.Info()

@@ -24,7 +24,7 @@ func (c *Client) Write(ctx context.Context, jobID string, data []byte, eof bool)
 }
 
 // Resize changes a PTY job's terminal size (the program gets SIGWINCH).
-func (c *Client) Resize(ctx context.Context, jobID string, rows, cols uint16) error {
+func (c *Client) Resize(ctx context.Context, jobID string, rows, cols int) error {
 	return c.Call(ctx, protocol.OpResize, &protocol.ResizeArgs{JobID: jobID, Rows: rows, Cols: cols}, nil)
 }
 

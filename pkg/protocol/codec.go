@@ -322,6 +322,9 @@ func (a *SpawnArgs) Validate() error {
 		if a.Stdin {
 			return Errorf(CodeInvalidArgument, "stdin and pty exclude each other (a pty job's input is its terminal)")
 		}
+		if a.Pty.Rows < 0 || a.Pty.Cols < 0 || a.Pty.Rows > MaxTermSize || a.Pty.Cols > MaxTermSize {
+			return Errorf(CodeInvalidArgument, "pty.rows and pty.cols must be 1..%d, or 0 for 24x80 (got %dx%d)", MaxTermSize, a.Pty.Rows, a.Pty.Cols)
+		}
 		if len(a.Pty.Term) > 64 || strings.ContainsAny(a.Pty.Term, "\x00=") {
 			return Errorf(CodeInvalidArgument, "pty.term must be at most 64 bytes without NUL or '='")
 		}
@@ -419,8 +422,8 @@ func (a *ResizeArgs) Validate() error {
 	if err := validJobID(a.JobID); err != nil {
 		return err
 	}
-	if a.Rows == 0 || a.Cols == 0 || a.Rows > 10000 || a.Cols > 10000 {
-		return Errorf(CodeInvalidArgument, "rows and cols must be 1..10000 (got %dx%d)", a.Rows, a.Cols)
+	if a.Rows < 1 || a.Cols < 1 || a.Rows > MaxTermSize || a.Cols > MaxTermSize {
+		return Errorf(CodeInvalidArgument, "rows and cols must be 1..%d (got %dx%d)", MaxTermSize, a.Rows, a.Cols)
 	}
 	return nil
 }

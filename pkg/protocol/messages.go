@@ -79,11 +79,13 @@ type SpawnArgs struct {
 	WaitMs int64 `msgpack:"waitMs,omitempty" json:"waitMs,omitempty"`
 }
 
-// PtyArgs sizes a job's terminal. Zero Rows/Cols mean 24x80; empty Term
-// means xterm-256color (an explicit TERM in Env wins).
+// PtyArgs sizes a job's terminal: Rows and Cols 1..10000, zero meaning
+// 24x80 (ints, not uint16: a value out of range is refused, where a
+// 16-bit field would have taken it modulo 65536); empty Term means
+// xterm-256color (an explicit TERM in Env wins).
 type PtyArgs struct {
-	Rows uint16 `msgpack:"rows,omitempty" json:"rows,omitempty"`
-	Cols uint16 `msgpack:"cols,omitempty" json:"cols,omitempty"`
+	Rows int `msgpack:"rows,omitempty" json:"rows,omitempty"`
+	Cols int `msgpack:"cols,omitempty" json:"cols,omitempty"`
 	Term string `msgpack:"term,omitempty" json:"term,omitempty"`
 }
 
@@ -106,8 +108,9 @@ type WriteResult struct {
 // ResizeArgs are the arguments of OpResize.
 type ResizeArgs struct {
 	JobID string `msgpack:"jobId" json:"jobId"`
-	Rows  uint16 `msgpack:"rows" json:"rows"`
-	Cols  uint16 `msgpack:"cols" json:"cols"`
+	// Rows and Cols are 1..10000.
+	Rows int `msgpack:"rows" json:"rows"`
+	Cols int `msgpack:"cols" json:"cols"`
 }
 
 // Env modes of SpawnArgs.EnvMode.

@@ -183,6 +183,9 @@ const (
 	MaxLabels = 64
 	// MaxLabelBytes is the maximum size of one label key or value.
 	MaxLabelBytes = 256
+	// MaxTermSize bounds a terminal's rows and columns (spawn's pty,
+	// resize).
+	MaxTermSize = 10000
 	// MaxIDBytes is the maximum size of a request id, job id or session id.
 	MaxIDBytes = 128
 	// MaxTimeoutMs is the largest timeout accepted (7 days).
