@@ -194,7 +194,10 @@ func (j *Journal) Load() (*File, error) {
 		return &File{Version: Version}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open journal %s: %w", j.path, err)
+		// Unreadable (permissions, a symlink, ...): the next write would
+		// replace the only record of the jobs it names, so it is moved
+		// aside like a corrupt one, or nothing is written at all.
+		return j.moveAside(fmt.Errorf("open: %w", err))
 	}
 	// Another user's journal (planted while the directory was open to
 	// them) would choose services to run and groups to terminate.
@@ -202,7 +205,7 @@ func (j *Journal) Load() (*File, error) {
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("read journal %s: %w", j.path, err)
+		return j.moveAside(fmt.Errorf("read: %w", err)) // (a directory, say)
 	}
 	doc, perr := parse(b)
 	if foreign != nil {
@@ -218,6 +221,14 @@ func (j *Journal) Load() (*File, error) {
 		}
 		return doc, nil
 	}
+	return j.moveAside(perr)
+}
+
+// moveAside renames an unusable journal (why: perr) out of the way and
+// returns an empty one with a *CorruptError; if it cannot be renamed, an
+// error that is not a *CorruptError: the caller must not write the
+// journal then (a write would replace it).
+func (j *Journal) moveAside(perr error) (*File, error) {
 	moved := j.path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
 	if err := os.Rename(j.path, moved); err != nil {
 		return nil, fmt.Errorf("journal %s is unusable (%v) and could not be moved aside: %w", j.path, perr, err)

@@ -922,3 +922,55 @@ func TestInvalidRecordsAreLeftOut(t *testing.T) {
 		t.Fatalf("the file as read was not kept (%q): %v", doc.KeptAt, err)
 	}
 }
+
+// TestUnreadableJournalMovedAside: a journal that cannot be read (a
+// symlink, which is never followed; a directory) is moved aside like a
+// corrupt one, so that the first write cannot replace it; one that cannot
+// be moved aside either is an error that is not a *CorruptError (the
+// supervisor then refuses to start).
+func TestUnreadableJournalMovedAside(t *testing.T) {
+	for name, make := range map[string]func(path string) error{
+		"symlink":   func(path string) error { return os.Symlink("/nonexistent/journal.json", path) },
+		"directory": func(path string) error { return os.Mkdir(path, 0o700) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "journal.json")
+			if err := make(path); err != nil {
+				t.Fatal(err)
+			}
+			doc, err := New(path).Load()
+			var ce *CorruptError
+			if !errors.As(err, &ce) || doc == nil || len(doc.Jobs) != 0 {
+				t.Fatalf("Load = %+v, %v; want an empty journal and a *CorruptError", doc, err)
+			}
+			if _, err := os.Lstat(ce.MovedTo); err != nil || !strings.HasPrefix(filepath.Base(ce.MovedTo), "journal.json.corrupt-") {
+				t.Fatalf("moved to %q: %v", ce.MovedTo, err)
+			}
+			if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the unreadable journal is still in place: %v", err)
+			}
+		})
+	}
+	t.Run("cannot be moved aside", func(t *testing.T) {
+		// A mount point cannot be renamed (EBUSY): bind-mount a directory
+		// on the journal's path.
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to bind-mount (the rename of a mount point fails with EBUSY)")
+		}
+		dir := t.TempDir()
+		path := filepath.Join(dir, "journal.json")
+		if err := os.Mkdir(path, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount(t.TempDir(), path, "", syscall.MS_BIND, ""); err != nil {
+			t.Skipf("cannot bind-mount here (%v); the rename-fails case is not tested", err)
+		}
+		defer syscall.Unmount(path, syscall.MNT_DETACH)
+		doc, err := New(path).Load()
+		var ce *CorruptError
+		if err == nil || errors.As(err, &ce) || doc != nil || !strings.Contains(err.Error(), "could not be moved aside") {
+			t.Fatalf("Load = %+v, %v; want a plain error saying it could not be moved aside", doc, err)
+		}
+	})
+}

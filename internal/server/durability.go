@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,8 +20,11 @@ import (
 // reconciled against the process table and recorded as failed with reason
 // supervisor-restart. A live process whose pid, start time and boot id all
 // match is an orphan we own: its process group is terminated through the
-// normal TERM/grace/KILL path. Anything else is never touched.
-func (s *Server) recover() {
+// normal TERM/grace/KILL path. Anything else is never touched. An error
+// means the journal can be neither read nor moved aside: the supervisor
+// must not start (its first write would replace the record of the jobs
+// a previous run left running).
+func (s *Server) recover() error {
 	reaped := s.reapLeftoverCgroups()
 	doc, err := s.journal.Load()
 	var ce *journal.CorruptError
@@ -29,15 +33,14 @@ func (s *Server) recover() {
 		s.journalCorrupt.Add(1)
 		s.log.Error("journal unusable; moved aside, starting with an empty job table", "path", ce.Path, "movedTo", ce.MovedTo, "err", ce.Err)
 	case err != nil:
-		s.log.Error("journal unreadable; starting with an empty job table", "path", s.journal.Path(), "err", err)
-		return
+		return fmt.Errorf("%w (fix its permissions or move it away; nothing was started)", err)
 	}
 	if doc != nil && len(doc.Dropped) > 0 {
 		s.journalCorrupt.Add(1)
 		s.log.Error("journal records invalid; left out (the others are recovered)", "path", s.journal.Path(), "keptAt", doc.KeptAt, "dropped", doc.Dropped)
 	}
 	if doc == nil || len(doc.Jobs) == 0 {
-		return
+		return nil
 	}
 	now := time.Now()
 	cutoff := now.Add(-s.cfg.Jobs.Retention).UnixMilli()
@@ -116,6 +119,7 @@ func (s *Server) recover() {
 	wg.Wait()
 	s.log.Info("journal recovered", "path", s.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
 	s.resumeServices(resume)
+	return nil
 }
 
 // resumeServices starts again the services whose supervision ended only

@@ -229,7 +229,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 	}
 	// Settle what a previous run left behind before serving anyone.
-	s.recover()
+	if err := s.recover(); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
 	s.writeJournal(false)
 
 	s.pub.sock = eventSink{s}

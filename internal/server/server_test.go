@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -677,6 +678,64 @@ func TestStateDirOfOthersRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUnreadableJournalNotOverwritten: a journal the supervisor cannot
+// read is moved aside before anything is written (the first write used to
+// replace it, losing the record of the jobs a crashed run left running);
+// one it cannot move aside either stops the start, naming the journal.
+func TestUnreadableJournalNotOverwritten(t *testing.T) {
+	cfg := testConfig(t)
+	if err := os.MkdirAll(filepath.Dir(cfg.JournalPath()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Unreadable: a directory where the file should be (EISDIR on read),
+	// with something in it to recognise.
+	if err := os.Mkdir(cfg.JournalPath(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.JournalPath(), "mark"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, cfg)
+	if _, err := ts.client.Health(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	aside, _ := filepath.Glob(cfg.JournalPath() + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("moved aside: %v", aside)
+	}
+	if _, err := os.Stat(filepath.Join(aside[0], "mark")); err != nil {
+		t.Fatalf("what was there is not kept: %v", err)
+	}
+
+	t.Run("cannot be moved aside", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to bind-mount on the journal's path (a mount point cannot be renamed)")
+		}
+		cfg := testConfig(t)
+		path := cfg.JournalPath()
+		if err := os.MkdirAll(path, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount(t.TempDir(), path, "", syscall.MS_BIND, ""); err != nil {
+			t.Skipf("cannot bind-mount here (%v)", err)
+		}
+		defer syscall.Unmount(path, syscall.MNT_DETACH)
+		s, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err == nil {
+			s.Close(context.Background())
+			t.Fatal("started over a journal it can neither read nor move aside")
+		} else if !strings.Contains(err.Error(), "journal") || !strings.Contains(err.Error(), "moved aside") {
+			t.Fatalf("error does not say what is wrong: %v", err)
+		}
+		if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+			t.Fatalf("the journal's path was changed: %v", err)
+		}
+	})
 }
 
 // TestFailedStartLeavesNoCgroup: a start that fails after the job cgroup
