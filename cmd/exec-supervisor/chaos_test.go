@@ -923,6 +923,135 @@ func TestEscapeTreeAcrossShutdownAndCrash(t *testing.T) {
 	}
 }
 
+// TestRestartFindsLeftoverCgroupsElsewhere: after a SIGKILL, the next run
+// terminates what is left in the job cgroups of the previous one even when
+// it names the state directory otherwise (a trailing slash before, a
+// symlinked parent now: the base was named from the raw string, so the
+// leftovers were looked for in another base and a setsid child survived),
+// or puts job cgroups under another --cgroup-parent (the journal's
+// recorded cgroup path is followed). The old cgroups are removed.
+func TestRestartFindsLeftoverCgroupsElsewhere(t *testing.T) {
+	const tree = `setsid sleep 300 & echo up; sleep 300`
+	for _, how := range []string{"state-dir spelled otherwise", "another cgroup parent"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.start(t, "--state-dir", e.state+"/", "--journal-flush-interval", "100ms")
+			ctx := ctxFor(t, 30*time.Second)
+			if h, err := s.client.Health(ctx); err != nil || !h.Cgroups {
+				t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
+			}
+			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: tree})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var members []int
+			deadline := time.Now().Add(10 * time.Second)
+			for members = jobCgroupProcs(s, j.JobID); len(members) < 3; members = jobCgroupProcs(s, j.JobID) {
+				if time.Now().After(deadline) {
+					t.Fatalf("cgroup members: %v", members)
+				}
+				time.Sleep(20 * time.Millisecond) // the shell starts its children
+			}
+			t.Cleanup(func() {
+				for _, p := range members {
+					if proctest.Alive(p) {
+						syscall.Kill(p, syscall.SIGKILL)
+					}
+				}
+			})
+			info, err := s.client.Status(ctx, j.JobID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitJournal(t, filepath.Join(e.state, "journal.json"), "the job running in its cgroup", func(f *journal.File) bool {
+				return len(f.Jobs) == 1 && f.Jobs[0].State == "running" && f.Jobs[0].Cgroup == info.Cgroup
+			})
+			s.kill9()
+			var extra []string
+			if how == "state-dir spelled otherwise" {
+				link := filepath.Join(t.TempDir(), "link")
+				if err := os.Symlink(e.root, link); err != nil {
+					t.Fatal(err)
+				}
+				extra = []string{"--state-dir", filepath.Join(link, "state")}
+			} else {
+				parent := filepath.Join(filepath.Dir(filepath.Dir(info.Cgroup)), fmt.Sprintf("es-test-parent-%d", os.Getpid()))
+				if err := os.Mkdir(parent, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					if ents, err := os.ReadDir(parent); err == nil {
+						for _, e := range ents {
+							os.Remove(filepath.Join(parent, e.Name()))
+						}
+					}
+					os.Remove(parent)
+				})
+				extra = []string{"--cgroup-parent", parent}
+			}
+			s2 := e.start(t, extra...)
+			for _, p := range members {
+				if proctest.Alive(p) {
+					t.Errorf("process %d of the job survived the restart (%s)", p, how)
+				}
+			}
+			if _, err := os.Stat(info.Cgroup); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the old job cgroup %s is still there (%v)", info.Cgroup, err)
+			}
+			if !strings.Contains(s2.log.String(), "reconcile: orphan found alive and terminated") {
+				t.Errorf("no reconcile record in the log")
+			}
+		})
+	}
+}
+
+// TestRestartTerminatesLeftoversTogether: the orphans of several jobs
+// that ignore SIGTERM share one grace period at the restart (they were
+// terminated one cgroup after another: N jobs held the restart, and every
+// client, for N grace periods).
+func TestRestartTerminatesLeftoversTogether(t *testing.T) {
+	const n, grace = 5, time.Second
+	e := newEnv(t)
+	s := e.start(t, "--journal-flush-interval", "100ms")
+	ctx := ctxFor(t, 30*time.Second)
+	if h, err := s.client.Health(ctx); err != nil || !h.Cgroups {
+		t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
+	}
+	var pgids []int
+	for i := 0; i < n; i++ {
+		j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: `trap '' TERM; sleep 300 & wait`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgids = append(pgids, j.Pgid)
+	}
+	t.Cleanup(func() { killGroups(pgids) })
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the jobs running", func(f *journal.File) bool {
+		k := 0
+		for _, r := range f.Jobs {
+			if r.State == "running" && r.Cgroup != "" {
+				k++
+			}
+		}
+		return k == n
+	})
+	s.kill9()
+	start := time.Now()
+	e.start(t, "--grace", grace.String())
+	took := time.Since(start)
+	for _, g := range pgids {
+		if live := proctest.InGroup(g); len(live) > 0 {
+			t.Errorf("group %d still has %v", g, live)
+		}
+	}
+	// One after another it takes n graces at least; together, one (and
+	// the start).
+	if took >= time.Duration(n-1)*grace {
+		t.Fatalf("the restart took %v with %d jobs ignoring SIGTERM and a grace of %v: terminated one at a time", took, n, grace)
+	}
+	t.Logf("restart with %d leftover jobs ignoring SIGTERM took %v (grace %v)", n, took, grace)
+}
+
 // TestNoZombiesAfterOrphanedGrandchildren: 200 short jobs each leave a
 // grandchild that outlives its parent; the supervisor (a child subreaper)
 // ends and reaps them all, with and without cgroups.

@@ -195,6 +195,27 @@ func Open(path string) *Cgroup {
 	return &Cgroup{Path: path}
 }
 
+// OpenRecorded returns the job cgroup at path, a path a journal recorded,
+// if it still exists and is one a supervisor made: absolute and clean,
+// inside the cgroup v2 mount, in a base directory named with basePrefix
+// (say, a base of the same state directory under another name, or under
+// another --cgroup-parent). Nil otherwise: a recorded path is never
+// trusted to name any cgroup at all.
+func OpenRecorded(path, basePrefix string) *Cgroup {
+	if path == "" || !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return nil
+	}
+	mnt, err := cgroup2Mount()
+	if err != nil || !strings.HasPrefix(path, mnt+"/") {
+		return nil
+	}
+	name := filepath.Base(path) // c-<tag>-<n> (j-<job id> in older versions)
+	if !strings.HasPrefix(filepath.Base(filepath.Dir(path)), basePrefix) || !(strings.HasPrefix(name, "c-") || strings.HasPrefix(name, "j-")) {
+		return nil
+	}
+	return Open(path)
+}
+
 // Procs lists the processes in the cgroup.
 func (c *Cgroup) Procs() []int {
 	b, err := os.ReadFile(filepath.Join(c.Path, "cgroup.procs"))

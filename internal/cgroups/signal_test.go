@@ -3,6 +3,7 @@ package cgroups
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -40,5 +41,36 @@ func TestSignalOnlyMembers(t *testing.T) {
 	}
 	if err := out.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Fatalf("the outsider was signalled: %v", err)
+	}
+}
+
+// TestOpenRecordedRefusesOtherPaths: a path from a journal names a job
+// cgroup only if it is clean, absolute, in the cgroup2 mount, in a base
+// with the given prefix, and named like a job cgroup.
+func TestOpenRecordedRefusesOtherPaths(t *testing.T) {
+	base := testBase(t) // (named exec-supervisor-limits-test-<pid>)
+	mnt, err := cgroup2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, f, err := base.Create("c-recorded-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	defer cg.Remove(time.Second)
+	if got := OpenRecorded(cg.Path, "exec-supervisor-"); got == nil || got.Path != cg.Path {
+		t.Fatalf("OpenRecorded(%s) = %v", cg.Path, got)
+	}
+	for _, p := range []string{
+		"", "relative/exec-supervisor-x/c-1", cg.Path + "/", cg.Path + "/../c-recorded-1",
+		"/tmp/exec-supervisor-x/c-1",                      // not in the mount
+		filepath.Join(mnt, "c-recorded-1"),                // not in a base
+		filepath.Join(filepath.Dir(base.Dir), "x", "c-1"), // base without the prefix
+		base.Dir, // the base itself
+	} {
+		if got := OpenRecorded(p, "exec-supervisor-"); got != nil {
+			t.Errorf("OpenRecorded(%q) = %v, want nil", p, got.Path)
+		}
 	}
 }

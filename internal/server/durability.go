@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -25,8 +27,19 @@ import (
 // must not start (its first write would replace the record of the jobs
 // a previous run left running).
 func (s *Server) recover() error {
-	reaped := s.reapLeftoverCgroups()
 	doc, err := s.journal.Load()
+	// Leftover job cgroups go first, whatever the journal says (even when
+	// it is unusable): those of this base, and those the journal names
+	// elsewhere.
+	var recorded []string
+	if doc != nil {
+		for _, r := range doc.Jobs {
+			if !r.Finished() && r.Cgroup != "" {
+				recorded = append(recorded, r.Cgroup)
+			}
+		}
+	}
+	reaped := s.reapLeftoverCgroups(recorded)
 	var ce *journal.CorruptError
 	switch {
 	case errors.As(err, &ce):
@@ -436,32 +449,61 @@ func (s *Server) scanMembers(snaps []jobs.Snapshot) {
 	}
 }
 
-// reapLeftoverCgroups kills and removes job cgroups a dead predecessor left:
-// everything in them is ours by construction (only this state directory's
-// supervisor creates cgroups under its base), so no fingerprint is needed.
-func (s *Server) reapLeftoverCgroups() map[string]string {
+// reapLeftoverCgroups terminates what is left in the job cgroups of a
+// previous run: every cgroup under our base, and those at the paths in
+// recorded (the journal's, for jobs it has as running) that lie elsewhere
+// (a base of the same state directory spelled differently by an older
+// version, or under another --cgroup-parent). Each populated one gets
+// SIGTERM, all at once, then one grace period for all of them, then
+// SIGKILL; then it is removed. It returns a note per cgroup name that had
+// processes.
+func (s *Server) reapLeftoverCgroups(recorded []string) map[string]string {
 	notes := map[string]string{}
-	if s.cgroupBase == nil {
-		return notes
+	var cgs []*cgroups.Cgroup
+	seen := map[string]bool{}
+	if s.cgroupBase != nil {
+		for _, cg := range s.cgroupBase.Leftovers() {
+			cgs = append(cgs, cg)
+			seen[cg.Path] = true
+		}
 	}
-	for _, cg := range s.cgroupBase.Leftovers() {
-		id := filepath.Base(cg.Path) // the job's cgroup name (journal records name it)
-		if procs := cg.Procs(); len(procs) > 0 {
+	for _, p := range recorded {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if cg := cgroups.OpenRecorded(p, cgroupBasePrefix); cg != nil {
+			cgs = append(cgs, cg)
+		}
+	}
+	var live []*cgroups.Cgroup
+	procs := map[*cgroups.Cgroup][]int{}
+	for _, cg := range cgs {
+		if p := cg.Procs(); len(p) > 0 {
 			// The normal path: TERM, grace, KILL.
 			cg.Signal(syscall.SIGTERM)
-			deadline := time.Now().Add(s.cfg.Jobs.Grace)
-			for cg.Populated() && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond) // waiting for the orphans to exit
-			}
-			if cg.Populated() {
-				_ = cg.Kill()
-			}
-			s.orphansReconciled.Add(1)
-			s.log.Warn("reconcile: orphan found alive and terminated", "cgroupName", id, "via", "cgroup", "cgroup", cg.Path, "pids", procs)
-			notes[id] = "orphaned processes found alive in the job's cgroup after the restart and terminated"
+			live = append(live, cg)
+			procs[cg] = p
 		}
+	}
+	deadline := time.Now().Add(s.cfg.Jobs.Grace)
+	for slices.ContainsFunc(live, (*cgroups.Cgroup).Populated) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // waiting for the orphans to exit
+	}
+	for _, cg := range live {
+		if cg.Populated() {
+			_ = cg.Kill()
+		}
+		id := filepath.Base(cg.Path) // the job's cgroup name (journal records name it)
+		s.orphansReconciled.Add(1)
+		s.log.Warn("reconcile: orphan found alive and terminated", "cgroupName", id, "via", "cgroup", "cgroup", cg.Path, "pids", procs[cg])
+		notes[id] = "orphaned processes found alive in the job's cgroup after the restart and terminated"
+	}
+	for _, cg := range cgs {
 		if err := cg.Remove(5 * time.Second); err != nil {
 			s.log.Error("reconcile: leftover job cgroup not removed", "err", err)
+		} else if dir := filepath.Dir(cg.Path); s.cgroupBase == nil || dir != s.cgroupBase.Dir {
+			_ = os.Remove(dir) // another base: gone with its last job cgroup (else it stays)
 		}
 	}
 	return notes

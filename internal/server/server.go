@@ -158,8 +158,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		jopts = append(jopts, jobs.WithLimitsHelper(s.cfg.LimitsHelper))
 	}
 	if !s.cfg.NoCgroups {
-		sum := sha256.Sum256([]byte(s.cfg.StateDir))
-		base, err := cgroups.Detect(s.cfg.CgroupParent, "exec-supervisor-"+hex.EncodeToString(sum[:4]))
+		base, err := cgroups.Detect(s.cfg.CgroupParent, cgroupBaseName(s.cfg.StateDir))
 		if err != nil {
 			s.cgroupNote = err.Error()
 			s.log.Warn("no cgroup per job: falling back to process groups (a child that leaves its process group can escape)", "reason", err)
@@ -852,4 +851,22 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },
 		HeldWaits:         func() float64 { return float64(s.heldWaits()) },
 	})
+}
+
+// cgroupBasePrefix starts the name of every supervisor's job cgroup base.
+const cgroupBasePrefix = "exec-supervisor-"
+
+// cgroupBaseName names the job cgroup base of the state directory dir:
+// one per state directory, however it is spelled (relative, through a
+// symlink, with a trailing slash: a restart that spelled it otherwise
+// looked for the leftovers of its previous run in another base).
+func cgroupBaseName(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	sum := sha256.Sum256([]byte(dir))
+	return cgroupBasePrefix + hex.EncodeToString(sum[:4])
 }
