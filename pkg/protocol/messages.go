@@ -84,8 +84,8 @@ type SpawnArgs struct {
 // 16-bit field would have taken it modulo 65536); empty Term means
 // xterm-256color (an explicit TERM in Env wins).
 type PtyArgs struct {
-	Rows int `msgpack:"rows,omitempty" json:"rows,omitempty"`
-	Cols int `msgpack:"cols,omitempty" json:"cols,omitempty"`
+	Rows int    `msgpack:"rows,omitempty" json:"rows,omitempty"`
+	Cols int    `msgpack:"cols,omitempty" json:"cols,omitempty"`
 	Term string `msgpack:"term,omitempty" json:"term,omitempty"`
 }
 
