@@ -397,9 +397,8 @@ func (s *Server) Close(ctx context.Context) error {
 			s.log.Warn("job cgroup directory left behind", "err", err)
 		}
 	}
+	// (The socket files went with the listeners, if still theirs.)
 	s.lock.Release()
-	zmqx.RemoveSocketFile(s.cfg.Control)
-	zmqx.RemoveSocketFile(s.cfg.Event)
 	s.log.Info("supervisor stopped", "instance", s.instanceID)
 	return jerr
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -271,5 +272,43 @@ func TestSendContextGivesUp(t *testing.T) {
 	c.Close()
 	if err := <-big; err == nil {
 		t.Fatal("the big Send succeeded against a server that reads nothing")
+	}
+}
+
+// TestCloseRemovesOnlyItsOwnSocketFile: an ipc listener removes its
+// socket file when it closes, unless the path holds another socket by
+// then (a supervisor started on the same endpoint while this one was
+// shutting down: its file was deleted and no client could reach it).
+func TestCloseRemovesOnlyItsOwnSocketFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.sock")
+	endpoint := "ipc://" + path
+	a, err := ListenRouter(context.Background(), endpoint, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The path is taken over: A's file goes (as a stale one would be
+	// removed), B binds its own.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ListenRouter(context.Background(), endpoint, nil, 0)
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	a.Close()
+	if _, err := os.Lstat(path); err != nil {
+		b.Close()
+		t.Fatalf("closing the first listener removed the second's socket file: %v", err)
+	}
+	c, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, "")
+	if err != nil {
+		b.Close()
+		t.Fatalf("the second listener is unreachable: %v", err)
+	}
+	c.Close()
+	b.Close()
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("closing the second listener left its socket file: %v", err)
 	}
 }

@@ -97,6 +97,11 @@ type hardenedListener struct {
 
 	pmu     sync.Mutex
 	pending map[net.Conn]struct{} // connections in pre-handshake
+
+	// sockPath and sockFile are an ipc listener's socket file as bound,
+	// removed at Close if still the same file (see ListenRouter).
+	sockPath string
+	sockFile os.FileInfo
 }
 
 func (l *hardenedListener) Addr() net.Addr { return l.inner.Addr() }
@@ -106,6 +111,11 @@ func (l *hardenedListener) Close() error {
 	l.once.Do(func() {
 		close(l.done)
 		err = l.inner.Close()
+		if l.sockFile != nil {
+			if fi, err := os.Lstat(l.sockPath); err == nil && os.SameFile(fi, l.sockFile) {
+				_ = os.Remove(l.sockPath)
+			}
+		}
 		l.pmu.Lock()
 		for c := range l.pending {
 			c.Close()

@@ -108,10 +108,20 @@ func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedLi
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", endpoint, err)
 	}
+	l := &hardenedListener{inner: inner, policy: &pol, ready: make(chan net.Conn), done: make(chan struct{})}
 	if scheme == "ipc" {
 		_ = os.Chmod(addr, 0o600)
+		// The file is removed at Close only if it is still the one bound
+		// here: a supervisor started on the same endpoint after this one
+		// stopped listening (while it finished shutting down) owns the
+		// file at that path now. (net's own unlink does not look.)
+		if ul, ok := inner.(*net.UnixListener); ok {
+			ul.SetUnlinkOnClose(false)
+			if fi, err := os.Lstat(addr); err == nil {
+				l.sockPath, l.sockFile = addr, fi
+			}
+		}
 	}
-	l := &hardenedListener{inner: inner, policy: &pol, ready: make(chan net.Conn), done: make(chan struct{})}
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, &pol, nil

@@ -142,18 +142,6 @@ func DialToken(ctx context.Context, typ zmq4.SocketType, endpoint string, timeou
 	return s, nil
 }
 
-// RemoveSocketFile removes the socket file of an ipc endpoint (after the
-// listener closed). Other endpoints are ignored.
-func RemoveSocketFile(endpoint string) {
-	scheme, addr, err := Split(endpoint)
-	if err != nil || scheme != "ipc" {
-		return
-	}
-	if fi, err := os.Lstat(addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(addr)
-	}
-}
-
 // DefaultRuntimeDir is the directory of the default ipc endpoints:
 // $XDG_RUNTIME_DIR/exec-supervisor when XDG_RUNTIME_DIR is set, else
 // /tmp/exec-supervisor-<uid>.
