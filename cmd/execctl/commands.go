@@ -201,23 +201,14 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	} else if fs.Changed("rows") || fs.Changed("cols") {
 		return 0, &usageError{msg: "--rows and --cols are for --pty jobs", hint: "execctl spawn --pty --rows 40 --cols 120 -- bash"}
 	}
-	var job protocol.JobInfo
-	finished := false
-	if *wait && !*follow {
-		// Spawn and wait in one round trip (no event socket needed).
-		job, finished, err = g.client.SpawnWait(ctx, a, protocol.MaxWaitMs*time.Millisecond)
-	} else {
-		job, err = g.client.Spawn(ctx, a)
-	}
+	// The job's id comes back at once, --wait or not (not with the job's
+	// end, in a spawn's held reply): a supervisor that restarts while the
+	// job runs is asked about it by id, and whatever goes wrong names it.
+	job, err := spawnJob(ctx, g, a)
 	if pe := (*protocol.Error)(nil); errors.As(err, &pe) && pe.Code == protocol.CodeSpawnError && (*wait || *follow) {
 		// The job exists and failed: report it like any other job end.
 		fmt.Fprintf(g.stderr, "execctl spawn: %s (%s)\n", pe.Message, pe.Code)
 		return 127, nil
-	}
-	if ae := (*client.AbandonedError)(nil); errors.As(err, &ae) && ctx.Err() != nil {
-		// Interrupted (Ctrl-C) while spawn --wait waited: the job goes on.
-		fmt.Fprintf(g.stderr, "execctl: interrupted; job %s keeps running (stop it with: execctl kill %s)\n", ae.JobID, ae.JobID)
-		return exitInterrupted, nil
 	}
 	if err != nil {
 		return 0, err
@@ -225,10 +216,13 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	switch {
 	case *follow || *wait:
 		var code int
-		if *follow {
+		switch {
+		case ctx.Err() != nil: // (interrupted during the spawn)
+			err = ctx.Err()
+		case *follow:
 			code, err = followJob(ctx, g, job.JobID)
-		} else {
-			code, err = waitEnd(ctx, g, job, finished)
+		default: // (through the wait op: no event socket needed)
+			code, err = waitEnd(ctx, g, job.JobID, true)
 		}
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			// Interrupted (Ctrl-C): the job is the supervisor's, and goes on.
@@ -242,6 +236,27 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	fmt.Fprintln(g.stdout, job.JobID)
 	return exitOK, nil
 }
+
+// spawnJob starts a job. A Ctrl-C meanwhile still waits for the reply
+// (for up to spawnReplyGrace): it names the job, which runs on.
+func spawnJob(ctx context.Context, g *globals, a protocol.SpawnArgs) (protocol.JobInfo, error) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(spawnReplyGrace)
+		defer t.Stop()
+		select {
+		case <-sctx.Done():
+		case <-t.C:
+			cancel()
+		}
+	})
+	defer stop()
+	return g.client.Spawn(sctx, a)
+}
+
+// spawnReplyGrace bounds how long an interrupted spawn waits for its reply.
+const spawnReplyGrace = time.Second
 
 func kvs(list []string, flag string) (map[string]string, error) {
 	if len(list) == 0 {
@@ -300,7 +315,7 @@ func followJob(ctx context.Context, g *globals, id string) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("following job %s: %w", id, err)
 	}
 	return exitCodeOf(final, g, id), nil
 }
@@ -990,44 +1005,55 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if fs.NArg() == 0 {
 		return 0, &usageError{msg: "want at least one JOB", hint: "execctl wait JOB1 JOB2"}
 	}
-	code := exitOK
+	code, reached := exitOK, false
 	for _, id := range fs.Args() {
-		c, err := waitEnd(ctx, g, protocol.JobInfo{JobID: id}, false)
+		c, err := waitEnd(ctx, g, id, reached)
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			return exitInterrupted, nil // (Ctrl-C: the jobs go on)
 		}
 		if err != nil {
 			return 0, err
 		}
-		code = c
+		code, reached = c, true
 	}
 	return code, nil
 }
 
-// waitEnd waits (unless finished) for job to end through the wait op (no
-// event socket needed; a wait that runs out is renewed) and returns its
-// exit code (as followJob). A supervisor that restarts meanwhile is
-// waited for up to reconnectFor: the job is then known to it from its
-// journal (and ended, if it was running when the supervisor died).
-func waitEnd(ctx context.Context, g *globals, job protocol.JobInfo, finished bool) (int, error) {
-	id := job.JobID
+// waitEnd waits for job id to end through the wait op (no event socket
+// needed; a wait that runs out is renewed) and returns its exit code (as
+// followJob). A supervisor that goes away meanwhile is waited for up to
+// reconnectFor: one that restarts knows the job from its journal (and
+// ended it, if it was running when the supervisor died). Until a
+// supervisor was reached (reached: it answered, or took a request here
+// before), only for firstReachFor: there is probably none.
+func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, error) {
 	var lost time.Time
-	reached := job.State != "" // (spawn --wait reached one already)
-	for !finished {
-		info, done, err := g.client.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
+	for {
+		job, finished, err := g.client.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
 		var ce *client.ConnectError
 		switch {
-		case err == nil:
-			job, finished, lost, reached = info, done, time.Time{}, true
+		case err == nil && finished:
+			if g.json {
+				if err := printJSON(g.stdout, protocol.StatusResult{Job: &job}); err != nil {
+					return 0, err
+				}
+			}
+			return exitCodeOf(protocol.ExitPayload{Reason: job.Reason, ExitCode: job.ExitCode, Signal: job.Signal, Error: job.Error}, g, id), nil
+		case err == nil: // (the wait ran out: wait again)
+			lost, reached = time.Time{}, true
 			continue
 		case !errors.As(err, &ce) || ctx.Err() != nil:
-			return 0, err
-		case lost.IsZero():
+			return 0, fmt.Errorf("waiting for job %s: %w", id, err)
+		case ce.Lost:
+			// It had taken the connection (a held wait, say): a
+			// supervisor was there, and may be restarting.
+			reached = true
+		}
+		if lost.IsZero() {
 			lost = time.Now()
-		case time.Since(lost) > reconnectFor, !reached && time.Since(lost) > firstReachFor:
-			// (never reached one: probably no supervisor at all, which
-			// is said after a short while, not after reconnectFor)
-			return 0, err
+		}
+		if time.Since(lost) > reconnectFor || !reached && time.Since(lost) > firstReachFor {
+			return 0, fmt.Errorf("waiting for job %s: %w", id, err)
 		}
 		select { // the supervisor is restarting: ask again shortly
 		case <-ctx.Done():
@@ -1035,17 +1061,11 @@ func waitEnd(ctx context.Context, g *globals, job protocol.JobInfo, finished boo
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	if g.json {
-		if err := printJSON(g.stdout, protocol.StatusResult{Job: &job}); err != nil {
-			return 0, err
-		}
-	}
-	return exitCodeOf(protocol.ExitPayload{Reason: job.Reason, ExitCode: job.ExitCode, Signal: job.Signal, Error: job.Error}, g, id), nil
 }
 
 // reconnectFor bounds how long waitEnd waits for a supervisor that went
-// away to answer again.
-const reconnectFor = 30 * time.Second
+// away to answer again (a variable for tests).
+var reconnectFor = 30 * time.Second
 
 // firstReachFor bounds how long wait tries to reach a supervisor it has
 // not reached yet (one restarting just then is back within it).

@@ -595,7 +595,7 @@ func TestOperatorFindings(t *testing.T) {
 	if code != 130 || !strings.Contains(stderr.String(), "keeps running") || !strings.Contains(stderr.String(), "execctl kill j-") {
 		t.Fatalf("interrupted: exit %d, stderr %q", code, stderr.String())
 	}
-	// spawn --wait: its one round trip is cancelled (the held reply).
+	// spawn --wait: interrupted while it waits (its held wait is cancelled).
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	var stderr2 proctest.Buffer

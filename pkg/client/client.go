@@ -113,10 +113,15 @@ func (o *Options) fill() {
 // ErrClosed is returned by calls on a closed Client.
 var ErrClosed = errors.New("client is closed")
 
-// ConnectError says the supervisor could not be reached.
+// ConnectError says the supervisor could not be reached, or (Lost) that
+// the connection broke during the call.
 type ConnectError struct {
 	Address string
 	Err     error
+	// Lost says the supervisor had accepted the connection (one was there:
+	// it went away, or is restarting) and it broke before the reply, unlike
+	// a dial that failed.
+	Lost bool
 }
 
 func (e *ConnectError) Error() string {
@@ -344,7 +349,7 @@ func (c *Client) call(parent context.Context, op protocol.Op, args any, held tim
 			return nil, fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, err)
 		}
 		c.drop(cn)
-		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err}
+		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err, Lost: true}
 	}
 	select {
 	case rep, ok := <-ch:
@@ -365,7 +370,7 @@ func (c *Client) call(parent context.Context, op protocol.Op, args any, held tim
 		}
 		forget()
 		c.drop(cn)
-		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.New("connection lost before the reply")}
+		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.New("connection lost before the reply"), Lost: true}
 	case <-ctx.Done():
 		forget()
 		if parent.Err() == nil {
