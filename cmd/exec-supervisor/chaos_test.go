@@ -1052,6 +1052,69 @@ func TestRestartTerminatesLeftoversTogether(t *testing.T) {
 	t.Logf("restart with %d leftover jobs ignoring SIGTERM took %v (grace %v)", n, took, grace)
 }
 
+// TestCrashKeepsUnpublishedOutput: output a job printed that was still
+// inside the merge window when the journal was written (counted in its
+// stream bytes, not yet published as events) comes back after the
+// supervisor is SIGKILLed and restarted, at its offsets, and the job's
+// output end matches its byte counts. It used to be lost without a word:
+// stdoutBytes 13893, outputEnd 0, nothing to poll, no loss reported. More
+// than a record keeps (4 KiB) is published when the record is taken: it
+// is in the tail, and what is older is reported lost.
+func TestCrashKeepsUnpublishedOutput(t *testing.T) {
+	for _, n := range []int{500, 3000} { // 1892 and 13893 bytes
+		t.Run(fmt.Sprintf("seq %d", n), func(t *testing.T) {
+			e := newEnv(t)
+			s := e.start(t, "--journal-flush-interval", "100ms", "--chunk-merge-interval", "1m")
+			ctx := ctxFor(t, 30*time.Second)
+			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: fmt.Sprintf("seq 1 %d; echo err >&2; exec sleep 300", n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+			var want strings.Builder
+			for i := 1; i <= n; i++ {
+				fmt.Fprintf(&want, "%d\n", i)
+			}
+			want.WriteString("err\n")
+			small := want.Len() <= 4<<10
+			waitJournal(t, filepath.Join(e.state, "journal.json"), "the job's output read", func(f *journal.File) bool {
+				if len(f.Jobs) != 1 || f.Jobs[0].StdoutBytes+f.Jobs[0].StderrBytes != int64(want.Len()) {
+					return false
+				}
+				if small { // (unpublished)
+					return f.Jobs[0].OutputEnd == 0 && len(f.Jobs[0].OutputUnpublished) == 2
+				}
+				return f.Jobs[0].OutputEnd == int64(want.Len()) && len(f.Jobs[0].OutputUnpublished) == 0
+			})
+			s.kill9()
+			s2 := e.start(t)
+			var got strings.Builder
+			var cursor, lost int64
+			var info protocol.JobInfo
+			for {
+				r, err := s2.client.Poll(ctx, j.JobID, cursor, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lost += r.LostBytes
+				for _, c := range r.Chunks {
+					got.Write(c.Data)
+				}
+				cursor, info = r.Next, r.Job
+				if !r.More {
+					break
+				}
+			}
+			if info.Reason != protocol.ReasonSupervisorRestart || info.OutputEnd != info.StdoutBytes+info.StderrBytes || info.OutputEnd != int64(want.Len()) {
+				t.Fatalf("job after the restart: reason %s outputEnd %d stdout %d stderr %d", info.Reason, info.OutputEnd, info.StdoutBytes, info.StderrBytes)
+			}
+			if int64(got.Len())+lost != int64(want.Len()) || !strings.HasSuffix(want.String(), got.String()) || small && lost != 0 {
+				t.Fatalf("after the restart: %d bytes retained, %d reported lost, of %d printed", got.Len(), lost, want.Len())
+			}
+		})
+	}
+}
+
 // TestNoZombiesAfterOrphanedGrandchildren: 200 short jobs each leave a
 // grandchild that outlives its parent; the supervisor (a child subreaper)
 // ends and reaps them all, with and without cgroups.

@@ -421,3 +421,63 @@ func TestRestoreRefusesImplausibleRecords(t *testing.T) {
 		t.Fatalf("attempts %d %d, history %d", res.Events[0].Attempt, res.Events[1].Attempt, len(j.history))
 	}
 }
+
+// TestRestoreUnpublished: an interrupted job's unpublished output follows
+// its tail, at its offsets, under seqs past the reserve and before the
+// terminal event, whose outputEnd counts it; unpublished output that is
+// not plausible (unknown stream, empty, too much) is left out, and a
+// finished job's is ignored.
+func TestRestoreUnpublished(t *testing.T) {
+	m := New(Config{}, nil, nil)
+	defer m.Close(context.Background())
+	snap := func(id string, interrupted bool, un ...PendingOutput) Snapshot {
+		return Snapshot{
+			Info: protocol.JobInfo{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 6, StderrBytes: 2},
+			Tail: []byte("ab\n"), TailSeq: 2, TailChunks: []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3}},
+			Interrupted: interrupted, Unpublished: un,
+		}
+	}
+	good := []PendingOutput{{Stream: protocol.Stdout, Data: []byte("cd\n")}, {Stream: protocol.Stderr, Data: []byte("e\n")}}
+	for _, c := range []struct {
+		name string
+		s    Snapshot
+		out  string
+	}{
+		{"interrupted", snap("j-un", true, good...), "ab\ncd\ne\n"},
+		{"finished", snap("j-fin", false, good...), "ab\n"},
+		{"unknown stream", snap("j-bad1", true, PendingOutput{Stream: "stdin", Data: []byte("x")}), "ab\n"},
+		{"empty", snap("j-bad2", true, PendingOutput{Stream: protocol.Stdout}), "ab\n"},
+		{"too much", snap("j-bad3", true, PendingOutput{Stream: protocol.Stdout, Data: make([]byte, maxUnpublished+1)}), "ab\n"},
+	} {
+		if err := m.Restore(c.s); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		j, _ := m.Get(c.s.Info.JobID)
+		r, err := j.Poll(0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		for _, ch := range r.Chunks {
+			got = append(got, ch.Data...)
+		}
+		if string(got) != c.out || r.Job.OutputEnd != int64(len(c.out)) {
+			t.Fatalf("%s: output %q (end %d), want %q", c.name, got, r.Job.OutputEnd, c.out)
+		}
+		res, _ := j.Events(1, 0)
+		last := res.Events[len(res.Events)-1]
+		var exit protocol.ExitPayload
+		if err := last.DecodePayload(&exit); err != nil || !last.Kind.Terminal() || exit.OutputEnd != int64(len(c.out)) {
+			t.Fatalf("%s: terminal event %+v (%v)", c.name, exit, err)
+		}
+		if c.name == "interrupted" {
+			seqs := []uint64{}
+			for _, ev := range res.Events {
+				seqs = append(seqs, ev.Seq)
+			}
+			if n := len(seqs); n < 3 || seqs[n-3] != 2+seqReserve+1 || seqs[n-2] != 2+seqReserve+2 || seqs[n-1] != 2+seqReserve+3 {
+				t.Fatalf("seqs %v: want the unpublished output at %d and %d, the end at %d", seqs, 2+seqReserve+1, 2+seqReserve+2, 2+seqReserve+3)
+			}
+		}
+	}
+}

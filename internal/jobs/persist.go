@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"slices"
@@ -35,6 +36,13 @@ type Snapshot struct {
 	// TailChunks are the output events Tail is made of, oldest first (the
 	// first may be the end of a longer one); none: one chunk, TailSeq.
 	TailChunks []TailChunk
+	// Unpublished is output read but not yet published as events (inside
+	// the merge window), in the order it was read, at most TailBytes (more
+	// is published when the snapshot is taken): it follows Tail, from
+	// Info.OutputEnd. A job interrupted by its supervisor's death gets it
+	// back as output events (Restore), so that the bytes its stream
+	// counts include are not lost without a word; a finished job has none.
+	Unpublished []PendingOutput
 	// Service is set for service jobs.
 	Service *ServiceState
 	// Interrupted is set (for Restore) on a job that was running when its
@@ -47,6 +55,18 @@ type Snapshot struct {
 	// must not be recorded as the job's).
 	GroupGone bool
 }
+
+// PendingOutput is output of one stream not yet published (see
+// Snapshot.Unpublished).
+type PendingOutput struct {
+	Stream  protocol.Stream
+	Data    []byte
+	Attempt int // the service run that printed it (0: a one-shot job's)
+}
+
+// maxUnpublished bounds a restored job's unpublished output (the journal
+// is input; a supervisor holds at most two merge buffers' worth).
+const maxUnpublished = 64 << 20
 
 // TailChunk is one output event within a Snapshot's Tail.
 type TailChunk struct {
@@ -74,6 +94,13 @@ func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.fingerprintLocked()
+	if len(j.pending[0])+len(j.pending[1]) > 2*protocol.OutputHeadroom+TailBytes {
+		// More unpublished output than a record keeps of a job's output
+		// (TailBytes): published now, its merge window cut short, it is
+		// in the tail instead (and the journal stays small).
+		j.flushInOrderLocked(0)
+		j.flushLocked(1)
+	}
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.groupGone}
 	if j.svc != nil {
 		s.Service = &ServiceState{
@@ -96,6 +123,16 @@ func (j *Job) Snapshot() Snapshot {
 		}
 		slices.Reverse(chunks)
 		s.Tail, s.TailChunks = tail, chunks
+	}
+	// What was read but is still in the merge window, oldest first.
+	order := [2]int{0, 1}
+	if j.pendingSince[1] < j.pendingSince[0] {
+		order = [2]int{1, 0}
+	}
+	for _, i := range order {
+		if p := j.pending[i]; len(p) > protocol.OutputHeadroom {
+			s.Unpublished = append(s.Unpublished, PendingOutput{Stream: streams[i], Data: bytes.Clone(p[protocol.OutputHeadroom:]), Attempt: j.attemptTag()})
+		}
 	}
 	return s
 }
@@ -297,6 +334,20 @@ func (m *Manager) Restore(s Snapshot) error {
 		// supervisor died, up to seqReserve past it: number the later
 		// ones past them all (the seqs between are reported missing).
 		j.seq = max(j.seq, info.LastSeq+seqReserve)
+		// Output it had read but not yet published when the record was
+		// taken is published now, where it belongs in the output (a
+		// follower that got it from the dead supervisor sees the same
+		// bytes at the same offsets again, under new seqs).
+		if unpublishedValid(s.Unpublished) {
+			for _, p := range s.Unpublished {
+				if sv := s.Service; sv == nil || p.Attempt > max(sv.Attempt, 1) {
+					p.Attempt = 0 // (as for the tail's chunks)
+				}
+				j.seq++
+				j.out.add(chunk{Chunk: protocol.Chunk{Seq: j.seq, Stream: p.Stream, Offset: j.offset, Data: p.Data}, ts: info.LastOutputAt, attempt: p.Attempt})
+				j.offset += int64(len(p.Data))
+			}
+		}
 	}
 	if s.Interrupted || j.seq == 0 || j.seq == s.TailSeq {
 		// (a new terminal event; also when the record's last seq is not
@@ -312,7 +363,7 @@ func (m *Manager) Restore(s Snapshot) error {
 	}
 	ev, _ := protocol.NewEvent(j.id, j.seq, info.EndedAt, kind, protocol.ExitPayload{
 		Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error,
-		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: info.OutputEnd,
+		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: j.offset,
 	})
 	j.exitEv = &ev
 	close(j.done)
@@ -490,6 +541,19 @@ func ScopeAlive(pgid int, session bool) bool {
 		return sessionAlive(pgid)
 	}
 	return groupAlive(pgid)
+}
+
+// unpublishedValid reports whether a record's unpublished output can be
+// restored: known streams, some data, within maxUnpublished in all.
+func unpublishedValid(ps []PendingOutput) bool {
+	n := 0
+	for _, p := range ps {
+		n += len(p.Data)
+		if len(p.Data) == 0 || n > maxUnpublished || (p.Stream != protocol.Stdout && p.Stream != protocol.Stderr) || p.Attempt < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // tailChunksValid reports whether s.TailChunks describe s.Tail (the

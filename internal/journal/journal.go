@@ -98,6 +98,11 @@ type Record struct {
 	// up to OutputTail's. Without them (older journals) the tail is
 	// restored as one chunk.
 	OutputTailChunks []TailChunk `json:"outputTailChunks,omitempty"`
+	// OutputUnpublished is output read but not yet published as events
+	// when the record was taken (inside the merge window), oldest first:
+	// it follows OutputTail, from OutputEnd (StdoutBytes and StderrBytes
+	// count it). A running job's only.
+	OutputUnpublished []Unpublished `json:"outputUnpublished,omitempty"`
 	// Pty jobs own a whole session (several process groups may be in it).
 	Pty bool `json:"pty,omitempty"`
 	// Members are processes of the job's group (pid and start ticks) seen
@@ -134,6 +139,13 @@ type TailChunk struct {
 	Len    int    `json:"len"`
 	// Attempt is the service run that printed it (absent for one-shot jobs).
 	Attempt int `json:"attempt,omitempty"`
+}
+
+// Unpublished is one stream's output in a record's OutputUnpublished.
+type Unpublished struct {
+	Stream  string `json:"stream"`
+	Data    []byte `json:"data"`
+	Attempt int    `json:"attempt,omitempty"`
 }
 
 // Member identifies one process of a job's group.

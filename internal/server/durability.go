@@ -234,16 +234,33 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 			Pty: r.Pty,
 		},
 		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq, TailChunks: tailChunks(r),
-		Service: serviceOf(r.Service),
+		Unpublished: unpublishedOf(r), Service: serviceOf(r.Service),
 	}
 }
 
-// runTail is the part of r's output tail that its service's current run
-// printed (the tail may begin in earlier runs' output).
+// unpublishedOf converts a record's unpublished output (jobs.Restore
+// checks it).
+func unpublishedOf(r journal.Record) []jobs.PendingOutput {
+	var out []jobs.PendingOutput
+	for _, u := range r.OutputUnpublished {
+		out = append(out, jobs.PendingOutput{Stream: protocol.Stream(u.Stream), Data: u.Data, Attempt: u.Attempt})
+	}
+	return out
+}
+
+// runTail is the part of r's output tail (with what it had not published
+// yet) that its service's current run printed (the tail may begin in
+// earlier runs' output).
 func runTail(r journal.Record) []byte {
 	tail := r.OutputTail
+	start := r.OutputEnd - int64(len(tail)) // (the unpublished output follows OutputEnd)
+	if len(r.OutputUnpublished) > 0 {
+		tail = slices.Clone(tail)
+		for _, u := range r.OutputUnpublished {
+			tail = append(tail, u.Data...)
+		}
+	}
 	if sv := r.Service; sv != nil {
-		start := r.OutputEnd - int64(len(tail))
 		if skip := sv.RunOutputStart - start; skip > 0 {
 			if skip >= int64(len(tail)) {
 				return nil
@@ -278,6 +295,9 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 	}
 	for _, c := range sn.TailChunks {
 		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len, Attempt: c.Attempt})
+	}
+	for _, u := range sn.Unpublished {
+		r.OutputUnpublished = append(r.OutputUnpublished, journal.Unpublished{Stream: string(u.Stream), Data: u.Data, Attempt: u.Attempt})
 	}
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History, RunOutputStart: sv.RunOutputStart}

@@ -40,8 +40,10 @@ type FollowFunc func(ev protocol.Event) error
 // its journal, with the events it retained under their seqs. What it
 // could not recover (output published after its last journal write) is
 // reported as a job.gap, and a job that was running ends with job.failed,
-// reason supervisor-restart. If it has no record of the job, Follow
-// returns ErrSupervisorRestarted.
+// reason supervisor-restart. Output the restarted supervisor publishes
+// again (what its journal held as not yet published, which the previous
+// one may have published after all) is delivered once per offset. If it
+// has no record of the job, Follow returns ErrSupervisorRestarted.
 func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn FollowFunc) error {
 	if from == 0 {
 		from = 1
@@ -302,6 +304,8 @@ type follower struct {
 	// subscribe results); restarted is set once it changed.
 	instance  string
 	restarted bool
+	// outEnd is the end offset of the output delivered so far.
+	outEnd int64
 }
 
 // seen records the instance id of a heartbeat or a reply ("" if it had
@@ -333,6 +337,25 @@ func (f *follower) lostInRestart(ctx context.Context, err error) bool {
 }
 
 func (f *follower) deliver(ev protocol.Event) (done bool, err error) {
+	if ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr {
+		var p protocol.OutputPayload
+		if ev.DecodePayload(&p) == nil {
+			end := p.Offset + int64(len(p.Data))
+			switch {
+			case f.restarted && end <= f.outEnd:
+				// Output the supervisor before the restart published
+				// and its journal had not (the restarted one publishes
+				// it again, under a new seq): delivered once.
+				f.next = ev.Seq + 1
+				return false, nil
+			case f.restarted && p.Offset < f.outEnd:
+				attempt := ev.Attempt
+				ev = protocol.NewOutputEvent(ev.JobID, ev.Seq, ev.Ts, ev.Kind, f.outEnd, p.Data[f.outEnd-p.Offset:])
+				ev.Attempt = attempt
+			}
+			f.outEnd = max(f.outEnd, end)
+		}
+	}
 	if err := f.fn(ev); err != nil {
 		return true, err
 	}
