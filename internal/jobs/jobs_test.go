@@ -481,3 +481,26 @@ func TestRestoreUnpublished(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoredServiceEndCarriesAttempt: a service's terminal event rebuilt
+// from the journal carries its run's attempt, as the one published live
+// did (it had none after a restart: the same seq, different contents).
+func TestRestoredServiceEndCarriesAttempt(t *testing.T) {
+	m := New(Config{}, nil, nil)
+	defer m.Close(context.Background())
+	spec := protocol.SpawnArgs{Argv: []string{"true"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}}
+	for _, interrupted := range []bool{false, true} {
+		id := fmt.Sprintf("j-svc-%v", interrupted)
+		s := Snapshot{Info: protocol.JobInfo{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonShutdown, Pid: 4194000, LastSeq: 4},
+			Service: &ServiceState{Spec: spec, Attempt: 2}, Interrupted: interrupted}
+		if err := m.Restore(s); err != nil {
+			t.Fatal(err)
+		}
+		j, _ := m.Get(id)
+		res, _ := j.Events(1, 0)
+		last := res.Events[len(res.Events)-1]
+		if !last.Kind.Terminal() || last.Attempt != 2 {
+			t.Fatalf("interrupted %v: terminal event %s seq %d attempt %d, want attempt 2", interrupted, last.Kind, last.Seq, last.Attempt)
+		}
+	}
+}

@@ -365,6 +365,9 @@ func (m *Manager) Restore(s Snapshot) error {
 		Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error,
 		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: j.offset,
 	})
+	if s.Service != nil {
+		ev.Attempt = max(s.Service.Attempt, 1) // (as published: a service's events all carry their run)
+	}
 	j.exitEv = &ev
 	close(j.done)
 	j.runDone, j.runStarted = make(chan struct{}), make(chan struct{})
