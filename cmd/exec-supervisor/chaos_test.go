@@ -1115,6 +1115,48 @@ func TestCrashKeepsUnpublishedOutput(t *testing.T) {
 	}
 }
 
+// TestForcedShutdownExitsZero: a shutdown whose time bound runs out (a job
+// ignores SIGTERM, --shutdown-timeout shorter than --grace), and the fast
+// shutdown of a second SIGTERM, SIGKILL what is left and exit 0 with
+// nothing left behind, as documented (they exited 1: systemd's
+// Restart=on-failure restarted a supervisor that had been stopped).
+func TestForcedShutdownExitsZero(t *testing.T) {
+	for _, how := range []string{"time bound", "second signal"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			var s *sup
+			if how == "time bound" {
+				s = e.start(t, "--grace", "5s", "--shutdown-timeout", "1s")
+			} else {
+				s = e.start(t, "--grace", "30s")
+			}
+			ctx := ctxFor(t, 30*time.Second)
+			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: `trap '' TERM; echo up; sleep 300 & wait`})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+			waitOutput(t, s, j.JobID, "up")
+			s.cmd.Process.Signal(syscall.SIGTERM)
+			if how == "second signal" {
+				waitLog(t, s, "supervisor shutting down")
+				s.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			select {
+			case <-s.done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("supervisor did not exit within 20 s")
+			}
+			if s.exitErr != nil {
+				t.Fatalf("exit: %v\n%s", s.exitErr, s.log)
+			}
+			if live := proctest.InGroup(j.Pgid); len(live) > 0 {
+				t.Fatalf("left behind: %v", live)
+			}
+		})
+	}
+}
+
 // TestNoZombiesAfterOrphanedGrandchildren: 200 short jobs each leave a
 // grandchild that outlives its parent; the supervisor (a child subreaper)
 // ends and reaps them all, with and without cgroups.
@@ -1662,5 +1704,39 @@ func TestRestartKeepsServiceEvents(t *testing.T) {
 	}
 	if same == 0 {
 		t.Fatal("no event kept its seq")
+	}
+}
+
+// waitOutput waits until job id has printed want (polling its output).
+func waitOutput(t *testing.T, s *sup, id, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		r, err := s.client.Poll(ctx, id, 0, 0)
+		cancel()
+		var out strings.Builder
+		for _, c := range r.Chunks {
+			out.Write(c.Data)
+		}
+		if err == nil && strings.Contains(out.String(), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s never printed %q (%v): %q", id, want, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's output
+	}
+}
+
+// waitLog waits until the supervisor's log holds want.
+func waitLog(t *testing.T, s *sup, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.log.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never said %q:\n%s", want, s.log)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log
 	}
 }

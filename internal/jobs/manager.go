@@ -613,18 +613,29 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, j := range js {
 		_, _ = j.Kill(protocol.ReasonShutdown, 0)
 	}
+wait:
 	for _, j := range js {
 		select {
 		case <-j.Done():
 		case <-ctx.Done():
 			// Escalate: nobody gets more grace than the caller allows.
+			left := 0
 			for _, j := range js {
-				_, _ = j.Kill(protocol.ReasonShutdown, sigKill)
+				if done, _ := j.Kill(protocol.ReasonShutdown, sigKill); !done {
+					left++
+				}
 			}
-			// The manager's own goroutines (sweeper, escape watcher,
-			// idle runners) stop; jobs' waiters end with their jobs.
-			m.stopO.Do(func() { close(m.stop) })
-			return fmt.Errorf("close job manager: %w", ctx.Err())
+			m.log.Warn("shutdown: jobs still running when the time allowed ran out are killed (SIGKILL)", "jobs", left, "cause", context.Cause(ctx))
+			// A SIGKILLed job ends at once (unless its processes are stuck
+			// in the kernel): that is a complete shutdown, nothing left
+			// behind. Jobs not ended even so are an error.
+			if notEnded := waitJobs(js, killReapBound); notEnded > 0 {
+				// The manager's own goroutines (sweeper, escape watcher,
+				// idle runners) stop; jobs' waiters end with their jobs.
+				m.stopO.Do(func() { close(m.stop) })
+				return fmt.Errorf("close job manager: %d jobs not ended %v after SIGKILL: %w", notEnded, killReapBound, ctx.Err())
+			}
+			break wait
 		}
 	}
 	m.closeO.Do(func() {
@@ -635,6 +646,30 @@ func (m *Manager) Close(ctx context.Context) error {
 		}
 	})
 	return nil
+}
+
+// killReapBound is how long Close waits for jobs it SIGKILLed to end.
+const killReapBound = 5 * time.Second
+
+// waitJobs waits up to d for every job in js to end and returns how many
+// did not.
+func waitJobs(js []*Job, d time.Duration) int {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for i, j := range js {
+		select {
+		case <-j.Done():
+		case <-t.C:
+			n := 0
+			for _, j := range js[i:] {
+				if !over(j.Done()) {
+					n++
+				}
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 // RetainedBytes sums the memory held by every job's ring buffer (output
