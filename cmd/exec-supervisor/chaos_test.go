@@ -1566,6 +1566,15 @@ func TestDrainResumesServices(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the job's state
 	}
+	// The run that ended during the drain is in the history as restarted
+	// (it said restarted: false though it was resumed).
+	hist, err := s2.client.History(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) == 0 || hist[0].Attempt != 1 || !hist[0].Restarted {
+		t.Fatalf("history %+v: want the first run, restarted", hist)
+	}
 	if _, err := s2.client.Stop(ctx, j.JobID); err != nil {
 		t.Fatal(err)
 	}

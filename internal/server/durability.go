@@ -65,6 +65,9 @@ func (s *Server) recover() error {
 		if r.Finished() {
 			if r.Service != nil && r.Reason == string(protocol.ReasonShutdown) {
 				resume = append(resume, r.JobID)
+				if h := r.Service.History; len(h) > 0 && s.cfg.ResumeServices {
+					h[len(h)-1].Restarted = true // (as a crash's interrupted run is)
+				}
 			} else if r.Service == nil && r.EndedAt != 0 && r.EndedAt < cutoff {
 				continue // its retention ran out while we were away
 			}
