@@ -205,6 +205,9 @@ func (j *Journal) Load() (*File, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return &File{Version: Version}, nil
 	}
+	if transient(err) {
+		return nil, fmt.Errorf("open journal %s: %w", j.path, err) // (try again later; nothing is moved)
+	}
 	if err != nil {
 		// Unreadable (permissions, a symlink, ...): the next write would
 		// replace the only record of the jobs it names, so it is moved
@@ -216,6 +219,9 @@ func (j *Journal) Load() (*File, error) {
 	foreign := ownedByOther(f)
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	f.Close()
+	if transient(err) {
+		return nil, fmt.Errorf("read journal %s: %w", j.path, err)
+	}
 	if err != nil {
 		return j.moveAside(fmt.Errorf("read: %w", err)) // (a directory, say)
 	}
@@ -234,6 +240,18 @@ func (j *Journal) Load() (*File, error) {
 		return doc, nil
 	}
 	return j.moveAside(perr)
+}
+
+// transient reports whether err, from opening or reading the journal,
+// says nothing about the file (out of descriptors or memory, an I/O
+// error): such a journal is not moved aside, the load fails.
+func transient(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EAGAIN, syscall.EINTR, syscall.EIO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // moveAside renames an unusable journal (why: perr) out of the way and

@@ -974,3 +974,71 @@ func TestUnreadableJournalMovedAside(t *testing.T) {
 		}
 	})
 }
+
+// TestOutOfDescriptorsKeepsJournal: a journal that cannot be opened for a
+// reason that says nothing about it (no descriptor left) is not moved
+// aside as unusable: the load fails and the file stays where it is.
+func TestOutOfDescriptorsKeepsJournal(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "journal.json")
+	content := mustMarshal(t, &File{Version: Version, InstanceID: "kept", Jobs: []Record{{JobID: "j-1", State: "running"}}})
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startHelper(t, "TestHelperLoader", "loader", dir)
+	line, err := c.stdout.ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	if !strings.HasPrefix(line, "transient ") || !strings.Contains(line, "too many open files") {
+		t.Fatalf("helper said %q; want a plain error, out of descriptors", line)
+	}
+	if b, err := os.ReadFile(path); err != nil || !bytes.Equal(b, content) {
+		t.Fatalf("the journal was moved or changed: %v", err)
+	}
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {
+		t.Fatalf("moved aside: %v", aside)
+	}
+}
+
+// TestHelperLoader is not a real test: run as a helper process, it loads
+// the journal with no file descriptor to spare and says how that went.
+func TestHelperLoader(t *testing.T) {
+	if os.Getenv(helperEnv) != "loader" {
+		return
+	}
+	helperSetup()
+	j := New(filepath.Join(os.Getenv(helperDirEnv), "journal.json"))
+	// The runtime's poller needs descriptors of its own once: set it up
+	// before none is left.
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	defer r.Close()
+	defer w.Close()
+	// The lowest free descriptor number becomes the limit: the next open
+	// would need it.
+	free, err := syscall.Dup(0)
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	syscall.Close(free)
+	lim := syscall.Rlimit{Cur: uint64(free), Max: uint64(free)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	_, err = j.Load()
+	var ce *CorruptError
+	switch {
+	case err == nil:
+		fmt.Println("loaded")
+	case errors.As(err, &ce):
+		fmt.Println("corrupt", err)
+	default:
+		fmt.Println("transient", err)
+	}
+}
