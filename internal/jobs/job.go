@@ -705,6 +705,11 @@ func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, e
 		return nil, files, fmt.Errorf("open pty: %w", err)
 	}
 	rows, cols := uint16(j.spec.Pty.Rows), uint16(j.spec.Pty.Cols) // (1..10000 or 0: Validate)
+	j.mu.Lock()
+	if j.rows > 0 && j.cols > 0 {
+		rows, cols = j.rows, j.cols // a service's next run: the size it was last given (resize)
+	}
+	j.mu.Unlock()
 	if rows == 0 {
 		rows = 24
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -287,4 +288,37 @@ func TestPTYWriteToProgramNotReading(t *testing.T) {
 	if _, finished, err := ts.client.Wait(ctx, j.JobID, 20*time.Second); err != nil || !finished {
 		t.Fatalf("job after kill: finished %v, %v", finished, err)
 	}
+}
+
+// TestPTYServiceKeepsItsSize: a PTY service's next run gets the terminal
+// size it was last given (it went back to the spawn's size).
+func TestPTYServiceKeepsItsSize(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 30*time.Second)
+	c := ts.client
+	j, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: "stty size; exec sleep 300", Pty: &protocol.PtyArgs{Rows: 30, Cols: 90},
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways, RestartDelayMs: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(context.Background(), j.JobID, "SIGKILL")
+	output := func() string {
+		r, err := c.Poll(ctx, j.JobID, 0, 0)
+		if err != nil {
+			return ""
+		}
+		var out strings.Builder
+		for _, ch := range r.Chunks {
+			out.Write(ch.Data)
+		}
+		return out.String()
+	}
+	eventually(t, 10*time.Second, "the first run's size", func() bool { return strings.Contains(output(), "30 90") })
+	if err := c.Resize(ctx, j.JobID, 40, 120); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restart(ctx, j.JobID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the next run at the new size", func() bool { return strings.Contains(output(), "40 120") })
 }
