@@ -729,6 +729,9 @@ func commandLine(j protocol.JobInfo) string {
 	if s == "" {
 		s = strings.Join(j.Argv, " ")
 	}
+	if s == "" {
+		s = "-" // (list --brief)
+	}
 	if len(s) > 60 {
 		s = s[:57] + "..."
 	}
@@ -739,19 +742,22 @@ func commandLine(j protocol.JobInfo) string {
 type ListCommand struct{}
 
 // Synopsis implements command.
-func (*ListCommand) Synopsis() string { return "list jobs: list [--state S] [--session ID]" }
+func (*ListCommand) Synopsis() string { return "list jobs: list [--state S] [--session ID] [--brief]" }
 
 // Run implements command.
 func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("list", g)
 	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, restarting, exited)")
 	session := fs.String("session", "", "only jobs of this session")
+	brief := fs.Bool("brief", false, "without the jobs' commands, cwd and labels (much less to transfer when commands are long)")
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	return listJobs(ctx, g, protocol.ListJobsArgs{State: protocol.State(*state), SessionID: *session})
+	return listJobs(ctx, g, protocol.ListJobsArgs{State: protocol.State(*state), SessionID: *session, Brief: *brief})
 }
 
+// listJobs lists every job a selects, page after page (a supervisor sends
+// a long listing in pages of about protocol.MaxListBytes).
 func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, error) {
 	jobs, err := g.client.ListJobs(ctx, a)
 	if err != nil {

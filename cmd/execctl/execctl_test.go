@@ -47,7 +47,10 @@ func (s *supervisor) globals() []string {
 	return []string{"--control", s.control, "--event", s.event}
 }
 
-func startSupervisor(t *testing.T) *supervisor {
+func startSupervisor(t *testing.T) *supervisor { return startSupervisorWith(t, nil) }
+
+// startSupervisorWith is startSupervisor with the configuration tweaked.
+func startSupervisorWith(t *testing.T, tweak func(*server.Config)) *supervisor {
 	t.Helper()
 	dir := shortTempDir(t)
 	cfg := server.DefaultConfig()
@@ -61,6 +64,9 @@ func startSupervisor(t *testing.T) *supervisor {
 	cfg.Subreaper = false // the test process waits for children of its own
 	if exe, err := os.Executable(); err == nil {
 		cfg.LimitsHelper = exe // TestMain runs limits.MaybeRunHelper
+	}
+	if tweak != nil {
+		tweak(&cfg)
 	}
 	log := slog.New(slog.DiscardHandler)
 	s, err := server.New(cfg, log)
@@ -669,5 +675,57 @@ func TestMoreUsageErrors(t *testing.T) {
 		if code, _, errs := execctl(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, %s", args, code, errs)
 		}
+	}
+}
+
+// TestListPagesThrough: a listing larger than one list-jobs reply (the
+// supervisor pages it) is shown in full by list, list --json (wire field
+// names, no paging fields) and status; list --brief leaves the commands
+// out.
+func TestListPagesThrough(t *testing.T) {
+	s := startSupervisorWith(t, func(c *server.Config) { c.ListPageBytes = 32 << 10 })
+	const n = 7
+	var ids []string
+	for range n {
+		ids = append(ids, s.spawnID(t, "--", "true", strings.Repeat("z", 12<<10)))
+	}
+	for _, id := range ids {
+		s.mustCtl(t, "wait", id)
+	}
+	for _, args := range [][]string{{"list"}, {"status"}, {"list", "--state", "exited"}} {
+		out := s.mustCtl(t, args...)
+		for _, id := range ids {
+			if !strings.Contains(out, id+" ") {
+				t.Fatalf("%v does not show %s:\n%s", args, id, out)
+			}
+		}
+		if !strings.Contains(out, "true zzz") {
+			t.Fatalf("%v shows no command:\n%s", args, out)
+		}
+	}
+	list := jsonObject(t, s.mustCtl(t, "--json", "list"))
+	jobs, _ := list["jobs"].([]any)
+	if len(jobs) != n || len(list) != 1 {
+		t.Fatalf("--json list: %d jobs, keys %v", len(jobs), list)
+	}
+	for i, j := range jobs {
+		m, _ := j.(map[string]any)
+		argv, _ := m["argv"].([]any)
+		if m["jobId"] != ids[i] || m["state"] != "exited" || len(argv) != 2 {
+			t.Fatalf("--json list job %d: %v", i, m)
+		}
+	}
+	out := s.mustCtl(t, "list", "--brief")
+	for _, id := range ids {
+		if !strings.Contains(out, id+" ") {
+			t.Fatalf("list --brief does not show %s:\n%s", id, out)
+		}
+	}
+	if strings.Contains(out, "zzz") {
+		t.Fatalf("list --brief shows commands:\n%s", out)
+	}
+	list = jsonObject(t, s.mustCtl(t, "--json", "list", "--brief"))
+	if jobs, _ := list["jobs"].([]any); len(jobs) != n || jobs[0].(map[string]any)["argv"] != nil {
+		t.Fatalf("--json list --brief: %v", list)
 	}
 }

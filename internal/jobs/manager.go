@@ -427,6 +427,15 @@ func (m *Manager) Get(id string) (*Job, error) {
 // List returns every job's info, oldest first, filtered by state and
 // session when they are non-empty.
 func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo {
+	out := m.ListAfter(state, session, 0, "")
+	m.attachUsage(out)
+	return out
+}
+
+// ListAfter is List without usage (see AttachUsage) of the jobs that come
+// after the job (createdAt, id) in List's order (createdAt, then job id):
+// that job itself need not exist any more. id "" means from the first.
+func (m *Manager) ListAfter(state protocol.State, session string, createdAt int64, id string) []protocol.JobInfo {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))
 	for _, j := range m.jobs {
@@ -436,6 +445,9 @@ func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo 
 	out := make([]protocol.JobInfo, 0, len(js))
 	for _, j := range js {
 		info := j.Info()
+		if id != "" && (info.CreatedAt < createdAt || info.CreatedAt == createdAt && info.JobID <= id) {
+			continue
+		}
 		if (state == "" || info.State == state) && (session == "" || info.SessionID == session) {
 			out = append(out, info)
 		}
@@ -446,9 +458,11 @@ func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo 
 		}
 		return out[a].JobID < out[b].JobID
 	})
-	m.attachUsage(out)
 	return out
 }
+
+// AttachUsage fills Usage for the running jobs among infos (see List).
+func (m *Manager) AttachUsage(infos []protocol.JobInfo) { m.attachUsage(infos) }
 
 // Counts returns the number of jobs not yet exited and of all known jobs.
 func (m *Manager) Counts() (active, total int) {

@@ -78,6 +78,10 @@ type Config struct {
 	// waits (spawn's waitMs, op wait) in all and per connection; 0 means
 	// 10000 and 1000. Not operator settings (tests lower them).
 	MaxHeldReplies, MaxPeerHeldReplies int
+	// ListPageBytes is about the most one list-jobs reply carries; 0 (or
+	// more than protocol.MaxListBytes) means protocol.MaxListBytes. Not an
+	// operator setting (tests lower it to see listings paged).
+	ListPageBytes int
 	// HeartbeatInterval is the period of supervisor.heartbeat events.
 	HeartbeatInterval time.Duration
 	// MaxRequestBytes bounds one control request.

@@ -640,6 +640,9 @@ func toWire(err error) *protocol.Error {
 func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 	switch req.Op {
 	case protocol.OpHealth:
+		if err := protocol.DecodeArgs(req, nil); err != nil { // (none, but checked as any op's)
+			return nil, err
+		}
 		active, total := s.jobs.Counts()
 		draining := false
 		select {
@@ -754,7 +757,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		if err := protocol.DecodeArgs(req, &a); err != nil {
 			return nil, err
 		}
-		return protocol.ListJobsResult{Jobs: s.jobs.List(a.State, a.SessionID)}, nil
+		return s.listJobs(a)
 	case protocol.OpStart, protocol.OpRestart, protocol.OpStop, protocol.OpHistory:
 		return s.serviceOp(req)
 	case protocol.OpRemove:
@@ -771,6 +774,48 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		return protocol.RemoveResult{JobID: a.JobID}, nil
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknownOp, "unknown op %q", req.Op)
+}
+
+// listJobs answers list-jobs: one page of the jobs after a.After, at most
+// a.Limit of them and about ListPageBytes (at least one job when
+// any is left), so that no listing is refused for being too large.
+func (s *Server) listJobs(a protocol.ListJobsArgs) (protocol.ListJobsResult, error) {
+	var created int64
+	var after string
+	if a.After != "" {
+		var err error
+		if created, after, err = protocol.ParseListCursor(a.After); err != nil {
+			return protocol.ListJobsResult{}, err
+		}
+	}
+	jobs := s.jobs.ListAfter(a.State, a.SessionID, created, after)
+	budget := s.cfg.ListPageBytes
+	if budget <= 0 || budget > protocol.MaxListBytes {
+		budget = protocol.MaxListBytes
+	}
+	n, size := 0, 0
+	for ; n < len(jobs) && (a.Limit <= 0 || n < a.Limit); n++ {
+		j := &jobs[n]
+		if a.Brief {
+			j.Argv, j.Shell, j.Cwd, j.Labels = nil, "", "", nil
+		}
+		// (what it takes in the reply, but usage: a few dozen bytes,
+		// attached below)
+		b, err := protocol.Marshal(j)
+		if err != nil {
+			return protocol.ListJobsResult{}, err
+		}
+		if n > 0 && size+len(b) > budget {
+			break
+		}
+		size += len(b)
+	}
+	res := protocol.ListJobsResult{Jobs: jobs[:n:n], More: n < len(jobs)}
+	if res.More {
+		res.Next = protocol.ListCursor(&jobs[n-1])
+	}
+	s.jobs.AttachUsage(res.Jobs)
+	return res, nil
 }
 
 // serviceOp answers start, restart, stop and history.

@@ -292,8 +292,16 @@ func (c *Client) readLoop(cn *conn) {
 			continue
 		}
 		c.mu.Lock()
-		ch := c.pending[rep.ID]
-		delete(c.pending, rep.ID)
+		id := rep.ID
+		if id == "" && !rep.OK && rep.Error != nil && rep.Error.Code == protocol.CodeTooLarge && len(c.pending) == 1 {
+			// A request too large for the supervisor whose id it could
+			// not read: with one request in flight, it was that one.
+			for only := range c.pending {
+				id = only
+			}
+		}
+		ch := c.pending[id]
+		delete(c.pending, id)
 		c.mu.Unlock()
 		if ch != nil {
 			ch <- rep
@@ -326,6 +334,10 @@ func (c *Client) call(parent context.Context, op protocol.Op, args any, held tim
 	body, err := protocol.EncodeRequest(id, op, args)
 	if err != nil {
 		return nil, err
+	}
+	if len(body) > protocol.MaxRequestBytes {
+		// No supervisor takes it (one may be configured to take less).
+		return nil, protocol.Errorf(protocol.CodeTooLarge, "%s request is %d bytes; the limit is %d", op, len(body), protocol.MaxRequestBytes)
 	}
 	cn, err := c.connect(ctx)
 	if err != nil {
@@ -524,11 +536,36 @@ func (c *Client) Status(ctx context.Context, jobID string) (protocol.JobInfo, er
 	return *r.Job, nil
 }
 
-// ListJobs lists jobs, optionally filtered by state and session.
+// ListJobs lists jobs, optionally filtered by state and session, oldest
+// first: every one of them (from args.After, if set), asking for one page
+// after another (of at most args.Limit jobs, if set; see ListJobsPage).
 func (c *Client) ListJobs(ctx context.Context, args protocol.ListJobsArgs) ([]protocol.JobInfo, error) {
+	var all []protocol.JobInfo
+	for {
+		r, err := c.ListJobsPage(ctx, args)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, r.Jobs...)
+		if !r.More {
+			return all, nil
+		}
+		if len(r.Jobs) == 0 || r.Next == "" || r.Next == args.After {
+			return all, fmt.Errorf("list-jobs: the supervisor said more jobs follow but gave no way on (next %q after %q)", r.Next, args.After)
+		}
+		args.After = r.Next
+	}
+}
+
+// ListJobsPage asks for one page of jobs: the first, or the one after
+// args.After (the Next of the previous page), of at most args.Limit jobs
+// (0: as many as fit in about protocol.MaxListBytes). The result's More
+// says whether more follow. A supervisor older than paging returns every
+// job at once, More false.
+func (c *Client) ListJobsPage(ctx context.Context, args protocol.ListJobsArgs) (protocol.ListJobsResult, error) {
 	var r protocol.ListJobsResult
 	err := c.Call(ctx, protocol.OpListJobs, &args, &r)
-	return r.Jobs, err
+	return r, err
 }
 
 // Health checks the supervisor.

@@ -45,6 +45,18 @@ const (
 // could make the server allocate tens of MiB; requests carry at most
 // MaxArgs elements in any array or map.
 func checkValueMax(b []byte, maxElems uint64) error {
+	_, err := checkValueEnd(b, maxElems, maxNesting)
+	return err
+}
+
+// checkValueEnd is checkValueMax allowing arrays and maps to nest
+// maxDepth deep (at most maxNesting); it returns the length of the value
+// checked. The hand-written request decoders skip unknown keys with it,
+// one level below the map they read (maxNesting-1), so that what they
+// pass over is held to the bounds the generic path applies to the whole
+// message.
+func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
+	maxDepth = min(maxDepth, maxNesting)
 	m := mp{b: b}
 	var left [maxNesting + 1]uint64 // values still to read at each open level
 	left[0] = 1
@@ -52,7 +64,7 @@ func checkValueMax(b []byte, maxElems uint64) error {
 	for {
 		for left[depth] == 0 {
 			if depth == 0 {
-				return nil
+				return m.i, nil
 			}
 			depth--
 		}
@@ -60,7 +72,7 @@ func checkValueMax(b []byte, maxElems uint64) error {
 		at := m.i
 		c, err := m.byte()
 		if err != nil {
-			return fmt.Errorf("msgpack: truncated: a value is missing at byte %d", at)
+			return 0, fmt.Errorf("msgpack: truncated: a value is missing at byte %d", at)
 		}
 		var size, elems uint64 // bytes to pass over, values to read inside
 		what := ""
@@ -74,9 +86,9 @@ func checkValueMax(b []byte, maxElems uint64) error {
 		case c >= 0xa0 && c <= 0xbf:
 			size, what = uint64(c&0x1f), "str"
 		case c == 0xc1:
-			return fmt.Errorf("msgpack: invalid code 0xc1 at byte %d", at)
+			return 0, fmt.Errorf("msgpack: invalid code 0xc1 at byte %d", at)
 		case c >= 0xc7 && c <= 0xc9 || c >= 0xd4 && c <= 0xd8:
-			return fmt.Errorf("msgpack: ext value (code %#x) at byte %d; the protocol has no ext types", c, at)
+			return 0, fmt.Errorf("msgpack: ext value (code %#x) at byte %d; the protocol has no ext types", c, at)
 		case c == 0xca || c == 0xce || c == 0xd2:
 			size, what = 4, "number"
 		case c == 0xcb || c == 0xcf || c == 0xd3:
@@ -97,7 +109,7 @@ func checkValueMax(b []byte, maxElems uint64) error {
 			}
 			n, err := m.be(k)
 			if err != nil {
-				return fmt.Errorf("msgpack: truncated: the length at byte %d is cut short", at)
+				return 0, fmt.Errorf("msgpack: truncated: the length at byte %d is cut short", at)
 			}
 			switch {
 			case c <= 0xc6:
@@ -115,7 +127,7 @@ func checkValueMax(b []byte, maxElems uint64) error {
 			count /= 2
 		}
 		if maxElems > 0 && count > maxElems {
-			return Errorf(CodeTooLarge, "msgpack: %s of %d elements at byte %d; at most %d are accepted", what, count, at, maxElems)
+			return 0, Errorf(CodeTooLarge, "msgpack: %s of %d elements at byte %d; at most %d are accepted", what, count, at, maxElems)
 		}
 		rest := uint64(len(b) - m.i)
 		if size > rest || elems > rest {
@@ -126,7 +138,7 @@ func checkValueMax(b []byte, maxElems uint64) error {
 			case elems > 0:
 				n, unit = count, "elements"
 			}
-			return fmt.Errorf("msgpack: %s of %d %s at byte %d, but only %d bytes follow", what, n, unit, at, rest)
+			return 0, fmt.Errorf("msgpack: %s of %d %s at byte %d, but only %d bytes follow", what, n, unit, at, rest)
 		}
 		// A big array or map must average bigElemBytes per element:
 		// none of the protocol's big lists (jobs, events, chunks) has
@@ -134,12 +146,12 @@ func checkValueMax(b []byte, maxElems uint64) error {
 		// element (up to ~850 bytes for a JobInfo, twice) per declared
 		// one before reading any.
 		if count > maxSmallList && count*bigElemBytes > rest {
-			return fmt.Errorf("msgpack: %s of %d elements at byte %d in %d bytes: elements of a list that long take at least %d bytes each", what, count, at, rest, bigElemBytes)
+			return 0, fmt.Errorf("msgpack: %s of %d elements at byte %d in %d bytes: elements of a list that long take at least %d bytes each", what, count, at, rest, bigElemBytes)
 		}
 		m.i += int(size)
 		if elems > 0 {
-			if depth == maxNesting {
-				return fmt.Errorf("msgpack: arrays and maps nest more than %d deep (at byte %d)", maxNesting, at)
+			if depth >= maxDepth {
+				return 0, fmt.Errorf("msgpack: arrays and maps nest more than %d deep (at byte %d)", maxDepth, at)
 			}
 			depth++
 			left[depth] = elems

@@ -85,7 +85,9 @@ func DecodeRequest(b []byte, max int) (*Request, error) {
 		max = MaxRequestBytes
 	}
 	if len(b) > max {
-		return nil, Errorf(CodeTooLarge, "request is %d bytes; the limit is %d", len(b), max)
+		// Not decoded, but answered under its id when that can be read
+		// (the caller may have several requests in flight).
+		return &Request{ID: peekRequestID(b)}, Errorf(CodeTooLarge, "request is %d bytes; the limit is %d", len(b), max)
 	}
 	if len(b) == 0 {
 		return nil, Errorf(CodeBadRequest, "empty request body")
@@ -97,14 +99,21 @@ func DecodeRequest(b []byte, max int) (*Request, error) {
 		}
 		req = new(Request)
 		if err := unmarshalMax(b, req, "request", MaxArgs); err != nil {
+			if CodeOf(err) == CodeTooLarge { // (as a body too large)
+				return &Request{ID: peekRequestID(b)}, err
+			}
 			return nil, err
 		}
+	}
+	// An over-long id is never echoed, whatever the reply.
+	longID := len(req.ID) > MaxIDBytes
+	if longID {
+		req.ID = ""
 	}
 	if req.V != Version {
 		return req, Errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, Version)
 	}
-	if len(req.ID) > MaxIDBytes {
-		req.ID = ""
+	if longID {
 		return req, Errorf(CodeInvalidArgument, "request id longer than %d bytes", MaxIDBytes)
 	}
 	if req.Op == "" {
@@ -114,6 +123,50 @@ func DecodeRequest(b []byte, max int) (*Request, error) {
 		return req, Errorf(CodeUnknownOp, "unknown op %.64q; known ops: %s", string(req.Op), opList())
 	}
 	return req, nil
+}
+
+// peekMaxKeys bounds the top-level keys peekRequestID reads (an envelope
+// has four).
+const peekMaxKeys = 16
+
+// peekRequestID returns the id of the request envelope b, which is not
+// decoded (it is too large), or "" when that cannot be told cheaply and
+// for sure: b is not a map of at most peekMaxKeys str keys whose values
+// can all be passed over (walked over, not decoded: nothing is allocated,
+// every length is checked against b, nesting is bounded), or it has no
+// "id", or more than one, or one that is not a str (or bin) of at most
+// MaxIDBytes.
+func peekRequestID(b []byte) string {
+	m := mp{b: b}
+	n, err := m.mapLen()
+	if err != nil || n > peekMaxKeys {
+		return ""
+	}
+	var id []byte
+	found := false
+	for ; n > 0; n-- {
+		key, err := m.bytes()
+		if err != nil {
+			return ""
+		}
+		if string(key) == "id" {
+			if found {
+				return ""
+			}
+			if m.i < len(m.b) && m.b[m.i] == 0xc0 { // nil: no id
+				return ""
+			}
+			if id, err = m.bytes(); err != nil || len(id) > MaxIDBytes {
+				return ""
+			}
+			found = true
+			continue
+		}
+		if m.skip(0) != nil {
+			return ""
+		}
+	}
+	return string(id)
 }
 
 func opList() string {
@@ -128,11 +181,16 @@ func opList() string {
 type Validator interface{ Validate() error }
 
 // DecodeArgs decodes req.Args into v and validates it when v is a
-// Validator. Missing args decode as the zero value. Errors are *Error.
+// Validator. Missing args decode as the zero value. v nil (an op without
+// args) only checks them as any args are checked: a map (or nil, or
+// absent) within the request limits. Errors are *Error.
 func DecodeArgs(req *Request, v any) error {
 	if len(req.Args) > 0 && req.Args[0] != 0xc0 { // (nil: no args)
 		if !isMap(req.Args) {
 			return Errorf(CodeBadRequest, "%s args must be a msgpack map (first byte 0x%02x)", req.Op, req.Args[0])
+		}
+		if v == nil { // (an op without args: only checked)
+			v = &struct{}{}
 		}
 		a, spawn := v.(*SpawnArgs)
 		if !spawn || !fastSpawnArgs(req.Args, a) {
@@ -434,6 +492,14 @@ func (a *ListJobsArgs) Validate() error {
 	case "", StateStarting, StateRunning, StateExiting, StateExited, StateRestarting:
 	default:
 		return Errorf(CodeInvalidArgument, "state %.32q is not one of starting, running, exiting, restarting, exited", string(a.State))
+	}
+	if a.Limit < 0 {
+		return Errorf(CodeInvalidArgument, "limit is negative (%d)", a.Limit)
+	}
+	if a.After != "" {
+		if _, _, err := ParseListCursor(a.After); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -441,6 +441,21 @@ func (m *mp) fields(field func(key []byte) bool) bool {
 
 func (m *mp) skipped() bool { return m.skip(0) == nil }
 
+// skippedInRequest passes over the value of an unknown key of a request
+// (the envelope or args map: one level down) holding it to the bounds
+// the generic path applies to a whole request (unmarshalMax with
+// MaxArgs): at most MaxArgs elements in any array or map, maxNesting
+// levels in all. Anything beyond is left to the generic path, which
+// refuses it (too-large, bad-request).
+func (m *mp) skippedInRequest() bool {
+	n, err := checkValueEnd(m.b[m.i:], MaxArgs, maxNesting-1)
+	if err != nil {
+		return false
+	}
+	m.i += n
+	return true
+}
+
 // spanOK is span reporting success as a bool.
 func (m *mp) spanOK() ([]byte, bool) {
 	b, err := m.span()
@@ -492,7 +507,7 @@ func fastRequest(b []byte) (*Request, bool) {
 		case "args":
 			ok = m.rawTo(&r.Args)
 		default:
-			ok = m.skipped()
+			ok = m.skippedInRequest()
 		}
 		return ok
 	})
@@ -541,7 +556,7 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 		case "pty", "restart", "limits":
 			return false // nested: the generic decoder
 		default:
-			ok = m.skipped()
+			ok = m.skippedInRequest()
 		}
 		return ok
 	})

@@ -1,6 +1,11 @@
 package protocol
 
-import "github.com/vmihailenco/msgpack/v5"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
 
 // Request is the control-plane request envelope.
 type Request struct {
@@ -188,11 +193,44 @@ type ListJobsArgs struct {
 	State State `msgpack:"state,omitempty" json:"state,omitempty"`
 	// SessionID filters by session; empty means all.
 	SessionID string `msgpack:"sessionId,omitempty" json:"sessionId,omitempty"`
+	// Limit is the most jobs one reply carries; 0 means as many as fit in
+	// MaxListBytes (a reply always carries at least one job when any is
+	// left).
+	Limit int `msgpack:"limit,omitempty" json:"limit,omitempty"`
+	// After continues a listing: the Next of the previous reply. Empty
+	// means from the first job.
+	After string `msgpack:"after,omitempty" json:"after,omitempty"`
+	// Brief leaves each job's argv, shell, cwd and labels out.
+	Brief bool `msgpack:"brief,omitempty" json:"brief,omitempty"`
 }
 
 // ListJobsResult is the result of OpListJobs.
 type ListJobsResult struct {
 	Jobs []JobInfo `msgpack:"jobs" json:"jobs"`
+	// More says that jobs matching the filters follow these: ask again
+	// with After set to Next.
+	More bool `msgpack:"more,omitempty" json:"more,omitempty"`
+	// Next is the cursor of the last job returned, when More.
+	Next string `msgpack:"next,omitempty" json:"next,omitempty"`
+}
+
+// ListCursor returns the list-jobs cursor of job i (what a reply's Next
+// is when i is its last job): list-jobs orders jobs by createdAt, then
+// jobId, and a cursor is "<createdAt>:<jobId>", so that it keeps its
+// place when that job is removed meanwhile.
+func ListCursor(i *JobInfo) string {
+	return strconv.FormatInt(i.CreatedAt, 10) + ":" + i.JobID
+}
+
+// ParseListCursor splits a list-jobs cursor (see ListCursor).
+func ParseListCursor(s string) (createdAt int64, jobID string, err error) {
+	ts, id, ok := strings.Cut(s, ":")
+	if ok && id != "" && len(id) <= MaxIDBytes {
+		if createdAt, err := strconv.ParseInt(ts, 10, 64); err == nil {
+			return createdAt, id, nil
+		}
+	}
+	return 0, "", Errorf(CodeInvalidArgument, "after %.64q is not a list-jobs cursor (the next of a previous reply)", s)
 }
 
 // RemoveResult is the result of OpRemove.

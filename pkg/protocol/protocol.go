@@ -203,6 +203,10 @@ const (
 	// MaxSubscribeBytes is about the most output one subscribe reply
 	// carries (at least one event is always returned).
 	MaxSubscribeBytes = 4 << 20
+	// MaxListBytes is about the most one list-jobs reply carries (at
+	// least one job is always returned when any is left; More says when
+	// more follow).
+	MaxListBytes = 16 << 20
 )
 
 // Error is an error with a stable code, as carried in a reply.

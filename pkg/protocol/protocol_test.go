@@ -151,7 +151,16 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The id of a request too large to decode, read without decoding
+		// it: never over-long, and never another than decoding reads.
+		peeked := peekRequestID(b)
+		if len(peeked) > MaxIDBytes {
+			t.Fatalf("peekRequestID returned %d bytes", len(peeked))
+		}
 		req, err := DecodeRequest(b, 0)
+		if req != nil && peeked != "" && req.ID != peeked {
+			t.Fatalf("peekRequestID %q, decoded id %q", peeked, req.ID)
+		}
 		if err != nil {
 			var pe *Error
 			if !errors.As(err, &pe) || pe.Code == "" {
@@ -159,12 +168,16 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
-		for _, v := range []any{&SpawnArgs{}, &PollArgs{}, &KillArgs{}, &JobArgs{}, &ListJobsArgs{}, &SubscribeArgs{}} {
+		for _, v := range []any{nil, &SpawnArgs{}, &PollArgs{}, &KillArgs{}, &JobArgs{}, &ListJobsArgs{}, &SubscribeArgs{}} {
 			if err := DecodeArgs(req, v); err != nil {
 				var pe *Error
 				if !errors.As(err, &pe) {
 					t.Fatalf("args error without code: %v", err)
 				}
+			} else if err := checkValueMax(b, MaxArgs); err != nil {
+				// A request taken, args and all, is within the request
+				// limits everywhere (unknown keys too).
+				t.Fatalf("request and %T args accepted, but: %v", v, err)
 			}
 		}
 		if _, err := DecodeEvent(b); err != nil {
@@ -174,4 +187,179 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// rawMap encodes a map with its entries in the order given (values
+// already encoded with Marshal).
+func rawMap(kv ...any) []byte {
+	w := newMW(nil)
+	for i := 0; i < len(kv); i += 2 {
+		w.key(kv[i].(string))
+		if raw, ok := kv[i+1].([]byte); ok {
+			w.b = append(w.b, raw...)
+			continue
+		}
+		v, err := Marshal(kv[i+1])
+		if err != nil {
+			panic(err)
+		}
+		w.b = append(w.b, v...)
+	}
+	return w.end()
+}
+
+// TestOversizedRequestKeepsItsID: a request over the size limit is refused
+// (too-large) under its own id when that can be read safely from the top
+// of the body, so that a client with several requests in flight can tell
+// which was refused; otherwise, and for an over-long id, under "".
+func TestOversizedRequestKeepsItsID(t *testing.T) {
+	big := strings.Repeat("x", 70<<10)
+	deep := append(bytes.Repeat([]byte{0x91}, 150), 0xc0)
+	long := strings.Repeat("i", MaxIDBytes+1)
+	for _, c := range []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"id first", rawMap("v", 2, "id", "r-1", "op", "spawn", "args", map[string]any{"argv": []string{"echo", big}}), "r-1"},
+		{"id last", rawMap("v", 2, "op", "spawn", "args", map[string]any{"argv": []string{"echo", big}}, "id", "r-2"), "r-2"},
+		{"id as bin", rawMap("v", 2, "args", map[string]any{"data": []byte(big)}, "id", []byte{0xc4, 3, 'r', '-', '3'}), "r-3"}, // (raw: bin 8)
+		{"unknown keys", rawMap("v", 2, "x", []int{1, 2, 3}, "y", map[string]string{"a": big}, "id", "r-4", "op", "write"), "r-4"},
+		{"no id", rawMap("v", 2, "op", "spawn", "args", map[string]any{"argv": []string{big}}), ""},
+		{"nil id", rawMap("v", 2, "id", nil, "args", map[string]any{"argv": []string{big}}), ""},
+		{"id not a string", rawMap("v", 2, "id", 7, "args", map[string]any{"argv": []string{big}}), ""},
+		{"over-long id", rawMap("v", 2, "id", long, "op", "spawn", "args", map[string]any{"argv": []string{big}}), ""},
+		{"two ids", rawMap("v", 2, "id", "a", "args", big, "id", "b"), ""},
+		{"id after a value cut short", append(rawMap("v", 2, "args", big, "id", "r-5")[:20], make([]byte, 70<<10)...), ""},
+		{"id after a value too deep", rawMap("v", 2, "args", deep, "pad", big, "id", "r-6"), ""},
+		{"not a map", append([]byte{0x92, 0xa2, 'i', 'd', 0xa1, 'x'}, []byte(big)...), ""},
+		{"raw bytes", bytes.Repeat([]byte{'a'}, 70<<10), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := DecodeRequest(c.body, 64<<10)
+			if CodeOf(err) != CodeTooLarge {
+				t.Fatalf("want too-large, got %v", err)
+			}
+			if req == nil || req.ID != c.want {
+				t.Fatalf("request %+v; want id %q", req, c.want)
+			}
+		})
+	}
+}
+
+// TestRequestLimitsEverywhere: the 4096-element limit of a request holds
+// in keys the server does not know (envelope and spawn args) as in args,
+// on the hand-written decoders' path as on the generic one; nesting too.
+func TestRequestLimitsEverywhere(t *testing.T) {
+	ints := func(n int) []int { return make([]int, n) }
+	entries := func(n int) map[string]int {
+		m := make(map[string]int, n)
+		for i := range n {
+			m[fmt.Sprint(i)] = i
+		}
+		return m
+	}
+	nest := func(n int) []byte { return append(bytes.Repeat([]byte{0x91}, n), 0xc0) }
+	spawn := func(extra ...any) []byte {
+		return rawMap("v", 2, "id", "s", "op", "spawn", "args", rawMap(append([]any{"argv", []string{"true"}}, extra...)...))
+	}
+	for _, c := range []struct {
+		name string
+		body []byte
+		want Code // "" accepted
+	}{
+		{"array of 4096 under an unknown key", rawMap("v", 2, "id", "x", "op", "health", "junk", ints(MaxArgs)), ""},
+		{"array of 4097 under an unknown key", rawMap("v", 2, "id", "x", "op", "health", "junk", ints(MaxArgs+1)), CodeTooLarge},
+		{"array of 5000 under an unknown key", rawMap("v", 2, "id", "x", "op", "health", "junk", ints(5000)), CodeTooLarge},
+		{"map of 5000 under an unknown key", rawMap("v", 2, "id", "x", "op", "health", "junk", entries(5000)), CodeTooLarge},
+		{"array of 5000 deep in an unknown key", rawMap("v", 2, "id", "x", "op", "health", "junk", []any{map[string]any{"a": ints(5000)}}), CodeTooLarge},
+		{"unknown key before the known ones", rawMap("junk", ints(5000), "v", 2, "id", "x", "op", "health"), CodeTooLarge},
+		{"99 levels under an unknown key", rawMap("v", 2, "id", "x", "op", "health", "junk", nest(maxNesting-1)), ""},
+		{"100 levels under an unknown key", rawMap("v", 2, "id", "x", "op", "health", "junk", nest(maxNesting)), CodeBadRequest},
+		{"spawn args with 4096 under an unknown key", spawn("junk", ints(MaxArgs)), ""},
+		{"spawn args with 5000 under an unknown key", spawn("junk", ints(5000)), CodeTooLarge},
+		{"spawn args with a map of 5000 under an unknown key", spawn("junk", entries(5000)), CodeTooLarge},
+		{"spawn args with 98 levels under an unknown key", spawn("junk", nest(maxNesting-2)), ""},
+		{"spawn args with 100 levels under an unknown key", spawn("junk", nest(maxNesting)), CodeBadRequest},
+		{"argv of 5000", rawMap("v", 2, "id", "x", "op", "spawn", "args", map[string]any{"argv": make([]string, 5000)}), CodeTooLarge},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := DecodeRequest(c.body, 0)
+			if err == nil {
+				switch req.Op {
+				case OpSpawn:
+					var a SpawnArgs
+					err = DecodeArgs(req, &a)
+				default:
+					err = DecodeArgs(req, nil)
+				}
+			}
+			if c.want == "" && err != nil || c.want != "" && CodeOf(err) != c.want {
+				t.Fatalf("want %q, got %v", c.want, err)
+			}
+		})
+	}
+}
+
+// TestOverlongIDNeverEchoed: whatever else is wrong with a request, an id
+// over MaxIDBytes is not returned for the reply to carry.
+func TestOverlongIDNeverEchoed(t *testing.T) {
+	long := strings.Repeat("i", MaxIDBytes+1)
+	for _, c := range []struct {
+		body []byte
+		want Code
+	}{
+		{rawMap("v", 1, "id", long, "op", "health"), CodeUnsupportedVersion},
+		{rawMap("id", long, "op", "health"), CodeUnsupportedVersion},
+		{rawMap("v", 2, "id", long, "op", "health"), CodeInvalidArgument},
+		{rawMap("v", 2, "id", long, "op", "nope"), CodeInvalidArgument},
+		{rawMap("v", 2, "id", long), CodeInvalidArgument},
+		{rawMap("v", 1, "id", long, "op", "health", "x", rawMap("a", 1)), CodeUnsupportedVersion}, // (generic path: a nested map)
+	} {
+		req, err := DecodeRequest(c.body, 0)
+		if CodeOf(err) != c.want || req == nil || req.ID != "" {
+			t.Errorf("%x: want %s and no id, got %v, %+v", c.body[:16], c.want, err, req)
+		}
+	}
+}
+
+// TestArgsMustBeAMap: an op without args (health) refuses args that are
+// not a map as every op does; nil and absent args are none.
+func TestArgsMustBeAMap(t *testing.T) {
+	for _, args := range []any{[]int{1}, "x", 5, true} {
+		req, err := DecodeRequest(rawMap("v", 2, "id", "h", "op", "health", "args", args), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := DecodeArgs(req, nil); CodeOf(err) != CodeBadRequest || !strings.Contains(err.Error(), "args must be a msgpack map") {
+			t.Errorf("health args %v: %v", args, err)
+		}
+	}
+	for _, body := range [][]byte{rawMap("v", 2, "op", "health"), rawMap("v", 2, "op", "health", "args", nil), rawMap("v", 2, "op", "health", "args", map[string]int{"x": 1})} {
+		req, err := DecodeRequest(body, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := DecodeArgs(req, nil); err != nil {
+			t.Errorf("%x: %v", body, err)
+		}
+	}
+}
+
+// TestListCursor: a cursor names the place of a job in list-jobs order;
+// anything else is invalid-argument.
+func TestListCursor(t *testing.T) {
+	info := JobInfo{JobID: "j-0123", CreatedAt: 1712345678901}
+	c := ListCursor(&info)
+	if at, id, err := ParseListCursor(c); err != nil || at != info.CreatedAt || id != info.JobID {
+		t.Fatalf("%q: %d %q %v", c, at, id, err)
+	}
+	for _, bad := range []string{"j-0123", "12:", ":j-1", "x:j-1", "1:" + strings.Repeat("j", MaxIDBytes+1)} {
+		if err := (&ListJobsArgs{After: bad}).Validate(); CodeOf(err) != CodeInvalidArgument {
+			t.Errorf("after %q: %v", bad, err)
+		}
+	}
+	if err := (&ListJobsArgs{Limit: -1}).Validate(); CodeOf(err) != CodeInvalidArgument {
+		t.Errorf("limit -1: %v", err)
+	}
 }
