@@ -154,7 +154,9 @@ type Job struct {
 	// finN is the job's place in the order jobs finished (guarded by the
 	// Manager's mu; 0 until counted).
 	finN uint64
-	// finBytes is the output it retained when it finished (Manager.recentBytes).
+	// finBytes is what it retained when it finished, charged to
+	// MaxFinishedOutput (Manager.recentBytes): its output and what it
+	// keeps of its spec (see finishedCostLocked).
 	finBytes int64
 	// afterDone are the AfterDone functions still to run (by id).
 	afterDone  map[uint64]func(protocol.JobInfo)
@@ -313,7 +315,7 @@ func lookPath(file, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("executable %q not found in PATH", file)
+	return "", fmt.Errorf("executable %s not found in PATH", quoteClip(file))
 }
 
 // buildEnv returns the job's environment. With nothing to change it is
@@ -391,7 +393,7 @@ func (j *Job) start() error {
 		j.m.reapMu.RLock()
 		p, err = l.start(j.m.pidfds, &j.m.waitSlots)
 		if err != nil {
-			err = fmt.Errorf("start %q: %w", argv[0], err)
+			err = fmt.Errorf("start %s: %w", quoteClip(argv[0]), err)
 		} else {
 			j.m.addLeader(p.pid)
 		}
@@ -417,6 +419,8 @@ func (j *Job) start() error {
 			j.stdin = nil
 		}
 		j.mu.Unlock()
+		// (kept, logged and sent back: its message may quote input)
+		err = clipErr(err)
 		j.failSpawn(err)
 		return err
 	}
@@ -477,7 +481,9 @@ func (j *Job) start() error {
 		_, _ = j.kill(runDone, pending, 0)
 	}
 	if j.m.logInfo() { // (the attributes cost allocations even when not logged)
-		j.m.log.Info("job started", "job", j.id, "pid", pid, "argv", argv, "cwd", j.spec.Cwd, "attempt", attempt,
+		// (argv and cwd are client input of up to a request's size: the
+		// line shows their beginning)
+		j.m.log.Info("job started", "job", j.id, "pid", pid, "argv", logArgv(argv), "cwd", Clip(j.spec.Cwd, LogArgBytes), "attempt", attempt,
 			"timeout", j.timeout, "noOutputTimeout", j.noOutput)
 	}
 	return nil
@@ -575,10 +581,14 @@ func (j *Job) prepare(argv, env []string) (*launch, procFiles, error) {
 	if j.spec.Cwd != "" {
 		fi, err := os.Stat(j.spec.Cwd)
 		if err != nil {
-			return nil, files, fmt.Errorf("working directory: %w", err)
+			var pe *os.PathError
+			if errors.As(err, &pe) { // (its message repeats the path: the first bytes do)
+				err = pe.Err
+			}
+			return nil, files, fmt.Errorf("working directory %s: %w", quoteClip(j.spec.Cwd), err)
 		}
 		if !fi.IsDir() {
-			return nil, files, fmt.Errorf("working directory %q is not a directory", j.spec.Cwd)
+			return nil, files, fmt.Errorf("working directory %s is not a directory", quoteClip(j.spec.Cwd))
 		}
 	}
 	// Rlimits and niceness: the child applies them to itself, then execs.
@@ -1639,7 +1649,7 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	// terminal event.
 	var retained []protocol.Event
 	if j.startedEv != nil && j.startedEv.Seq >= from {
-		retained = append(retained, *j.startedEv)
+		retained = append(retained, j.startedEventLocked())
 	}
 	extra := j.extraEvs
 	for _, c := range j.out.live() {
@@ -1884,3 +1894,72 @@ func (m *Manager) escapeWatcher() {
 // escapeCheckPeriod is how often running cgroup jobs are checked for
 // processes outside their group or session.
 const escapeCheckPeriod = time.Second
+
+// compactFinishedLocked drops what a finished one-shot job holds that
+// nothing reads any more: its env (read only to start its run: status,
+// list and the journal do not show it, and a one-shot job is never
+// started again) and the encoded payload of its job.started event, a
+// second copy of its argv, shell, cwd and labels (rebuilt from them when
+// subscribe asks for it: startedEventLocked). j.mu must be held (or j not
+// yet visible).
+func (j *Job) compactFinishedLocked() {
+	if j.svc != nil {
+		return // (started again with its whole spec)
+	}
+	j.spec.Env = nil
+	if ev := j.startedEv; ev != nil && ev.Payload != nil && ev.Attempt == 0 {
+		ev.Payload = nil
+	}
+}
+
+// startedEventLocked is the job's first job.started event, its payload
+// rebuilt if compactFinishedLocked dropped it (the same fields: a one-shot
+// job's only run leads its own group, pid == pgid).
+func (j *Job) startedEventLocked() protocol.Event {
+	ev := *j.startedEv
+	if ev.Payload == nil {
+		rebuilt, err := protocol.NewEvent(j.id, ev.Seq, ev.Ts, ev.Kind, protocol.StartedPayload{
+			Pid: j.pid, Pgid: j.pid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+			Labels: j.spec.Labels, SessionID: j.spec.SessionID, Attempt: ev.Attempt,
+		})
+		if err == nil {
+			ev.Payload = rebuilt.Payload
+		}
+	}
+	return ev
+}
+
+// finishedCostLocked is what a finished one-shot job holds besides its
+// output ring and its fixed-size structures (those are bounded by
+// MaxFinished), in bytes: its argv, shell, cwd, labels and session id,
+// its error message, and its retained events other than output. It is
+// charged with its output to MaxFinishedOutput: a job spawned with 256 KiB
+// of argv costs that much whether it printed anything or not. j.mu must
+// be held (or j not yet visible).
+func (j *Job) finishedCostLocked() int64 {
+	const strHdr = 16   // a string header (a slice element, a map key or value)
+	const mapEntry = 16 // a map entry's share of its buckets, roughly
+	const evHdr = 96    // an event's fixed fields
+	n := len(j.spec.Shell) + len(j.spec.Cwd) + len(j.spec.SessionID) + len(j.errMsg) + len(j.notifyStatus)
+	for _, a := range j.spec.Argv {
+		n += strHdr + len(a)
+	}
+	for k, v := range j.spec.Labels {
+		n += 2*strHdr + mapEntry + len(k) + len(v)
+	}
+	for k, v := range j.spec.Env { // (none once compacted)
+		n += 2*strHdr + mapEntry + len(k) + len(v)
+	}
+	for _, ev := range []*protocol.Event{j.startedEv, j.exitEv} {
+		if ev != nil {
+			n += evHdr + len(ev.Payload)
+		}
+	}
+	if j.exitEv == nil { // (the terminal event, which quotes the error, is emitted right after)
+		n += evHdr + 64 + len(j.errMsg)
+	}
+	for _, ev := range j.extraEvs {
+		n += evHdr + len(ev.Payload)
+	}
+	return int64(n)
+}

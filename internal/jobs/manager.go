@@ -47,9 +47,13 @@ type Config struct {
 	// CleanupInterval is the period of the retention sweep.
 	CleanupInterval time.Duration
 	// MaxFinished and MaxFinishedOutput bound the finished one-shot jobs
-	// retention keeps (their number, and the output bytes they hold): past
+	// retention keeps: their number (each costs ~1.5 KB of fixed-size
+	// structures), and the bytes they hold: their output and what they
+	// keep of their spec (argv, shell, cwd, labels, error: see
+	// Job.finishedCostLocked; env is dropped when a job finishes). Past
 	// either, the oldest are forgotten before their retention period ends
-	// (counted in Forgotten). Memory stays bounded however fast jobs end.
+	// (counted in Forgotten). Memory stays bounded however fast jobs end:
+	// about MaxFinished x 1.5 KB + MaxFinishedOutput.
 	MaxFinished       int
 	MaxFinishedOutput int64
 	// DrainTimeout bounds the wait for output pipes to close once the
@@ -347,10 +351,12 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 }
 
 // addRecentLocked appends finished one-shot job j (finN set, output
-// final) to recent and applies the bounds; it returns how many jobs they
-// forgot. m.mu must be held.
+// final) to recent, charging what it retains (its output and spec), and
+// applies the bounds; it returns how many jobs they forgot. m.mu must be
+// held, and j.mu (or j not yet visible).
 func (m *Manager) addRecentLocked(j *Job) int {
-	j.finBytes = int64(j.out.cost)
+	j.compactFinishedLocked()
+	j.finBytes = int64(j.out.cost) + j.finishedCostLocked()
 	m.recent = append(m.recent, finished{finN: j.finN, j: j})
 	m.recentN++
 	m.recentBytes += j.finBytes
@@ -359,7 +365,8 @@ func (m *Manager) addRecentLocked(j *Job) int {
 
 // boundRecentLocked forgets the oldest finished one-shot jobs (never
 // keep, the one just finished) while more than MaxFinished are retained
-// or they hold more than MaxFinishedOutput bytes. It returns how many it
+// or they hold more than MaxFinishedOutput bytes (output, argv and the
+// rest of what they keep: Job.finBytes). It returns how many it
 // forgot. m.mu must be held.
 func (m *Manager) boundRecentLocked(keep *Job) int {
 	n := 0
@@ -412,6 +419,14 @@ func (m *Manager) noteForgotten(n int) {
 // Forgotten is the number of finished jobs forgotten before their
 // retention period ended (MaxFinished, MaxFinishedOutput).
 func (m *Manager) Forgotten() uint64 { return m.forgotten.Load() }
+
+// FinishedRetained returns how many finished one-shot jobs retention
+// holds and the bytes charged for them to MaxFinishedOutput.
+func (m *Manager) FinishedRetained() (n int, bytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.recentN, m.recentBytes
+}
 
 // Get returns the job with id, or a CodeNotFound error.
 func (m *Manager) Get(id string) (*Job, error) {

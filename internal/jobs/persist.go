@@ -45,6 +45,9 @@ type Snapshot struct {
 	Unpublished []PendingOutput
 	// Service is set for service jobs.
 	Service *ServiceState
+	// FinN is a finished one-shot job's place in the order jobs finished
+	// (higher: later; 0 for others): the journal keeps the newest.
+	FinN uint64
 	// Interrupted is set (for Restore) on a job that was running when its
 	// supervisor went away: its terminal event is new, numbered after
 	// Info.LastSeq. A job recorded as finished already had its terminal
@@ -102,6 +105,9 @@ func (j *Job) Snapshot() Snapshot {
 		j.flushLocked(1)
 	}
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.groupGone}
+	if j.svc == nil && j.state == Exited {
+		s.FinN = j.finN // (set under j.mu too: jobDone)
+	}
 	if j.svc != nil {
 		s.Service = &ServiceState{
 			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset,

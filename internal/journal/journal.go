@@ -35,8 +35,14 @@ import (
 const Version = 1
 
 // MaxFileBytes bounds the journal file read at start; a larger file is
-// treated as corrupt.
+// treated as corrupt. Save and SaveEncoded never write one (ErrTooLarge):
+// the previous journal, which Load accepts, stays.
 const MaxFileBytes = 256 << 20
+
+// ErrTooLarge is returned by Save and SaveEncoded for a document larger
+// than MaxFileBytes: Load would refuse it (and move it aside, losing
+// every record), so it is not written.
+var ErrTooLarge = fmt.Errorf("journal document larger than %d bytes (it could not be read back)", MaxFileBytes)
 
 // File is the on-disk document.
 type File struct {
@@ -338,6 +344,10 @@ func (j *Journal) Save(doc *File) error {
 		j.Failures.Add(1)
 		return fmt.Errorf("encode journal: %w", err)
 	}
+	if len(b) > MaxFileBytes {
+		j.Failures.Add(1)
+		return fmt.Errorf("write %s: %w", j.path, ErrTooLarge)
+	}
 	if err := WriteFileAtomic(j.path, b); err != nil {
 		j.Failures.Add(1)
 		return err
@@ -359,9 +369,13 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 			*b = bytes.Buffer{} // do not keep a huge one
 		}
 	}()
-	size := 256 + len(hdr.InstanceID)
+	size := 256 + 6*len(hdr.InstanceID) // (an upper bound: escapes)
 	for _, r := range jobs {
 		size += len(r) + 1
+	}
+	if size > MaxFileBytes {
+		j.Failures.Add(1)
+		return fmt.Errorf("write %s: %w", j.path, ErrTooLarge)
 	}
 	b.Grow(size)
 	str := func(s string) { e, _ := json.Marshal(s); b.Write(e) }
@@ -375,6 +389,10 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 		b.Write(r)
 	}
 	b.WriteString("]}")
+	if b.Len() > MaxFileBytes { // (cannot be: size bounds it)
+		j.Failures.Add(1)
+		return fmt.Errorf("write %s: %w", j.path, ErrTooLarge)
+	}
 	if err := WriteFileAtomic(j.path, b.Bytes()); err != nil {
 		j.Failures.Add(1)
 		return err

@@ -44,6 +44,7 @@ type Gauges struct {
 	JournalWrites, JournalFailures, JournalCorrupt func() float64
 	OrphansReconciled, OrphansReaped               func() float64
 	JobsForgotten                                  func() float64
+	FinishedBytes                                  func() float64
 	Subscribers                                    func() float64
 	HeldWaits                                      func() float64
 }
@@ -88,6 +89,7 @@ func New(g Gauges) *Metrics {
 		gf("jobs_active", "Jobs not yet exited.", g.ActiveJobs),
 		gf("jobs_known", "Jobs known (running or finished within retention).", g.KnownJobs),
 		gf("ring_buffer_bytes", "Memory held by all jobs' ring buffers: retained output, its event headers and ~128 bytes per event.", g.RingBytes),
+		gf("finished_jobs_retained_bytes", "Bytes charged to --max-finished-output by the finished jobs retention holds: their output and what they keep of their spec (argv, shell, cwd, labels, errors).", g.FinishedBytes),
 		gf("event_queue_length", "Events waiting for the event socket.", g.QueueLength),
 		gf("event_subscribers", "Connections subscribed to the event socket.", g.Subscribers),
 		gf("held_waits", "Replies held for waits (spawn with waitMs, the wait op).", g.HeldWaits),

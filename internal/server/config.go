@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -30,6 +31,13 @@ type Config struct {
 	// JournalMaxFinished bounds the finished jobs kept in the journal (the
 	// most recent ones); running jobs are always kept.
 	JournalMaxFinished int
+	// JournalMaxBytes bounds the journal's size: the finished jobs' records
+	// (newest first) fill what the running jobs' and services' leave of
+	// it. Those are always written (records of running one-shot jobs cut
+	// down, argv and cwd clipped, when they alone pass it), up to
+	// journal.MaxFileBytes: a write past that is refused and the previous
+	// journal kept.
+	JournalMaxBytes int64
 	// ShutdownMode is "terminate" (kill running jobs at shutdown) or
 	// "wait" (let them finish, up to ShutdownTimeout, then terminate).
 	ShutdownMode string
@@ -110,6 +118,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:      15 * time.Second,
 		JournalFlushInterval: 5 * time.Second,
 		JournalMaxFinished:   1000,
+		JournalMaxBytes:      16 << 20,
 		MaxConns:             1024,
 		Subreaper:            true,
 		ResumeServices:       true,
@@ -152,7 +161,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Jobs.Retention, "finished-job-retention", c.Jobs.Retention, "how long finished jobs stay queryable")
 	fs.DurationVar(&c.Jobs.CleanupInterval, "cleanup-interval", c.Jobs.CleanupInterval, "period of the finished-job sweep")
 	fs.IntVar(&c.Jobs.MaxFinished, "max-finished-jobs", c.Jobs.MaxFinished, "most finished jobs retained; past it the oldest are forgotten before --finished-job-retention ends")
-	fs.Int64Var(&c.Jobs.MaxFinishedOutput, "max-finished-output", c.Jobs.MaxFinishedOutput, "most output bytes retained by finished jobs; past it the oldest jobs are forgotten before --finished-job-retention ends")
+	fs.Int64Var(&c.Jobs.MaxFinishedOutput, "max-finished-output", c.Jobs.MaxFinishedOutput, "most bytes retained by finished jobs: their output and their argv, shell, cwd, labels and errors; past it the oldest jobs are forgotten before --finished-job-retention ends")
 	fs.IntVar(&c.EventHWM, "event-hwm", c.EventHWM, "events queued toward the event socket before the oldest are dropped (with job.gap events)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "period of supervisor.heartbeat events")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest control request accepted")
@@ -172,6 +181,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup v2 directory for job cgroups, e.g. a systemd Delegate=yes slice (default: the supervisor's own cgroup)")
 	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")
 	fs.IntVar(&c.JournalMaxFinished, "journal-max-finished", c.JournalMaxFinished, "most recently finished jobs kept in the journal (running jobs are always kept)")
+	fs.Int64Var(&c.JournalMaxBytes, "journal-max-bytes", c.JournalMaxBytes, "bound on the journal's size: the most recently finished jobs are kept in it as far as it allows (running jobs and services are always kept)")
 	fs.DurationVar(&c.JournalFlushInterval, "journal-flush-interval", c.JournalFlushInterval, "period of journal writes (it is also written after every state change)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
@@ -214,6 +224,7 @@ func (c *Config) Validate() error {
 		{c.HandshakeTimeout >= 10*time.Millisecond && c.HandshakeTimeout <= time.Minute, "--handshake-timeout", "must be 10ms..1m"},
 		{c.WriteTimeout >= 10*time.Millisecond && c.WriteTimeout <= time.Minute, "--write-timeout", "must be 10ms..1m"},
 		{c.JournalMaxFinished >= 0 && c.JournalMaxFinished <= 1000000, "--journal-max-finished", "must be 0..1000000"},
+		{c.JournalMaxBytes >= 64<<10 && c.JournalMaxBytes <= journal.MaxFileBytes/2, "--journal-max-bytes", fmt.Sprintf("must be 65536..%d (half of what a journal may be when read back)", journal.MaxFileBytes/2)},
 		{c.JournalFlushInterval >= 10*time.Millisecond && c.JournalFlushInterval <= time.Hour, "--journal-flush-interval", "must be 10ms..1h"},
 		{c.ShutdownMode == "terminate" || c.ShutdownMode == "wait", "--shutdown", "must be terminate or wait"},
 	}

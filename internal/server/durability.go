@@ -1,9 +1,11 @@
 package server
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -365,27 +367,47 @@ func (s *Server) journalPause() time.Duration {
 
 // writeJournal saves a snapshot of every job. Failures are logged (once
 // per failure streak) and counted; the supervisor keeps running.
+//
+// The journal is bounded in bytes (JournalMaxBytes) as well as in finished
+// jobs (JournalMaxFinished): running jobs and services are always written
+// (they are what a restarted supervisor must reconcile or resume), and
+// the most recently finished one-shot jobs fill what they leave, newest
+// first. When running jobs and services alone pass the bound, the records
+// of running one-shot jobs are written cut down (slimRecord: argv, shell,
+// cwd, labels clipped; what reconciles the process is whole); a document
+// Load would refuse (journal.MaxFileBytes) is never written.
 func (s *Server) writeJournal(periodic bool) {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
 	if s.recCache == nil {
 		s.recCache = map[string]cachedRecord{}
 	}
+	budget := s.cfg.JournalMaxBytes
+	if budget <= 0 {
+		budget = DefaultConfig().JournalMaxBytes
+	}
 	// Finished records do not change: each is encoded once and reused.
 	// The cache is kept in place (entries not seen in this write are
 	// dropped after it) and the list of records reused, so that a write
 	// allocates for what changed only: with a thousand finished jobs kept
 	// and ten writes a second, rebuilding both was a good part of the
-	// supervisor's garbage.
+	// supervisor's garbage. A finished record left out for size stays in
+	// the cache without its encoding (it is not encoded again at every
+	// write only to be left out again).
 	s.recGen++
 	gen := s.recGen
-	encoded := s.encBuf[:0]
+	encoded := s.encBuf[:0] // running jobs and services, then finished ones
+	fin := s.finBuf[:0]
 	snaps := s.jobs.Snapshots(s.cfg.JournalMaxFinished, func(id string, seq uint64) bool {
 		c, ok := s.recCache[id]
 		if ok && c.seq == seq {
-			encoded = append(encoded, c.b)
 			c.gen = gen
 			s.recCache[id] = c
+			if c.svc {
+				encoded = append(encoded, c.b)
+			} else {
+				fin = append(fin, finRecord{id: id, finN: c.finN, size: c.size, b: c.b})
+			}
 			return true
 		}
 		return false
@@ -393,6 +415,8 @@ func (s *Server) writeJournal(periodic bool) {
 	if periodic {
 		s.scanMembers(snaps)
 	}
+	var slimmable []int // running one-shot jobs' records, in encoded
+	var slimRecs []journal.Record
 	for _, sn := range snaps {
 		id := sn.Info.JobID
 		r := s.record(sn)
@@ -402,24 +426,86 @@ func (s *Server) writeJournal(periodic bool) {
 			s.log.Error("encode journal record", "job", id, "err", err)
 			continue
 		}
-		encoded = append(encoded, b)
 		if sn.Info.State == protocol.StateExited {
-			s.recCache[id] = cachedRecord{seq: sn.Info.LastSeq, b: b, gen: gen}
+			s.recCache[id] = cachedRecord{seq: sn.Info.LastSeq, b: b, gen: gen, svc: sn.Service != nil, finN: sn.FinN, size: len(b)}
+			if sn.Service == nil {
+				fin = append(fin, finRecord{id: id, finN: sn.FinN, size: len(b), b: b})
+				continue
+			}
+		} else if sn.Service == nil {
+			slimmable = append(slimmable, len(encoded))
+			slimRecs = append(slimRecs, r)
+		}
+		encoded = append(encoded, b)
+	}
+	must := int64(journalHeaderBytes)
+	for _, b := range encoded {
+		must += int64(len(b)) + 1
+	}
+	if must > budget && len(slimmable) > 0 {
+		// Running jobs and services alone pass the bound: the running
+		// one-shot jobs' records go cut down (what reconciles the
+		// process, its fate and output tail stay whole).
+		for i, k := range slimmable {
+			if b, err := json.Marshal(slimRecord(slimRecs[i])); err == nil && len(b) < len(encoded[k]) {
+				must -= int64(len(encoded[k]) - len(b))
+				encoded[k] = b
+			}
 		}
 	}
+	if must > budget {
+		if !s.journalOverBound {
+			s.log.Warn("running jobs and services alone pass --journal-max-bytes; no finished job is journaled while they do",
+				"bytes", must, "journalMaxBytes", budget, "runningAndServices", len(encoded))
+		}
+		s.journalOverBound = true
+	} else {
+		s.journalOverBound = false
+	}
+	// The finished jobs' records fill the rest, newest first (then in
+	// the order they finished: a restarted supervisor restores them in
+	// file order, which is the order its bounds forget them in).
+	slices.SortFunc(fin, func(a, b finRecord) int { return cmp.Compare(b.finN, a.finN) })
+	room := budget - must
+	kept := len(encoded)
+	for _, f := range fin {
+		if int64(f.size)+1 > room {
+			if f.b != nil { // left out for size: remembered without its encoding
+				c := s.recCache[f.id]
+				c.b = nil
+				s.recCache[f.id] = c
+			}
+			continue
+		}
+		room -= int64(f.size) + 1
+		if f.b == nil {
+			// It fits again (newer ones were removed or forgotten): its
+			// record is encoded anew at the next write.
+			delete(s.recCache, f.id)
+			continue
+		}
+		encoded = append(encoded, f.b)
+	}
+	slices.Reverse(encoded[kept:])
 	for id, c := range s.recCache {
 		if c.gen != gen {
 			delete(s.recCache, id)
 		}
 	}
 	defer func() {
-		clear(encoded) // (no record kept alive by the reused list)
+		clear(encoded) // (no record kept alive by the reused lists)
 		s.encBuf = encoded[:0]
+		clear(fin)
+		s.finBuf = fin[:0]
 	}()
 	hdr := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli()}
 	if err := s.journal.SaveEncoded(hdr, encoded); err != nil {
 		if !s.journalFailing {
-			s.log.Error("journal write failed; will keep retrying", "path", s.journal.Path(), "err", err)
+			msg := "journal write failed; will keep retrying"
+			if errors.Is(err, journal.ErrTooLarge) {
+				msg = "journal write refused: running jobs and services alone would make a journal too large to read back; the previous journal is kept (will keep retrying)"
+			}
+			s.log.Error(msg, "path", s.journal.Path(), "err", err)
 		}
 		s.journalFailing = true
 		return
@@ -431,12 +517,68 @@ func (s *Server) writeJournal(periodic bool) {
 	}
 }
 
+// journalHeaderBytes is what a journal write counts for the document
+// around its records (version, instance id, pid, time) against
+// JournalMaxBytes.
+const journalHeaderBytes = 512
+
+// finRecord is a finished one-shot job's record in a journal write (b
+// nil: left out for size at an earlier write).
+type finRecord struct {
+	id   string
+	finN uint64
+	size int
+	b    []byte
+}
+
 // cachedRecord is the encoding of a finished job's record, valid while
-// its last seq is seq (a finished service started again changes it).
+// its last seq is seq (a finished service started again changes it); b
+// is nil for a record left out of the journal for size (size is its
+// length).
 type cachedRecord struct {
-	seq uint64
-	b   []byte
-	gen uint64 // the last write that included it (see writeJournal)
+	seq  uint64
+	b    []byte
+	gen  uint64 // the last write that included it (see writeJournal)
+	svc  bool   // a service's (always written)
+	finN uint64 // a one-shot job's place in the finish order
+	size int
+}
+
+// Bounds of a running one-shot job's record cut down by slimRecord.
+const (
+	slimArgBytes   = 1024 // each of argv (its first 16 elements), shell, cwd
+	slimArgvBytes  = 4096 // argv in all
+	slimLabelBytes = 4096 // labels in all
+)
+
+// slimRecord is r with its client-given text cut down (clipped, with a
+// marker): argv, shell, cwd, labels (those that fit, in key order) and
+// error. What identifies and reconciles the process (pid, group, start
+// ticks, members, cgroup) and the job's fate and output tail stay whole.
+// For running one-shot jobs only: a service's spec is what it is started
+// again with, never cut.
+func slimRecord(r journal.Record) *journal.Record {
+	r.Argv = jobs.ClipArgv(r.Argv, 16, slimArgBytes, slimArgvBytes)
+	r.Shell = jobs.Clip(r.Shell, slimArgBytes)
+	r.Cwd = jobs.Clip(r.Cwd, slimArgBytes)
+	r.Error = jobs.Clip(r.Error, slimArgBytes)
+	n := 0
+	for k, v := range r.Labels {
+		n += len(k) + len(v)
+	}
+	if n > slimLabelBytes {
+		keys := slices.Sorted(maps.Keys(r.Labels))
+		kept := map[string]string{}
+		n = 0
+		for _, k := range keys {
+			if v := r.Labels[k]; n+len(k)+len(v) <= slimLabelBytes {
+				kept[k] = v
+				n += len(k) + len(v)
+			}
+		}
+		r.Labels = kept
+	}
+	return &r
 }
 
 // scanMembers records the live members of every running job's process

@@ -64,17 +64,19 @@ type Server struct {
 	draining chan struct{}
 	stopPub  chan struct{}
 
-	journal        *journal.Journal
-	lock           *journal.Lock
-	journalDirty   chan struct{}
-	stopJournal    chan struct{}
-	journalWG      sync.WaitGroup
-	journalMu      sync.Mutex                  // serializes writes
-	journalFailing bool                        // under journalMu
-	members        map[string][]journal.Member // under journalMu: last group scan
-	recCache       map[string]cachedRecord     // under journalMu: encoded finished records
-	recGen         uint64                      // under journalMu: writes so far (cachedRecord.gen)
-	encBuf         [][]byte                    // under journalMu: the records of a write, reused
+	journal          *journal.Journal
+	lock             *journal.Lock
+	journalDirty     chan struct{}
+	stopJournal      chan struct{}
+	journalWG        sync.WaitGroup
+	journalMu        sync.Mutex                  // serializes writes
+	journalFailing   bool                        // under journalMu
+	members          map[string][]journal.Member // under journalMu: last group scan
+	recCache         map[string]cachedRecord     // under journalMu: encoded finished records
+	recGen           uint64                      // under journalMu: writes so far (cachedRecord.gen)
+	encBuf           [][]byte                    // under journalMu: the records of a write, reused
+	finBuf           []finRecord                 // under journalMu: the finished records of a write, reused
+	journalOverBound bool                        // under journalMu: running jobs and services alone passed JournalMaxBytes
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
@@ -892,6 +894,7 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		OrphansReconciled: f(s.orphansReconciled.Load),
 		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
 		JobsForgotten:     func() float64 { return float64(s.jobs.Forgotten()) },
+		FinishedBytes:     func() float64 { _, b := s.jobs.FinishedRetained(); return float64(b) },
 		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },
 		HeldWaits:         func() float64 { return float64(s.heldWaits()) },
 	})
