@@ -20,6 +20,7 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--max-jobs", "0"}, "--max-jobs"},
 		{[]string{"--ring-buffer", "10"}, "--ring-buffer"},
 		{[]string{"--finished-job-retention", "0s"}, "--finished-job-retention"},
+		{[]string{"--reply-queue-bytes", "1000"}, "--reply-queue-bytes"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 	} {
 		var stderr bytes.Buffer

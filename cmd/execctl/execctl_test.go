@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 )
 
 // TestMain fails the run when a test left a live child process behind
@@ -727,5 +728,37 @@ func TestListPagesThrough(t *testing.T) {
 	list = jsonObject(t, s.mustCtl(t, "--json", "list", "--brief"))
 	if jobs, _ := list["jobs"].([]any); len(jobs) != n || jobs[0].(map[string]any)["argv"] != nil {
 		t.Fatalf("--json list --brief: %v", list)
+	}
+}
+
+// TestConnectionLimitHint: against a supervisor at its connection limit
+// with nothing idle to give up, execctl says so (it said "is the supervisor
+// running?").
+func TestConnectionLimitHint(t *testing.T) {
+	dir := shortTempDir(t)
+	cfg := server.DefaultConfig()
+	cfg.Control, cfg.Event = "ipc://"+filepath.Join(dir, "c.sock"), "ipc://"+filepath.Join(dir, "e.sock")
+	cfg.StateDir, cfg.MetricsAddr = filepath.Join(dir, "state"), ""
+	cfg.Subreaper = false
+	cfg.MaxConns = 2
+	cfg.IdleEvictAfter = -1 // (never: every connection counts as busy)
+	s, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	for i := 0; i < 2; i++ {
+		c, err := zmqx.DialClient(context.Background(), "DEALER", cfg.Control, time.Second, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	code, _, errs := execctl(t, "--control", cfg.Control, "health")
+	if code != 3 || !strings.Contains(errs, "too many connections") || !strings.Contains(errs, "at its connection limit") || strings.Contains(errs, "is the supervisor running") {
+		t.Fatalf("exit %d, %q", code, errs)
 	}
 }

@@ -174,6 +174,16 @@ func report(g *globals, name string, err error) int {
 	case errors.As(err, &ce) && strings.Contains(err.Error(), "authentication failed"):
 		fmt.Fprintf(g.stderr, "execctl %s: the supervisor refused our token (authentication failed)\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n", name)
 		return exitUnreachable
+	case errors.As(err, &ce) && strings.Contains(err.Error(), zmqx.TooManyConnections):
+		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: the supervisor is running but at its connection limit (exec-supervisor --max-connections), with no idle connection to give up: a client may be holding many connections open; exec_supervisor_connections_rejected_total{reason=\"too-many-connections\"} counts refusals\n", name, err)
+		return exitUnreachable
+	case errors.As(err, &ce) && !ce.Lost && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)):
+		// Something accepted the connection and closed it at once: a
+		// supervisor that is running but refusing (its connection limit,
+		// or a peer it does not accept).
+		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: a supervisor is listening at %s but closed the connection at once: it may be at its connection limit (exec-supervisor --max-connections), or not accept this user (--allow-uid); its log says why (\"connection rejected\")\n",
+			name, err, g.client.Options().ControlAddress)
+		return exitUnreachable
 	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
 		addr := g.client.Options().ControlAddress
 		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: is the supervisor running? start one with: exec-supervisor --control %s --event %s\n",

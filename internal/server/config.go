@@ -52,6 +52,15 @@ type Config struct {
 	// MaxConns bounds connections per socket; HandshakeTimeout and
 	// WriteTimeout bound a peer's handshake and each write to it.
 	MaxConns int
+	// ReplyQueueBytes bounds the replies waiting to be written to all
+	// control connections together; past it the connection with the most
+	// is disconnected.
+	ReplyQueueBytes int
+	// IdleEvictAfter is how long a control connection must have been idle
+	// (no request in flight, no held wait, no reply being written) to be
+	// given up for a new connection at --max-connections; 0 means 10 s,
+	// negative never. Not an operator setting (tests lower it).
+	IdleEvictAfter time.Duration
 	// SubscriberQueueBytes bounds the events waiting for one subscriber;
 	// a subscriber that falls further behind is disconnected.
 	SubscriberQueueBytes int
@@ -123,6 +132,7 @@ func DefaultConfig() Config {
 		Subreaper:            true,
 		ResumeServices:       true,
 		SubscriberQueueBytes: 8 << 20,
+		ReplyQueueBytes:      256 << 20,
 		HandshakeTimeout:     5 * time.Second,
 		WriteTimeout:         5 * time.Second,
 		ShutdownMode:         "terminate",
@@ -172,6 +182,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.IntSliceVar(&c.AllowUIDs, "allow-uid", c.AllowUIDs, "also accept ipc clients with this uid (repeatable)")
 	fs.IntSliceVar(&c.AllowGIDs, "allow-gid", c.AllowGIDs, "also accept ipc clients with this gid (repeatable)")
 	fs.IntVar(&c.MaxConns, "max-connections", c.MaxConns, "concurrent connections per socket")
+	fs.IntVar(&c.ReplyQueueBytes, "reply-queue-bytes", c.ReplyQueueBytes, "replies waiting to be written to all control connections together; past it the connection with the most is disconnected")
 	fs.IntVar(&c.SubscriberQueueBytes, "subscriber-queue-bytes", c.SubscriberQueueBytes, "events waiting for one subscriber before it is disconnected as too slow")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "a peer must finish the ZMTP handshake within this")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a peer that does not read for this long is disconnected")
@@ -220,6 +231,7 @@ func (c *Config) Validate() error {
 		{c.MaxInFlight >= 1, "max in-flight requests", "must be >= 1"},
 		{c.ShutdownTimeout > 0, "--shutdown-timeout", "must be > 0"},
 		{c.MaxConns >= 1 && c.MaxConns <= 100000, "--max-connections", "must be 1..100000"},
+		{c.ReplyQueueBytes >= 96<<20 && c.ReplyQueueBytes <= 1<<34, "--reply-queue-bytes", "must be 100663296..17179869184 (a reply may be 64 MiB)"},
 		{c.SubscriberQueueBytes >= 64<<10 && c.SubscriberQueueBytes <= 1<<30, "--subscriber-queue-bytes", "must be 65536..1073741824"},
 		{c.HandshakeTimeout >= 10*time.Millisecond && c.HandshakeTimeout <= time.Minute, "--handshake-timeout", "must be 10ms..1m"},
 		{c.WriteTimeout >= 10*time.Millisecond && c.WriteTimeout <= time.Minute, "--write-timeout", "must be 10ms..1m"},

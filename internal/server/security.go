@@ -53,6 +53,7 @@ func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
 		AllowUIDs: s.cfg.AllowUIDs, AllowGIDs: s.cfg.AllowGIDs,
 		HandshakeTimeout: s.cfg.HandshakeTimeout, WriteTimeout: s.cfg.WriteTimeout,
 		MaxFrameBytes: maxFrame, MaxConns: s.cfg.MaxConns,
+		ReplyQueueBytes: s.cfg.ReplyQueueBytes, IdleEvictAfter: s.cfg.IdleEvictAfter,
 		OnReject: func(reason string) { s.metrics.ConnRejected.WithLabelValues(reason).Inc() },
 		Log:      func(msg string, args ...any) { s.log.Warn(msg, append(args, "endpoint", endpoint)...) },
 		Debug:    func(msg string, args ...any) { s.log.Debug(msg, append(args, "endpoint", endpoint)...) },

@@ -117,6 +117,7 @@ func (s *Server) reserveHeld(p *zmqx.Peer) error {
 	}
 	h.total++
 	h.peers[p]++
+	p.Hold() // (never evicted as idle while a wait is held)
 	return nil
 }
 
@@ -135,6 +136,7 @@ func (s *Server) releaseHeld(p *zmqx.Peer) {
 	if h.peers[p]--; h.peers[p] <= 0 {
 		delete(h.peers, p)
 	}
+	p.Unhold()
 }
 
 // spawnAndWait spawns a job (args.WaitMs > 0) and holds the reply until

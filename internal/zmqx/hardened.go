@@ -34,8 +34,24 @@ type Policy struct {
 	// MaxFrameBytes bounds any frame a peer may send, checked before the
 	// engine allocates it. 0 means 2 MiB.
 	MaxFrameBytes uint64
-	// MaxConns bounds concurrent connections (and pending handshakes); 0 means 1024.
+	// MaxConns bounds concurrent connections (and pending handshakes); 0
+	// means 1024. At the limit, up to maxOverflow more are taken through
+	// the handshake (under at most overflowHandshakeTimeout): a peer that
+	// completes it takes the place of a connection the socket gives up
+	// (a Router: the control connection idle the longest, see
+	// IdleEvictAfter; a Publisher: the oldest subscriber of the peer
+	// holding the most), or is refused with a ZMTP ERROR saying "too many
+	// connections".
 	MaxConns int
+	// IdleEvictAfter is how long a Router's peer must have been idle
+	// (nothing in flight, no reply waiting to be written, no held wait:
+	// see Peer.Hold) to be evicted for a new connection at MaxConns; 0
+	// means 10 s, negative never evicts.
+	IdleEvictAfter time.Duration
+	// ReplyQueueBytes bounds the unsent replies of all of a Router's peers
+	// together: past it the peer with the most is disconnected. 0 means
+	// 256 MiB.
+	ReplyQueueBytes int
 	// OnReject, if set, is called with a short reason whenever a
 	// connection is refused or cut off (for metrics).
 	OnReject func(reason string)
@@ -63,7 +79,26 @@ func (p *Policy) fill() {
 	if p.MaxConns <= 0 {
 		p.MaxConns = 1024
 	}
+	if p.IdleEvictAfter == 0 {
+		p.IdleEvictAfter = 10 * time.Second
+	}
+	if p.ReplyQueueBytes <= 0 {
+		p.ReplyQueueBytes = 256 << 20
+	}
 }
+
+// maxOverflow bounds the connections taken through the handshake beyond
+// MaxConns at once (to evict someone, or be told why they are refused);
+// more are closed at once. overflowHandshakeTimeout bounds their
+// handshake.
+const (
+	maxOverflow              = 16
+	overflowHandshakeTimeout = time.Second
+)
+
+// TooManyConnections starts the ZMTP ERROR reason a connection refused at
+// the connection limit gets.
+const TooManyConnections = "too many connections"
 
 func (p *Policy) mechanism() string {
 	if p.Token != "" {
@@ -94,6 +129,12 @@ type hardenedListener struct {
 	once   sync.Once
 	wg     sync.WaitGroup // accept loop and pre-handshakes
 	conns  atomic.Int64
+	// overflow counts connections in the handshake beyond MaxConns.
+	overflow atomic.Int64
+	// evict, when set, gives up one established connection to make room
+	// for a new one from peer key (see Policy.MaxConns); it reports
+	// whether it did (the connection is closed when it returns).
+	evict atomic.Pointer[func(key string) bool]
 
 	pmu     sync.Mutex
 	pending map[net.Conn]struct{} // connections in pre-handshake
@@ -159,26 +200,37 @@ func (l *hardenedListener) acceptLoop() {
 			continue
 		}
 		remote := raw.RemoteAddr().String()
+		counter := &l.conns
 		if n := l.conns.Add(1); n > int64(l.policy.MaxConns) {
 			l.conns.Add(-1)
-			raw.Close()
-			l.policy.reject("too-many-connections", remote, nil)
-			continue
+			if l.overflow.Add(1) > maxOverflow {
+				l.overflow.Add(-1)
+				l.policy.reject("too-many-connections", remote, nil)
+				raw.Close()
+				continue
+			}
+			counter = &l.overflow
+		}
+		key := remote
+		if ta, ok := raw.RemoteAddr().(*net.TCPAddr); ok {
+			key = ta.IP.String()
 		}
 		if uc, ok := raw.(*net.UnixConn); ok {
-			if err := l.checkPeer(uc); err != nil {
-				l.conns.Add(-1)
+			pid, err := l.checkPeer(uc)
+			if err != nil {
+				counter.Add(-1)
 				raw.Close()
 				l.policy.reject("peer-credentials", remote, err)
 				continue
 			}
+			key = fmt.Sprintf("pid %d", pid)
 		}
 		l.pmu.Lock()
 		select {
 		case <-l.done:
 			l.pmu.Unlock()
 			raw.Close()
-			l.conns.Add(-1)
+			counter.Add(-1)
 			return
 		default:
 		}
@@ -190,7 +242,7 @@ func (l *hardenedListener) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			l.preHandshake(raw, remote)
+			l.preHandshake(raw, remote, key, counter == &l.overflow)
 			l.pmu.Lock()
 			delete(l.pending, raw)
 			l.pmu.Unlock()
@@ -198,36 +250,57 @@ func (l *hardenedListener) acceptLoop() {
 	}
 }
 
-// checkPeer accepts the supervisor's own uid and the allowed uids/gids.
-func (l *hardenedListener) checkPeer(c *net.UnixConn) error {
+// checkPeer accepts the supervisor's own uid and the allowed uids/gids;
+// it returns the peer's pid.
+func (l *hardenedListener) checkPeer(c *net.UnixConn) (int, error) {
 	sc, err := c.SyscallConn()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var cred *syscall.Ucred
 	var cerr error
 	if err := sc.Control(func(fd uintptr) {
 		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	if cerr != nil {
-		return fmt.Errorf("SO_PEERCRED: %w", cerr)
+		return 0, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
+	pid := int(cred.Pid)
 	if int(cred.Uid) == os.Geteuid() {
-		return nil
+		return pid, nil
 	}
 	for _, u := range l.policy.AllowUIDs {
 		if int(cred.Uid) == u {
-			return nil
+			return pid, nil
 		}
 	}
 	for _, g := range l.policy.AllowGIDs {
 		if int(cred.Gid) == g {
-			return nil
+			return pid, nil
 		}
 	}
-	return fmt.Errorf("peer pid %d uid %d gid %d is not allowed", cred.Pid, cred.Uid, cred.Gid)
+	return 0, fmt.Errorf("peer pid %d uid %d gid %d is not allowed", cred.Pid, cred.Uid, cred.Gid)
+}
+
+// admit finds room for a connection that came in beyond MaxConns and
+// completed the pre-handshake: a slot freed meanwhile, or one the socket
+// gives up (evict). It moves the connection from the overflow count to
+// the connection count, or reports false.
+func (l *hardenedListener) admit(key string) bool {
+	for try := 0; try < 3; try++ {
+		if n := l.conns.Add(1); n <= int64(l.policy.MaxConns) {
+			l.overflow.Add(-1)
+			return true
+		}
+		l.conns.Add(-1)
+		ev := l.evict.Load()
+		if ev == nil || !(*ev)(key) {
+			return false
+		}
+	}
+	return false
 }
 
 const (
@@ -242,14 +315,26 @@ const (
 // handshake deadline, answering the signature itself (libzmq peers wait for
 // it before sending the rest). PLAIN credentials are checked here, so only
 // authenticated peers reach the engine.
-func (l *hardenedListener) preHandshake(raw net.Conn, remote string) {
-	fail := func(reason string, err error) {
-		raw.Close()
-		l.conns.Add(-1)
-		l.policy.reject(reason, remote, err)
+//
+// A connection beyond MaxConns (overflow) gets a shorter deadline, counts
+// its failures as too-many-connections, and needs room (admit) at the end:
+// else it is refused with an ERROR saying so.
+func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, overflow bool) {
+	counter, timeout := &l.conns, l.policy.HandshakeTimeout
+	if overflow {
+		counter, timeout = &l.overflow, min(timeout, overflowHandshakeTimeout)
 	}
-	_ = raw.SetReadDeadline(time.Now().Add(l.policy.HandshakeTimeout))
-	_ = raw.SetWriteDeadline(time.Now().Add(l.policy.HandshakeTimeout))
+	fail := func(reason string, err error) {
+		if overflow && reason == "handshake-timeout-or-eof" {
+			reason = "too-many-connections"
+		}
+		// (counted before the peer can see the connection closed)
+		l.policy.reject(reason, remote, err)
+		raw.Close()
+		counter.Add(-1)
+	}
+	_ = raw.SetReadDeadline(time.Now().Add(timeout))
+	_ = raw.SetWriteDeadline(time.Now().Add(timeout))
 	buf := make([]byte, greetingLen, greetingLen+64)
 	if _, err := io.ReadFull(raw, buf[:signatureLen]); err != nil {
 		fail("handshake-timeout-or-eof", err)
@@ -321,11 +406,17 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote string) {
 		fail("protocol-violation", fmt.Errorf("expected READY, got %q", name))
 		return
 	}
+	if overflow && !l.admit(key) {
+		msg := fmt.Sprintf("%s: the limit of %d is reached and no connection could be given up", TooManyConnections, l.policy.MaxConns)
+		l.sendErrorCmd(raw, msg)
+		fail("too-many-connections", errors.New(msg))
+		return
+	}
 	pre := append(append(buf, hdr[:hlen]...), body...)
 	if l.policy.Debug != nil {
 		l.policy.Debug("connection accepted", "remote", remote, "mechanism", mech)
 	}
-	c := &hardenedConn{Conn: raw, l: l, replay: pre}
+	c := &hardenedConn{Conn: raw, l: l, replay: pre, peerKey: key}
 	if sc, ok := raw.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
@@ -340,13 +431,17 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote string) {
 	}
 }
 
-// greeting is our greeting as the engine would send it: signature, ZMTP
-// 3.0, our mechanism, as-server 0, zero filler.
+// greeting is our greeting: signature, ZMTP 3.0, our mechanism, as-server
+// (1 with PLAIN, whose server we are: RFC 23 and 24; 0 with NULL, which
+// has no server role), zero filler.
 func (l *hardenedListener) greeting() []byte {
 	g := make([]byte, greetingLen)
 	g[0], g[9] = 0xFF, 0x7F
 	g[10], g[11] = 3, 0
 	copy(g[12:32], l.policy.mechanism())
+	if l.policy.Token != "" {
+		g[32] = 1
+	}
 	return g
 }
 
@@ -376,7 +471,10 @@ func cmdName(body []byte) (string, []byte) {
 // timeout into a closed connection.
 type hardenedConn struct {
 	net.Conn
-	l         *hardenedListener
+	l *hardenedListener
+	// peerKey names the peer for per-peer decisions: "pid N" over ipc,
+	// the IP address over tcp.
+	peerKey   string
 	replay    []byte
 	parser    frameParser
 	closeOnce sync.Once
@@ -467,8 +565,9 @@ func (c *hardenedConn) refreshWriteDeadline() {
 }
 
 // writeBuffers writes bufs with one writev where possible, under the same
-// progress deadline as Write.
-func (c *hardenedConn) writeBuffers(bufs net.Buffers) error {
+// progress deadline as Write; progress, if set, is told the bytes of each
+// write done (at most 1 MiB at a time).
+func (c *hardenedConn) writeBuffers(bufs net.Buffers, progress func(int)) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	for len(bufs) > 0 {
@@ -476,9 +575,18 @@ func (c *hardenedConn) writeBuffers(bufs net.Buffers) error {
 		// Bound one writev so that the deadline is refreshed on progress.
 		var chunk net.Buffers
 		n := 0
+		// (a large buffer is split: bufs is the caller's own slice, the
+		// bytes are not touched)
 		for len(bufs) > 0 && n < 1<<20 {
-			chunk = append(chunk, bufs[0])
-			n += len(bufs[0])
+			b := bufs[0]
+			if room := 1<<20 - n; len(b) > room {
+				chunk = append(chunk, b[:room])
+				n += room
+				bufs[0] = b[room:]
+				continue
+			}
+			chunk = append(chunk, b)
+			n += len(b)
 			bufs = bufs[1:]
 		}
 		if _, err := chunk.WriteTo(c.Conn); err != nil {
@@ -488,6 +596,9 @@ func (c *hardenedConn) writeBuffers(bufs net.Buffers) error {
 			}
 			c.Close()
 			return err
+		}
+		if progress != nil {
+			progress(n)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // outQueue is the writing half of one peer connection of our ROUTER or
@@ -18,15 +19,29 @@ import (
 // once (no hand-off to the writer goroutine, which costs a wake-up on the
 // reply's and the event's critical path); whatever it does not take is
 // queued for the writer, in order.
+//
+// Unsent bytes count from the moment a message is queued until the writer
+// has written it (a batch being written is still held in memory). One
+// message is always taken when nothing is waiting, whatever its size (a
+// large reply to a client that reads). Queues may share a budget: the
+// bytes waiting in all of them together are bounded too (see
+// replyBudget).
 type outQueue struct {
 	c       *hardenedConn
 	max     int
 	reason  string // rejection reason when the bound is exceeded
 	onClose func() // called once, after the connection is closed
+	// budget, when set, bounds the bytes waiting in all its queues.
+	budget *replyBudget
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// queue is what waits for the writer; queued counts it and the batch
+	// the writer is writing.
 	queue  []net.Buffers
 	queued int
+	// held mirrors queued, for readers without mu (the budget's choice of
+	// whom to cut off, idleness).
+	held atomic.Int64
 	// writing is set while someone (a sender's direct write or the
 	// writer) is writing: nobody else may write then.
 	writing bool
@@ -45,15 +60,25 @@ func newOutQueue(c *hardenedConn, max int, reason string, onClose func()) *outQu
 		gone: gone, cancelGone: cancel}
 }
 
+// addQueued changes the unsent byte count (q.mu held), and the budget's.
+func (q *outQueue) addQueued(n int) {
+	q.queued += n
+	q.held.Store(int64(q.queued))
+	if q.budget != nil {
+		q.budget.total.Add(int64(n))
+	}
+}
+
 // enqueue queues an encoded message; it reports false (and disconnects the
-// peer) when the peer is closed or too far behind.
+// peer) when the peer is closed or too far behind, or when it has the most
+// unsent bytes of all the queues of a budget that is exceeded.
 func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
 		return false
 	}
-	if q.queued+size > q.max {
+	if q.queued > 0 && q.queued+size > q.max {
 		q.mu.Unlock()
 		q.c.l.policy.reject(q.reason, q.c.RemoteAddr().String(), fmt.Errorf("more than %d bytes waiting", q.max))
 		q.close()
@@ -65,10 +90,32 @@ func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 		return q.writeDirect(wire)
 	}
 	q.queue = append(q.queue, wire)
-	q.queued += size
+	q.addQueued(size)
 	q.mu.Unlock()
+	if !q.fitBudget() {
+		return false
+	}
 	q.wakeWriter()
 	return true
+}
+
+// fitBudget enforces the budget after q queued more; it reports false
+// when q itself was cut off.
+func (q *outQueue) fitBudget() bool {
+	if q.budget == nil {
+		return true
+	}
+	q.budget.enforce()
+	return !q.isClosed()
+}
+
+func (q *outQueue) isClosed() bool {
+	select {
+	case <-q.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // writeDirect writes what the socket takes of wire without waiting
@@ -77,7 +124,7 @@ func (q *outQueue) writeDirect(wire net.Buffers) bool {
 	rest, err := q.c.tryWriteBuffers(wire)
 	q.mu.Lock()
 	q.writing = false
-	if err != nil {
+	if err != nil || q.closed {
 		q.mu.Unlock()
 		q.close()
 		return false
@@ -89,11 +136,14 @@ func (q *outQueue) writeDirect(wire net.Buffers) bool {
 		}
 		// Still ahead of anything queued meanwhile.
 		q.queue = append([]net.Buffers{rest}, q.queue...)
-		q.queued += n
+		q.addQueued(n)
 	}
 	more := len(q.queue) > 0
 	q.mu.Unlock()
 	if more {
+		if !q.fitBudget() {
+			return false
+		}
 		q.wakeWriter()
 	}
 	return true
@@ -111,7 +161,8 @@ func (q *outQueue) close() {
 	q.once.Do(func() {
 		q.mu.Lock()
 		q.closed = true
-		q.queue, q.queued = nil, 0
+		q.queue = nil
+		q.addQueued(-q.queued)
 		q.mu.Unlock()
 		close(q.done)
 		q.cancelGone()
@@ -138,14 +189,14 @@ func (q *outQueue) writeLoop() {
 				break
 			}
 			batch := q.queue
-			q.queue, q.queued = nil, 0
+			q.queue = nil
 			q.writing = true
 			q.mu.Unlock()
 			var all net.Buffers
 			for _, w := range batch {
 				all = append(all, w...)
 			}
-			err := q.c.writeBuffers(all)
+			err := q.c.writeBuffers(all, q.written)
 			q.mu.Lock()
 			q.writing = false
 			q.mu.Unlock()
@@ -154,5 +205,48 @@ func (q *outQueue) writeLoop() {
 				return
 			}
 		}
+	}
+}
+
+// written counts n bytes of the writer's batch as written.
+func (q *outQueue) written(n int) {
+	q.mu.Lock()
+	if !q.closed { // (else close let go of everything)
+		q.addQueued(-n)
+	}
+	q.mu.Unlock()
+}
+
+// replyBudget bounds the unsent bytes of a set of queues (a Router's
+// peers) together. When the total exceeds max, the queue with the most
+// unsent bytes is cut off (counted under reason), until it fits: a peer
+// that stops reading is the one whose replies pile up, while one that
+// reads has at most the replies it is being sent, less what it read
+// already (bytes count as sent as the writer's writes complete, at most
+// 1 MiB at a time).
+type replyBudget struct {
+	max    int64
+	reason string
+	total  atomic.Int64
+	// queues lists the queues sharing the budget.
+	queues func() []*outQueue
+}
+
+// enforce cuts off the largest queues while the total exceeds the budget.
+func (b *replyBudget) enforce() {
+	for b.total.Load() > b.max {
+		var victim *outQueue
+		var most int64
+		for _, q := range b.queues() {
+			if h := q.held.Load(); h > most {
+				victim, most = q, h
+			}
+		}
+		if victim == nil {
+			return // only bytes being queued right now: nobody to cut off
+		}
+		victim.c.l.policy.reject(b.reason, victim.c.RemoteAddr().String(),
+			fmt.Errorf("replies waiting for all connections exceed %d bytes; this one had the most (%d bytes)", b.max, most))
+		victim.close()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Publisher is a ZMTP 3 PUB socket of our own, on the hardened listener.
@@ -21,6 +22,7 @@ type Publisher struct {
 	l        *hardenedListener
 	policy   *Policy
 	maxQueue int
+	seq      atomic.Uint64 // numbers subscribers in order of arrival
 
 	mu     sync.Mutex
 	subs   map[*subscriber]struct{}
@@ -39,6 +41,8 @@ func ListenPub(ctx context.Context, endpoint string, p *Policy, queueBytes int) 
 		queueBytes = 16 << 20
 	}
 	pub := &Publisher{l: l, policy: pol, maxQueue: queueBytes, subs: map[*subscriber]struct{}{}}
+	evict := pub.evictBusiestPeer
+	l.evict.Store(&evict)
 	pub.wg.Add(1)
 	go pub.acceptLoop()
 	return pub, nil
@@ -52,6 +56,42 @@ func (p *Publisher) Subscribers() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.subs)
+}
+
+// evictBusiestPeer makes room for a new subscriber from peer key at the
+// connection limit. Subscribers are idle by nature (they only receive), so
+// the rule is about fairness instead: the oldest subscriber of the peer
+// holding the most is closed, if that peer holds at least two and is not
+// the newcomer (a peer that leaks connections then only ever replaces its
+// own, and a full house of one connection per peer refuses the newcomer
+// rather than churn).
+func (p *Publisher) evictBusiestPeer(key string) bool {
+	p.mu.Lock()
+	count := map[string]int{}
+	for s := range p.subs {
+		count[s.c.peerKey]++
+	}
+	busiest, most := "", 0
+	for k, n := range count {
+		if n > most || (n == most && k < busiest) {
+			busiest, most = k, n
+		}
+	}
+	if most < 2 || busiest == key {
+		p.mu.Unlock()
+		return false
+	}
+	var victim *subscriber
+	for s := range p.subs {
+		if s.c.peerKey == busiest && (victim == nil || s.seq < victim.seq) {
+			victim = s
+		}
+	}
+	p.mu.Unlock()
+	p.policy.reject("evicted-busiest-peer", victim.c.RemoteAddr().String(),
+		fmt.Errorf("oldest of the %d subscribers of %s, given up for a new connection at the limit of %d", most, busiest, p.policy.MaxConns))
+	victim.close()
+	return true
 }
 
 // Close disconnects every subscriber and stops listening.
@@ -93,6 +133,7 @@ func (p *Publisher) acceptLoop() {
 // writer runs alongside.
 func (p *Publisher) serve(c *hardenedConn) {
 	defer p.wg.Done()
+	seq := p.seq.Add(1) // (in order of arrival)
 	if err := handshake(c, p.policy, "PUB"); err != nil {
 		if !c.rejected { // (else counted with its reason)
 			p.policy.reject("handshake", c.RemoteAddr().String(), err)
@@ -100,7 +141,7 @@ func (p *Publisher) serve(c *hardenedConn) {
 		c.Close()
 		return
 	}
-	s := &subscriber{pub: p}
+	s := &subscriber{pub: p, seq: seq}
 	s.outQueue = newOutQueue(c, p.maxQueue, "slow-subscriber", func() {
 		p.mu.Lock()
 		delete(p.subs, s)
@@ -233,6 +274,7 @@ func (p *Publisher) Send(msg Msg) error {
 type subscriber struct {
 	*outQueue
 	pub *Publisher
+	seq uint64 // order of connection (oldest first)
 
 	tmu    sync.Mutex
 	topics [][]byte

@@ -19,11 +19,14 @@ import (
 // Router is a ZMTP 3 ROUTER socket of our own on the hardened listener,
 // for the control plane. Every peer (REQ, DEALER or ROUTER) has a reader
 // and a writer of its own: replies to one peer never wait for another, and
-// a peer whose unsent replies exceed the queue bound is disconnected.
+// a peer whose unsent replies exceed the queue bound is disconnected, as
+// is the peer with the most unsent replies when those of all peers
+// together exceed Policy.ReplyQueueBytes.
 type Router struct {
 	l        *hardenedListener
 	policy   *Policy
 	maxQueue int
+	budget   *replyBudget
 	in       chan Incoming
 	done     chan struct{}
 	// handler, once set, receives messages on the peers' reader
@@ -59,17 +62,26 @@ type Incoming struct {
 // maxMessageFrames bounds the frames of one incoming message.
 const maxMessageFrames = 16
 
+// DefaultPeerQueueBytes is a Router peer's bound on unsent replies when
+// ListenRouter is given 0. (A single reply is taken whatever its size when
+// nothing else waits for the peer.)
+const DefaultPeerQueueBytes = 32 << 20
+
 // ListenRouter opens a Router on endpoint with policy p; each peer may have
-// up to queueBytes of unsent replies.
+// up to queueBytes of unsent replies (0: DefaultPeerQueueBytes), all peers
+// together p.ReplyQueueBytes.
 func ListenRouter(ctx context.Context, endpoint string, p *Policy, queueBytes int) (*Router, error) {
 	l, pol, err := listenHardened(endpoint, p, []string{"REQ", "DEALER", "ROUTER"})
 	if err != nil {
 		return nil, err
 	}
 	if queueBytes <= 0 {
-		queueBytes = 128 << 20
+		queueBytes = DefaultPeerQueueBytes
 	}
 	r := &Router{l: l, policy: pol, maxQueue: queueBytes, in: make(chan Incoming, 256), done: make(chan struct{}), peers: map[*Peer]struct{}{}}
+	r.budget = &replyBudget{max: int64(pol.ReplyQueueBytes), reason: "reply-queue-total", queues: r.queues}
+	evict := r.evictIdle
+	l.evict.Store(&evict)
 	r.wg.Add(1)
 	go r.acceptLoop()
 	return r, nil
@@ -129,6 +141,60 @@ func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedLi
 
 // Addr returns the bound address.
 func (r *Router) Addr() net.Addr { return r.l.Addr() }
+
+// QueuedBytes is what waits to be written to all peers together.
+func (r *Router) QueuedBytes() int64 { return r.budget.total.Load() }
+
+// Peers is the number of connected peers.
+func (r *Router) Peers() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.peers)
+}
+
+func (r *Router) queues() []*outQueue {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	qs := make([]*outQueue, 0, len(r.peers))
+	for p := range r.peers {
+		qs = append(qs, p.outQueue)
+	}
+	return qs
+}
+
+// evictIdle closes the peer idle the longest, if one has been idle for
+// IdleEvictAfter, to make room for a new connection (see Policy.MaxConns).
+func (r *Router) evictIdle(string) bool {
+	if r.policy.IdleEvictAfter < 0 {
+		return false
+	}
+	limit := time.Now().Add(-r.policy.IdleEvictAfter).UnixNano()
+	r.mu.Lock()
+	cands := make([]*Peer, 0, len(r.peers))
+	for p := range r.peers {
+		if p.idleSince() <= limit {
+			cands = append(cands, p)
+		}
+	}
+	r.mu.Unlock()
+	for len(cands) > 0 {
+		oldest := 0
+		for i, p := range cands {
+			if p.idleSince() < cands[oldest].idleSince() {
+				oldest = i
+			}
+		}
+		p := cands[oldest]
+		cands = append(cands[:oldest], cands[oldest+1:]...)
+		if p.claimIdle(limit) {
+			r.policy.reject("evicted-idle", p.c.RemoteAddr().String(),
+				fmt.Errorf("idle for %v, given up for a new connection at the limit of %d", time.Since(time.Unix(0, p.last.Load())).Round(time.Millisecond), r.policy.MaxConns))
+			p.close()
+			return true
+		}
+	}
+	return false
+}
 
 // Recv returns the next message from any peer.
 func (r *Router) Recv() (Incoming, error) {
@@ -192,11 +258,13 @@ func (r *Router) serve(c *hardenedConn) {
 		return
 	}
 	p := &Peer{r: r, slots: make(chan struct{}, maxPeerInFlight)}
+	p.last.Store(time.Now().UnixNano())
 	p.outQueue = newOutQueue(c, r.maxQueue, "slow-peer-queue", func() {
 		r.mu.Lock()
 		delete(r.peers, p)
 		r.mu.Unlock()
 	})
+	p.outQueue.budget = r.budget
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -254,6 +322,47 @@ type Peer struct {
 	// slots bounds this peer's messages handed out by Recv and not yet
 	// Released: a peer flooding requests only ever waits on itself.
 	slots chan struct{}
+
+	// For eviction of idle peers (Router.evictIdle): amu orders a
+	// message's arrival against the peer being claimed for eviction.
+	amu     sync.Mutex
+	evicted bool         // under amu: claimed; its reader takes nothing more
+	busy    atomic.Int32 // messages read and not yet Released
+	holds   atomic.Int32 // Hold minus Unhold
+	last    atomic.Int64 // unix nanoseconds of the last activity
+}
+
+// Hold tells the Router that a reply to this peer is held (a wait):
+// the peer is not idle until Unhold, and is never evicted meanwhile.
+func (p *Peer) Hold() { p.holds.Add(1) }
+
+// Unhold ends a Hold.
+func (p *Peer) Unhold() {
+	p.holds.Add(-1)
+	p.touch()
+}
+
+func (p *Peer) touch() { p.last.Store(time.Now().UnixNano()) }
+
+// idleSince is when the peer's last activity was, or the far future when
+// it is busy (a message in flight, a held reply, replies being written).
+func (p *Peer) idleSince() int64 {
+	if p.busy.Load() > 0 || p.holds.Load() > 0 || p.held.Load() > 0 {
+		return 1<<63 - 1
+	}
+	return p.last.Load()
+}
+
+// claimIdle marks the peer evicted if it is still idle since before
+// limit; its reader takes no message after that.
+func (p *Peer) claimIdle(limit int64) bool {
+	p.amu.Lock()
+	defer p.amu.Unlock()
+	if p.evicted || p.idleSince() > limit || p.Closed() {
+		return false
+	}
+	p.evicted = true
+	return true
 }
 
 // maxPeerInFlight bounds one peer's requests being handled at once.
@@ -264,6 +373,8 @@ const maxPeerInFlight = 16
 func (p *Peer) Release() {
 	select {
 	case <-p.slots:
+		p.touch()
+		p.busy.Add(-1)
 	default:
 	}
 }
@@ -316,6 +427,14 @@ func (p *Peer) readLoop() {
 		if flags&flagMore != 0 {
 			continue
 		}
+		p.amu.Lock()
+		if p.evicted {
+			p.amu.Unlock()
+			return
+		}
+		p.busy.Add(1)
+		p.touch()
+		p.amu.Unlock()
 		select {
 		case p.slots <- struct{}{}:
 		case <-p.done:
