@@ -326,8 +326,29 @@ func followJob(ctx context.Context, g *globals, id string) (int, error) {
 // reported quickly), so the follow is resumed for up to reconnectFor.
 func followOn(ctx context.Context, g *globals, id string, next *uint64, fn client.FollowFunc) error {
 	var lost time.Time
+	// Output is shown once per offset: a restarted supervisor publishes
+	// again, under new seqs, output its journal held as not yet published
+	// (which the dead one may have published too), and a Follow begun
+	// after the restart cannot know what the previous one delivered.
+	var outEnd int64
 	for {
 		err := g.client.Follow(ctx, id, *next, func(ev protocol.Event) error {
+			if ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr {
+				var p protocol.OutputPayload
+				if ev.DecodePayload(&p) == nil {
+					end := p.Offset + int64(len(p.Data))
+					switch {
+					case end <= outEnd:
+						*next = max(*next, ev.Seq+1)
+						return nil
+					case p.Offset < outEnd:
+						attempt := ev.Attempt
+						ev = protocol.NewOutputEvent(ev.JobID, ev.Seq, ev.Ts, ev.Kind, outEnd, p.Data[outEnd-p.Offset:])
+						ev.Attempt = attempt
+					}
+					outEnd = max(outEnd, end)
+				}
+			}
 			if err := fn(ev); err != nil {
 				return err
 			}
