@@ -173,14 +173,6 @@ func runHelper(args []string) error {
 	}
 	// Last, as it may stop this process from mapping more memory.
 	if l.AddressSpace != 0 {
-		// What Exec still allocates (its copies of argv and env) must come
-		// from memory the heap has already mapped: grown now, while it
-		// can be, and freed, it is reused then (else the runtime died of
-		// "out of memory" mapping a new span, now and then).
-		headroom := make([]byte, 8<<20)
-		runtime.KeepAlive(headroom)
-		headroom = nil
-		runtime.GC()
 		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: l.AddressSpace, Max: l.AddressSpace}); err != nil {
 			return fmt.Errorf("setrlimit RLIMIT_AS %d: %w", l.AddressSpace, err)
 		}
