@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -310,5 +311,84 @@ func TestCloseRemovesOnlyItsOwnSocketFile(t *testing.T) {
 	b.Close()
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("closing the second listener left its socket file: %v", err)
+	}
+}
+
+// TestSubscriptionsBounded: a subscriber is disconnected (reason
+// too-many-subscriptions) past MaxSubscriptions subscriptions or with a
+// topic over MaxTopicBytes; up to the bound it is served.
+func TestSubscriptionsBounded(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		topics []string
+	}{
+		{"count", func() []string {
+			var ts []string
+			for i := 0; i <= MaxSubscriptions; i++ {
+				ts = append(ts, fmt.Sprintf("job/%d/", i))
+			}
+			return ts
+		}()},
+		{"length", []string{"job/a/", strings.Repeat("x", MaxTopicBytes+1)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			endpoint := "ipc://" + filepath.Join(t.TempDir(), "p.sock")
+			rejected := make(chan string, 4)
+			p, err := ListenPub(context.Background(), endpoint, &Policy{OnReject: func(r string) { rejected <- r }}, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			s, err := DialClient(context.Background(), "SUB", endpoint, time.Second, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for _, topic := range c.topics {
+				if err := s.Subscribe(topic); err != nil {
+					break // (the supervisor may have cut it already)
+				}
+			}
+			select {
+			case r := <-rejected:
+				if r != "too-many-subscriptions" {
+					t.Fatalf("rejected for %q", r)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("not disconnected")
+			}
+			if _, err := s.Recv(); err == nil {
+				t.Fatal("still connected")
+			}
+		})
+	}
+	// Up to the bound: served.
+	endpoint := "ipc://" + filepath.Join(t.TempDir(), "p.sock")
+	p, err := ListenPub(context.Background(), endpoint, &Policy{}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s, err := DialClient(context.Background(), "SUB", endpoint, time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	last := fmt.Sprintf("job/%d/", MaxSubscriptions-1)
+	for i := 0; i < MaxSubscriptions; i++ {
+		if err := s.Subscribe(fmt.Sprintf("job/%d/", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !p.subscribed(last) {
+		if time.Now().After(deadline) {
+			t.Fatal("subscriptions never arrived")
+		}
+		time.Sleep(time.Millisecond) // no notification for a processed subscription
+	}
+	_ = p.SendParts([]byte(last), []byte("x"))
+	if m, err := s.Recv(); err != nil || string(m[0]) != last {
+		t.Fatalf("recv %q %v", m, err)
 	}
 }

@@ -291,6 +291,16 @@ func (s *subscriber) matches(topic []byte) bool {
 	return false
 }
 
+// MaxSubscriptions and MaxTopicBytes bound one subscriber's subscriptions
+// (every published message is matched against each of them: a subscriber
+// adding them without end slowed publishing for everyone and grew the
+// supervisor's memory). Past them it is disconnected (reason
+// too-many-subscriptions).
+const (
+	MaxSubscriptions = 1024
+	MaxTopicBytes    = 256
+)
+
 // readLoop applies subscriptions: a message frame starting with 1
 // (subscribe) or 0 (cancel), or the ZMTP 3.1 SUBSCRIBE/CANCEL commands.
 func (s *subscriber) readLoop() {
@@ -318,6 +328,13 @@ func (s *subscriber) readLoop() {
 			continue
 		}
 		s.tmu.Lock()
+		if sub && (len(s.topics) >= MaxSubscriptions || len(topic) > MaxTopicBytes) {
+			n := len(s.topics)
+			s.tmu.Unlock()
+			s.c.l.policy.reject("too-many-subscriptions", s.c.RemoteAddr().String(),
+				fmt.Errorf("subscription %d of %d bytes (at most %d, of at most %d bytes)", n+1, len(topic), MaxSubscriptions, MaxTopicBytes))
+			return
+		}
 		if sub {
 			s.topics = append(s.topics, append([]byte(nil), topic...))
 		} else {
