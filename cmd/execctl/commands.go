@@ -968,12 +968,22 @@ func (*SendKeysCommand) Run(ctx context.Context, g *globals, args []string) (int
 	if fs.NArg() < 2 {
 		return 0, &usageError{msg: "want JOB and at least one KEY", hint: "execctl send-keys JOB C-c   (keys: Enter Tab Escape Up Down Left Right Home End PageUp PageDown Delete Backspace F1..F12 C-a..C-z)"}
 	}
+	var data []byte
 	for _, k := range fs.Args()[1:] {
-		if _, err := client.KeyBytes(k); err != nil {
+		b, err := client.KeyBytes(k)
+		if err != nil {
 			return 0, &usageError{msg: err.Error()}
 		}
+		data = append(data, b...)
 	}
-	return exitOK, g.client.SendKeys(ctx, fs.Arg(0), fs.Args()[1:]...)
+	res, err := g.client.Write(ctx, fs.Arg(0), data, false)
+	if err != nil {
+		return 0, err
+	}
+	if g.json { // (the write op's result, as execctl write prints it)
+		return exitOK, printJSON(g.stdout, res)
+	}
+	return exitOK, nil
 }
 
 // ResizeCommand resizes a PTY job's terminal.
@@ -998,7 +1008,14 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if _, err := fmt.Sscan(fs.Arg(2), &c); err != nil || c < 1 || c > protocol.MaxTermSize {
 		return 0, &usageError{msg: fmt.Sprintf("COLS %q must be a number in 1..%d", fs.Arg(2), protocol.MaxTermSize)}
 	}
-	return exitOK, g.client.Resize(ctx, fs.Arg(0), r, c)
+	var res protocol.StatusResult // (the resize op's result: {job})
+	if err := g.client.Call(ctx, protocol.OpResize, &protocol.ResizeArgs{JobID: fs.Arg(0), Rows: r, Cols: c}, &res); err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, res)
+	}
+	return exitOK, nil
 }
 
 // humanBytes prints a size with a binary unit.

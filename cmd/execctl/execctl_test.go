@@ -762,3 +762,27 @@ func TestConnectionLimitHint(t *testing.T) {
 		t.Fatalf("exit %d, %q", code, errs)
 	}
 }
+
+// TestJSONSendKeysAndResize: --json send-keys and resize print the ops'
+// results with their wire field names (they printed nothing).
+func TestJSONSendKeysAndResize(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--pty", "--", "sh", "-c", "exec sleep 30")
+	defer s.ctl(t, "kill", "--signal", "SIGKILL", id)
+	w := jsonObject(t, s.mustCtl(t, "--json", "send-keys", id, "Enter", "C-a"))
+	if w["written"] != float64(2) {
+		t.Fatalf("--json send-keys: %v", w)
+	}
+	if job, _ := w["job"].(map[string]any); job == nil || job["jobId"] != id {
+		t.Fatalf("--json send-keys: no job: %v", w)
+	}
+	r := jsonObject(t, s.mustCtl(t, "--json", "resize", id, "40", "120"))
+	job, _ := r["job"].(map[string]any)
+	if job == nil || job["jobId"] != id || job["rows"] != float64(40) || job["cols"] != float64(120) {
+		t.Fatalf("--json resize: %v", r)
+	}
+	if out := s.mustCtl(t, "resize", id, "41", "121"); out != "" {
+		t.Fatalf("resize printed %q", out)
+	}
+}
