@@ -271,6 +271,7 @@ func (m *Manager) Restore(s Snapshot) error {
 		signal: info.Signal, errMsg: info.Error, pid: info.Pid, pgid: info.Pgid, startTicks: s.StartTicks,
 		timeout: time.Duration(info.TimeoutMs) * time.Millisecond, noOutput: time.Duration(info.NoOutputTimeoutMs) * time.Millisecond,
 		leaderExited: true, groupGone: true, killing: true, isPTY: info.Pty,
+		rows: min(info.Rows, protocol.MaxTermSize), cols: min(info.Cols, protocol.MaxTermSize), // (the journal is input)
 	}
 	j.createdAt, j.startedAt, j.endedAt = fromMs(info.CreatedAt), fromMs(info.StartedAt), fromMs(info.EndedAt)
 	j.lastOutputAt, j.updatedAt = fromMs(info.LastOutputAt), m.now()

@@ -111,6 +111,10 @@ type Record struct {
 	OutputUnpublished []Unpublished `json:"outputUnpublished,omitempty"`
 	// Pty jobs own a whole session (several process groups may be in it).
 	Pty bool `json:"pty,omitempty"`
+	// Rows and Cols are a PTY job's terminal size as last set (a resumed
+	// service's next run gets it).
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 	// Members are processes of the job's group (pid and start ticks) seen
 	// at the last periodic scan: proof of ownership if the leader is gone.
 	Members []Member `json:"members,omitempty"`

@@ -236,7 +236,7 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 			Reason: protocol.Reason(r.Reason), ExitCode: r.ExitCode, Signal: r.Signal, Error: r.Error,
 			TimeoutMs: r.TimeoutMs, NoOutputTimeoutMs: r.NoOutputMs,
 			StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, OutputEnd: r.OutputEnd, LastSeq: r.LastSeq,
-			Pty: r.Pty,
+			Pty: r.Pty, Rows: r.Rows, Cols: r.Cols,
 		},
 		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq, TailChunks: tailChunks(r),
 		Unpublished: unpublishedOf(r), Service: serviceOf(r.Service),
@@ -296,7 +296,7 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: s.instanceID,
 		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
 		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
-		Pty: i.Pty, Cgroup: i.Cgroup,
+		Pty: i.Pty, Rows: i.Rows, Cols: i.Cols, Cgroup: i.Cgroup,
 	}
 	for _, c := range sn.TailChunks {
 		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len, Attempt: c.Attempt})

@@ -3,6 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -321,4 +324,38 @@ func TestPTYServiceKeepsItsSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the next run at the new size", func() bool { return strings.Contains(output(), "40 120") })
+}
+
+// TestResumedPTYServiceKeepsItsSize: a PTY service resumed from the
+// journal gets the terminal size it last had (the journal did not keep
+// it: the spawn's size came back).
+func TestResumedPTYServiceKeepsItsSize(t *testing.T) {
+	cfg := testConfig(t)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec := protocol.SpawnArgs{Shell: "stty size; exec sleep 300", Pty: &protocol.PtyArgs{Rows: 30, Cols: 90},
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}}
+	doc := &journal.File{InstanceID: "dead", Jobs: []journal.Record{{
+		JobID: "j-pty", Shell: spec.Shell, Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running", LastSeq: 3,
+		Pty: true, Rows: 45, Cols: 133,
+		Service: &journal.Service{Spec: spec, Attempt: 1},
+	}}}
+	if err := journal.New(cfg.JournalPath()).Save(doc); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, cfg)
+	ctx := ctxT(t, 10*time.Second)
+	defer ts.client.Kill(context.Background(), "j-pty", "SIGKILL")
+	eventually(t, 10*time.Second, "the resumed run at the size it had", func() bool {
+		r, err := ts.client.Poll(ctx, "j-pty", 0, 0)
+		if err != nil {
+			return false
+		}
+		var out strings.Builder
+		for _, ch := range r.Chunks {
+			out.Write(ch.Data)
+		}
+		return strings.Contains(out.String(), "45 133")
+	})
 }
