@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 )
 
 // Limits are applied to the process before it execs the target.
@@ -164,12 +165,35 @@ func runHelper(args []string) error {
 			return fmt.Errorf("setpriority %d: %w", *l.Nice, err)
 		}
 	}
+	// Everything the exec needs is made now, before RLIMIT_AS: the
+	// runtime may not be able to map memory once it is set (seen, rarely:
+	// "fatal error: runtime: out of memory" in syscall.Exec's copies of
+	// argv and env, whenever the heap had to grow), so the exec itself is
+	// a raw execve of these.
+	pathp, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", path, err)
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", path, err)
+	}
+	envp, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", path, err)
+	}
 	// syscall.Setrlimit (unlike a raw prlimit) also tells the runtime not
 	// to restore, at exec, the soft RLIMIT_NOFILE it raised at start up.
 	if l.NoFile != 0 {
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: l.NoFile, Max: l.NoFile}); err != nil {
 			return fmt.Errorf("setrlimit RLIMIT_NOFILE %d: %w", l.NoFile, err)
 		}
+	} else {
+		// The target gets the soft RLIMIT_NOFILE this process was given,
+		// which the runtime raised at start up and keeps to itself: an
+		// exec that fails (an empty path) puts it back, as a successful
+		// syscall.Exec would have.
+		_ = syscall.Exec("", nil, nil)
 	}
 	// Last, as it may stop this process from mapping more memory.
 	if l.AddressSpace != 0 {
@@ -177,11 +201,12 @@ func runHelper(args []string) error {
 			return fmt.Errorf("setrlimit RLIMIT_AS %d: %w", l.AddressSpace, err)
 		}
 	}
-	err = syscall.Exec(path, argv, env)
-	if errno, ok := err.(syscall.Errno); ok && len(failed)+len(errno.Error())+1 <= cap(failed) {
+	_, _, errno := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(pathp)),
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	if len(failed)+len(errno.Error())+1 <= cap(failed) {
 		failed = append(append(failed, errno.Error()...), '\n')
 		_, _ = syscall.Write(2, failed)
 		syscall.Exit(127)
 	}
-	return fmt.Errorf("exec %s: %w", path, err)
+	return fmt.Errorf("exec %s: %w", path, errno)
 }
