@@ -300,9 +300,11 @@ func TestIdleEviction(t *testing.T) {
 }
 
 // TestSubscriberEviction: at MaxConns, a new subscriber takes the place of
-// the oldest subscriber of the peer holding the most connections (here
-// every peer is this process: it replaces its own oldest), and a peer
-// holding a single connection each is never churned.
+// the oldest subscriber of the peer holding the most connections: here
+// every peer is this process, so a newcomer replaces its own oldest (it
+// was refused: over tcp, where a peer is an address, clients behind one
+// address locked every later subscriber out); another peer replaces the
+// oldest too.
 func TestSubscriberEviction(t *testing.T) {
 	endpoint := "ipc://" + filepath.Join(t.TempDir(), "p.sock")
 	rej := newRejections()
@@ -317,29 +319,42 @@ func TestSubscriberEviction(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for i := 0; i < 2; i++ {
+	dial := func() *Client {
+		t.Helper()
 		c, err := DialClient(context.Background(), "SUB", endpoint, time.Second, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		subs = append(subs, c)
+		return c
 	}
-	// Same process (one peer holding both): the newcomer is the busiest
-	// peer itself, so it is refused rather than replace its own.
-	if _, err := DialClient(context.Background(), "SUB", endpoint, time.Second, ""); err == nil || !strings.Contains(err.Error(), TooManyConnections) {
-		t.Fatalf("third subscriber from the busiest peer: %v", err)
-	}
-	// Another peer (evictBusiestPeer with another key) evicts the oldest
-	// (once both are registered: that follows their handshake).
-	for deadline := time.Now().Add(5 * time.Second); !p.evictBusiestPeer("pid 1"); runtime.Gosched() {
-		if time.Now().After(deadline) {
-			t.Fatal("no subscriber given up for another peer")
+	registered := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); p.Subscribers() < n; runtime.Gosched() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d subscribers registered, want %d", p.Subscribers(), n)
+			}
 		}
 	}
+	dial()
+	registered(1)
+	dial()
+	registered(2)
+	// The same peer again: it replaces its own oldest.
+	dial()
 	if _, err := subs[0].Recv(); err == nil {
-		t.Fatal("the oldest subscriber was not the one evicted")
+		t.Fatal("the oldest subscriber was not the one given up")
 	}
-	if n := rej.count("evicted-busiest-peer"); n != 1 {
+	registered(2)
+	// Another peer (evictBusiestPeer with another key) replaces the oldest
+	// left.
+	if !p.evictBusiestPeer("pid 1") {
+		t.Fatal("no subscriber given up for another peer")
+	}
+	if _, err := subs[1].Recv(); err == nil {
+		t.Fatal("the oldest subscriber was not the one given up for another peer")
+	}
+	if n := rej.count("evicted-busiest-peer"); n != 2 {
 		t.Fatalf("evicted-busiest-peer counted %d times", n)
 	}
 }
@@ -436,4 +451,71 @@ func TestGreetingAsServer(t *testing.T) {
 		<-done
 		ln.Close()
 	}
+}
+
+// TestBigReplyThenMore: a reply over the per-connection bound goes to a
+// client that reads, even when it asked for another reply meanwhile (the
+// second was counted with the first, still being written, and the client
+// was cut off).
+func TestBigReplyThenMore(t *testing.T) {
+	endpoint := "ipc://" + filepath.Join(t.TempDir(), "r.sock")
+	rej := newRejections()
+	sizeRouter(t, endpoint, &Policy{OnReject: rej.add}, 4<<20)
+	c, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, n := range []int{6 << 20, 100} {
+		if err := c.Send([]byte(strconv.Itoa(n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []int{6 << 20, 100} {
+		got, err := c.Recv()
+		if err != nil || len(got) != 1 || len(got[0]) != n {
+			t.Fatalf("reply of %d: %v (rejections %v)", n, err, rej.n)
+		}
+	}
+}
+
+// TestBudgetCutsWhoStoppedReading: with the replies of all connections
+// over the budget, the one cut off is a peer whose replies pile up
+// unread, not a client that just asked for one large reply and reads it
+// (the queue with the most bytes was cut: that client).
+func TestBudgetCutsWhoStoppedReading(t *testing.T) {
+	endpoint := "ipc://" + filepath.Join(t.TempDir(), "r.sock")
+	rej := newRejections()
+	r, _ := sizeRouter(t, endpoint, &Policy{ReplyQueueBytes: 16 << 20, WriteTimeout: 20 * time.Second, OnReject: rej.add}, 4<<20)
+	for i := 0; i < 3; i++ {
+		c, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for j := 0; j < 4; j++ { // ~4 MiB each, never read
+			if err := c.Send([]byte(strconv.Itoa(1<<20 - 4<<10))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Wait until their replies wait (about 12 MiB, less what the sockets took).
+	for deadline := time.Now().Add(10 * time.Second); r.QueuedBytes() < 10<<20; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d bytes queued", r.QueuedBytes())
+		}
+	}
+	reader, err := DialClient(context.Background(), "DEALER", endpoint, time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if err := reader.Send([]byte(strconv.Itoa(8 << 20))); err != nil {
+		t.Fatal(err)
+	}
+	got, err := reader.Recv()
+	if err != nil || len(got) != 1 || len(got[0]) != 8<<20 {
+		t.Fatalf("the reader was cut off: %v (rejections %v)", err, rej.n)
+	}
+	rej.waitFor(t, 1, 10*time.Second, "reply-queue-total")
 }

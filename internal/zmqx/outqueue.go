@@ -39,6 +39,15 @@ type outQueue struct {
 	// the writer is writing.
 	queue  []net.Buffers
 	queued int
+	// sizes are the unsent bytes of each message counted in queued,
+	// oldest first (the head may be part written): what waits behind the
+	// head is what counts against max (one message of any size passes,
+	// and a client that reads may have asked for more meanwhile), and is
+	// how the budget tells a peer that stopped reading (replies pile up
+	// behind the one being sent) from one that just asked for a large one.
+	sizes []int
+	// behind mirrors queued less the head's unsent bytes, for the budget.
+	behind atomic.Int64
 	// held mirrors queued, for readers without mu (the budget's choice of
 	// whom to cut off, idleness).
 	held atomic.Int64
@@ -64,6 +73,11 @@ func newOutQueue(c *hardenedConn, max int, reason string, onClose func()) *outQu
 func (q *outQueue) addQueued(n int) {
 	q.queued += n
 	q.held.Store(int64(q.queued))
+	if len(q.sizes) > 0 {
+		q.behind.Store(int64(q.queued - q.sizes[0]))
+	} else {
+		q.behind.Store(0)
+	}
 	if q.budget != nil {
 		q.budget.total.Add(int64(n))
 	}
@@ -78,7 +92,7 @@ func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 		q.mu.Unlock()
 		return false
 	}
-	if q.queued > 0 && q.queued+size > q.max {
+	if len(q.sizes) > 0 && q.queued-q.sizes[0]+size > q.max {
 		q.mu.Unlock()
 		q.c.l.policy.reject(q.reason, q.c.RemoteAddr().String(), fmt.Errorf("more than %d bytes waiting", q.max))
 		q.close()
@@ -90,6 +104,7 @@ func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 		return q.writeDirect(wire)
 	}
 	q.queue = append(q.queue, wire)
+	q.sizes = append(q.sizes, size)
 	q.addQueued(size)
 	q.mu.Unlock()
 	if !q.fitBudget() {
@@ -136,6 +151,7 @@ func (q *outQueue) writeDirect(wire net.Buffers) bool {
 		}
 		// Still ahead of anything queued meanwhile.
 		q.queue = append([]net.Buffers{rest}, q.queue...)
+		q.sizes = append([]int{n}, q.sizes...)
 		q.addQueued(n)
 	}
 	more := len(q.queue) > 0
@@ -162,6 +178,7 @@ func (q *outQueue) close() {
 		q.mu.Lock()
 		q.closed = true
 		q.queue = nil
+		q.sizes = nil
 		q.addQueued(-q.queued)
 		q.mu.Unlock()
 		close(q.done)
@@ -212,6 +229,14 @@ func (q *outQueue) writeLoop() {
 func (q *outQueue) written(n int) {
 	q.mu.Lock()
 	if !q.closed { // (else close let go of everything)
+		for left := n; left > 0 && len(q.sizes) > 0; {
+			d := min(left, q.sizes[0])
+			q.sizes[0] -= d
+			left -= d
+			if q.sizes[0] == 0 {
+				q.sizes = q.sizes[1:]
+			}
+		}
 		q.addQueued(-n)
 	}
 	q.mu.Unlock()
@@ -219,11 +244,14 @@ func (q *outQueue) written(n int) {
 
 // replyBudget bounds the unsent bytes of a set of queues (a Router's
 // peers) together. When the total exceeds max, the queue with the most
-// unsent bytes is cut off (counted under reason), until it fits: a peer
-// that stops reading is the one whose replies pile up, while one that
-// reads has at most the replies it is being sent, less what it read
-// already (bytes count as sent as the writer's writes complete, at most
-// 1 MiB at a time).
+// bytes waiting behind the reply it is being sent is cut off (counted
+// under reason), until it fits: a peer that stops reading is the one whose
+// replies pile up behind, while one that reads, or just asked for a large
+// reply, has little or nothing behind it (bytes count as sent as the
+// writer's writes complete, at most 1 MiB at a time). (Cutting the queue
+// with the most bytes cut a client that had just asked for one large
+// reply, while those that stopped reading, each under its own bound,
+// stayed.) Only when nothing waits behind any head is the largest cut.
 type replyBudget struct {
 	max    int64
 	reason string
@@ -236,10 +264,11 @@ type replyBudget struct {
 func (b *replyBudget) enforce() {
 	for b.total.Load() > b.max {
 		var victim *outQueue
-		var most int64
+		var most, behind int64
 		for _, q := range b.queues() {
-			if h := q.held.Load(); h > most {
-				victim, most = q, h
+			h, bh := q.held.Load(), q.behind.Load()
+			if h > 0 && (victim == nil || bh > behind || bh == behind && h > most) {
+				victim, most, behind = q, h, bh
 			}
 		}
 		if victim == nil {

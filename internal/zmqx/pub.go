@@ -61,10 +61,13 @@ func (p *Publisher) Subscribers() int {
 // evictBusiestPeer makes room for a new subscriber from peer key at the
 // connection limit. Subscribers are idle by nature (they only receive), so
 // the rule is about fairness instead: the oldest subscriber of the peer
-// holding the most is closed, if that peer holds at least two and is not
-// the newcomer (a peer that leaks connections then only ever replaces its
-// own, and a full house of one connection per peer refuses the newcomer
-// rather than churn).
+// holding the most is closed, if that peer holds at least two (a peer that
+// leaks connections then only ever replaces its own, and a full house of
+// one connection per peer refuses the newcomer
+// rather than churn). A newcomer of the busiest peer replaces that peer's
+// oldest (over tcp a peer is an address: clients behind one address that
+// leak subscribers churn each other's, rather than lock every later one
+// out).
 func (p *Publisher) evictBusiestPeer(key string) bool {
 	p.mu.Lock()
 	count := map[string]int{}
@@ -77,7 +80,10 @@ func (p *Publisher) evictBusiestPeer(key string) bool {
 			busiest, most = k, n
 		}
 	}
-	if most < 2 || busiest == key {
+	if n := count[key]; n >= 2 && n == most {
+		busiest = key // (its own, when it is among the busiest)
+	}
+	if most < 2 {
 		p.mu.Unlock()
 		return false
 	}
