@@ -966,6 +966,23 @@ func TestRestartFindsLeftoverCgroupsElsewhere(t *testing.T) {
 			waitJournal(t, filepath.Join(e.state, "journal.json"), "the job running in its cgroup", func(f *journal.File) bool {
 				return len(f.Jobs) == 1 && f.Jobs[0].State == "running" && f.Jobs[0].Cgroup == info.Cgroup
 			})
+			// A job the journal has no record of yet (spawned just before the
+			// crash): a cgroup of the same base, with a process in it.
+			var unrecorded *exec.Cmd
+			unrecordedCg := filepath.Join(filepath.Dir(info.Cgroup), "c-unrecorded-1")
+			if how == "another cgroup parent" {
+				if err := os.Mkdir(unrecordedCg, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				unrecorded = exec.Command("sleep", "300")
+				if err := unrecorded.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { unrecorded.Process.Kill(); unrecorded.Wait(); os.Remove(unrecordedCg) })
+				if err := os.WriteFile(filepath.Join(unrecordedCg, "cgroup.procs"), []byte(strconv.Itoa(unrecorded.Process.Pid)), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
 			s.kill9()
 			var extra []string
 			if how == "state-dir spelled otherwise" {
@@ -997,6 +1014,19 @@ func TestRestartFindsLeftoverCgroupsElsewhere(t *testing.T) {
 			}
 			if _, err := os.Stat(info.Cgroup); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the old job cgroup %s is still there (%v)", info.Cgroup, err)
+			}
+			if unrecorded != nil {
+				// (our child: reaped here, so "dead" is its wait returning)
+				done := make(chan struct{})
+				go func() { unrecorded.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(10 * time.Second):
+					t.Errorf("the unrecorded job's process survived the restart")
+				}
+				if _, err := os.Stat(unrecordedCg); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the unrecorded job's cgroup is still there (%v)", err)
+				}
 			}
 			if !strings.Contains(s2.log.String(), "reconcile: orphan found alive and terminated") {
 				t.Errorf("no reconcile record in the log")
@@ -1081,8 +1111,9 @@ func TestCrashKeepsUnpublishedOutput(t *testing.T) {
 				if len(f.Jobs) != 1 || f.Jobs[0].StdoutBytes+f.Jobs[0].StderrBytes != int64(want.Len()) {
 					return false
 				}
-				if small { // (unpublished)
-					return f.Jobs[0].OutputEnd == 0 && len(f.Jobs[0].OutputUnpublished) == 2
+				if small { // (stderr's unpublished; stdout's, older, published when the record was taken)
+					u := f.Jobs[0].OutputUnpublished
+					return len(u) == 1 && u[0].Stream == "stderr" && f.Jobs[0].OutputEnd+int64(len(u[0].Data)) == int64(want.Len())
 				}
 				return f.Jobs[0].OutputEnd == int64(want.Len()) && len(f.Jobs[0].OutputUnpublished) == 0
 			})

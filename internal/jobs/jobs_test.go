@@ -504,3 +504,39 @@ func TestRestoredServiceEndCarriesAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotOneStreamUnpublished: with output pending on both streams, a
+// snapshot publishes the older stream's and records only the other's as
+// unpublished. Two would be laid out back to back after a crash, where the
+// live supervisor may have put output read meanwhile on the older stream
+// between them: the republished bytes then sat at other offsets than the
+// ones a follower already had.
+func TestSnapshotOneStreamUnpublished(t *testing.T) {
+	m := New(Config{MergeInterval: time.Minute}, nil, nil)
+	defer m.Close(context.Background())
+	j, _, err := m.SpawnJob(protocol.SpawnArgs{Shell: "printf A; sleep 0.2; printf B >&2; exec sleep 300"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Kill(protocol.ReasonManualCancel, syscall.SIGKILL)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		j.mu.Lock()
+		read := j.streamN == [2]int64{1, 1}
+		j.mu.Unlock()
+		if read {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job's output was never read")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the job's counters
+	}
+	s := j.Snapshot()
+	if len(s.Unpublished) != 1 || s.Unpublished[0].Stream != protocol.Stderr || string(s.Unpublished[0].Data) != "B" {
+		t.Fatalf("unpublished %+v: want only stderr's B", s.Unpublished)
+	}
+	if s.Info.OutputEnd != 1 || string(s.Tail) != "A" {
+		t.Fatalf("output end %d, tail %q: want stdout's A published", s.Info.OutputEnd, s.Tail)
+	}
+}

@@ -103,6 +103,17 @@ func (j *Job) Snapshot() Snapshot {
 		// in the tail instead (and the journal stays small).
 		j.flushInOrderLocked(0)
 		j.flushLocked(1)
+	} else if len(j.pending[0]) > protocol.OutputHeadroom && len(j.pending[1]) > protocol.OutputHeadroom {
+		// Both streams have some: the older is published now, so that only
+		// one stream's is unpublished. Its bytes go out at OutputEnd,
+		// however much more is read first (the other stream flushes it
+		// first, being newer); two would be laid out back to back, where
+		// output read meanwhile on the older one may land between them.
+		older := 0
+		if j.pendingSince[1] < j.pendingSince[0] {
+			older = 1
+		}
+		j.flushLocked(older)
 	}
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.groupGone}
 	if j.svc == nil && j.state == Exited {

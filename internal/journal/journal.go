@@ -211,7 +211,9 @@ func (j *Journal) Load() (*File, error) {
 			os.Remove(o)
 		}
 	}
-	f, err := openNoFollow(j.path, os.O_RDONLY, 0)
+	// (O_NONBLOCK: a FIFO planted there would block the start until a
+	// writer came; opened so, it reads as empty, and is moved aside.)
+	f, err := openNoFollow(j.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return &File{Version: Version}, nil
 	}

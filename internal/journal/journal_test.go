@@ -1042,3 +1042,27 @@ func TestHelperLoader(t *testing.T) {
 		fmt.Println("transient", err)
 	}
 }
+
+// TestFIFOJournalMovedAside: a FIFO where the journal should be does not
+// block the load (it waited for a writer for ever): it is moved aside.
+func TestFIFOJournalMovedAside(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.json")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := New(path).Load(); done <- err }()
+	select {
+	case err := <-done:
+		var ce *CorruptError
+		if !errors.As(err, &ce) {
+			t.Fatalf("Load = %v; want a *CorruptError", err)
+		}
+	case <-time.After(10 * time.Second):
+		// (unblock the Load so that the test ends)
+		if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("Load blocked on a FIFO")
+	}
+}

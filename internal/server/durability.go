@@ -480,8 +480,10 @@ func (s *Server) writeJournal(periodic bool) {
 		room -= int64(f.size) + 1
 		if f.b == nil {
 			// It fits again (newer ones were removed or forgotten): its
-			// record is encoded anew at the next write.
+			// record is encoded anew at the next write, asked for now
+			// (else it waited for the next change or periodic write).
 			delete(s.recCache, f.id)
+			s.markDirty()
 			continue
 		}
 		encoded = append(encoded, f.b)
@@ -632,13 +634,32 @@ func (s *Server) reapLeftoverCgroups(recorded []string) map[string]string {
 			seen[cg.Path] = true
 		}
 	}
+	// A recorded path elsewhere is followed only into a base of this
+	// state directory (its name now, or as an older version spelled it),
+	// and then the whole base is swept: the journal lags (a job spawned
+	// just before the crash is in no record), and another base is not
+	// ours to touch (a copied state directory's journal could name a live
+	// supervisor's).
+	ours := map[string]bool{cgroupBaseName(s.cfg.StateDir): true, legacyCgroupBaseName(s.cfg.StateDir): true}
+	swept := map[string]bool{}
 	for _, p := range recorded {
-		if seen[p] {
+		base := filepath.Dir(p)
+		if swept[base] || s.cgroupBase != nil && base == s.cgroupBase.Dir {
 			continue
 		}
-		seen[p] = true
-		if cg := cgroups.OpenRecorded(p, cgroupBasePrefix); cg != nil {
-			cgs = append(cgs, cg)
+		swept[base] = true
+		if !ours[filepath.Base(base)] {
+			s.log.Warn("reconcile: the journal names a job cgroup outside this state directory's cgroup bases; not touched", "cgroup", p)
+			continue
+		}
+		for _, cg := range (&cgroups.Base{Dir: base}).Leftovers() {
+			if seen[cg.Path] {
+				continue
+			}
+			seen[cg.Path] = true
+			if c := cgroups.OpenRecorded(cg.Path, cgroupBasePrefix); c != nil {
+				cgs = append(cgs, c)
+			}
 		}
 	}
 	var live []*cgroups.Cgroup

@@ -917,3 +917,11 @@ func cgroupBaseName(dir string) string {
 	sum := sha256.Sum256([]byte(dir))
 	return cgroupBasePrefix + hex.EncodeToString(sum[:4])
 }
+
+// legacyCgroupBaseName is the base name versions before cgroupBaseName
+// gave the state directory dir (from the string as given): the leftovers
+// of a supervisor of such a version are found there.
+func legacyCgroupBaseName(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return cgroupBasePrefix + hex.EncodeToString(sum[:4])
+}
