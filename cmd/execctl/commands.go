@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -398,8 +399,14 @@ func exitCodeOf(p protocol.ExitPayload, g *globals, id string) int {
 		if sig, err := protocol.ParseSignal(p.Signal); err == nil {
 			return 128 + int(sig)
 		}
+	case p.Reason == protocol.ReasonSupervisorRestart || p.Reason == protocol.ReasonShutdown:
+		// (its supervisor went away: the process was terminated, or its
+		// fate is unknown)
+		return 128 + int(syscall.SIGKILL)
 	}
-	return 128 + int(syscall.SIGKILL)
+	// Ended without an exit status of its own: a service stopped, or at its
+	// restart limit, between runs (no process was killed: not 137).
+	return 1
 }
 
 // PollCommand prints retained output.
@@ -1001,11 +1008,13 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if fs.NArg() != 3 {
 		return 0, &usageError{msg: "want JOB ROWS COLS", hint: "execctl resize JOB 40 120"}
 	}
-	var r, c int
-	if _, err := fmt.Sscan(fs.Arg(1), &r); err != nil || r < 1 || r > protocol.MaxTermSize {
+	// (strconv, not fmt.Sscan: "40abc" and "0x20" were taken)
+	r, err := strconv.Atoi(fs.Arg(1))
+	if err != nil || r < 1 || r > protocol.MaxTermSize {
 		return 0, &usageError{msg: fmt.Sprintf("ROWS %q must be a number in 1..%d", fs.Arg(1), protocol.MaxTermSize)}
 	}
-	if _, err := fmt.Sscan(fs.Arg(2), &c); err != nil || c < 1 || c > protocol.MaxTermSize {
+	c, err := strconv.Atoi(fs.Arg(2))
+	if err != nil || c < 1 || c > protocol.MaxTermSize {
 		return 0, &usageError{msg: fmt.Sprintf("COLS %q must be a number in 1..%d", fs.Arg(2), protocol.MaxTermSize)}
 	}
 	var res protocol.StatusResult // (the resize op's result: {job})

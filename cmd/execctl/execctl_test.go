@@ -672,7 +672,8 @@ func TestTokenHints(t *testing.T) {
 // non-positive --request-timeout are usage errors (they were exit 1,
 // ignored, and accepted).
 func TestMoreUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"status", ""}, {"spawn", "--rows", "40", "--", "true"}, {"--request-timeout", "-1s", "health"}} {
+	for _, args := range [][]string{{"status", ""}, {"spawn", "--rows", "40", "--", "true"}, {"--request-timeout", "-1s", "health"},
+		{"resize", "j-1", "40abc", "100"}, {"resize", "j-1", "40", "0x20"}, {"resize", "j-1", "40", "1e2"}} { // (resize: fmt.Sscan took these)
 		if code, _, errs := execctl(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, %s", args, code, errs)
 		}
@@ -784,5 +785,29 @@ func TestJSONSendKeysAndResize(t *testing.T) {
 	}
 	if out := s.mustCtl(t, "resize", id, "41", "121"); out != "" {
 		t.Fatalf("resize printed %q", out)
+	}
+}
+
+// TestWaitStoppedServiceExitCode: a service stopped between runs ended
+// with no exit status of its own: wait exits 1, not 137 (nothing was
+// killed).
+func TestWaitStoppedServiceExitCode(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--restart", "always", "--restart-delay", "1m", "--", "true")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		job := jsonObject(t, s.mustCtl(t, "--json", "status", id))["job"].(map[string]any)
+		if job["state"] == "restarting" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never waiting to restart: %v", job)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's state
+	}
+	s.mustCtl(t, "stop", id)
+	if code, _, errs := s.ctl(t, "wait", id); code != 1 || !strings.Contains(errs, "stopped") {
+		t.Fatalf("wait: exit %d, %q; want 1, stopped", code, errs)
 	}
 }

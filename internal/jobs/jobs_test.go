@@ -540,3 +540,19 @@ func TestSnapshotOneStreamUnpublished(t *testing.T) {
 		t.Fatalf("output end %d, tail %q: want stdout's A published", s.Info.OutputEnd, s.Tail)
 	}
 }
+
+// TestSupervisorOnlyEnvNotInherited: the supervisor's systemd variables
+// (notify socket, watchdog, socket activation) do not reach its jobs: a
+// job would talk to the supervisor's own unit.
+func TestSupervisorOnlyEnvNotInherited(t *testing.T) {
+	for _, k := range supervisorOnlyEnv {
+		t.Setenv(k, "from-the-supervisor")
+	}
+	t.Setenv("ES_TEST_KEPT", "kept")
+	m := New(Config{}, nil, nil)
+	defer m.Close(context.Background())
+	_, out := runJob(t, m, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}})
+	if strings.Contains(out, "from-the-supervisor") || !strings.Contains(out, "ES_TEST_KEPT=kept") {
+		t.Fatalf("job environment:\n%s", out)
+	}
+}

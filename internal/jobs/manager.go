@@ -19,6 +19,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,6 +238,26 @@ func WithLimitsHelper(path string) Option { return func(m *Manager) { m.limitsHe
 // WithHooks installs lifecycle observers.
 func WithHooks(h Hooks) Option { return func(m *Manager) { m.hooks = h } }
 
+// supervisorOnlyEnv are variables of the supervisor's environment that
+// describe the supervisor to its service manager (systemd's notify
+// socket and watchdog, socket activation) and must not reach its jobs:
+// a job would talk to the supervisor's unit, or see a watchdog it does
+// not have (a notify job gets its own NOTIFY_SOCKET, and WATCHDOG_USEC
+// with a watchdog).
+var supervisorOnlyEnv = []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
+
+// jobEnviron is env without supervisorOnlyEnv.
+func jobEnviron(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(supervisorOnlyEnv, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // New returns a running Manager. sink may be nil (events are then only
 // retained, not published).
 func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
@@ -244,7 +265,7 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, live: map[string]*Job{}, stop: make(chan struct{}), environ: os.Environ(), bootID: BootID(), leaders: map[int]struct{}{}}
+	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, live: map[string]*Job{}, stop: make(chan struct{}), environ: jobEnviron(os.Environ()), bootID: BootID(), leaders: map[int]struct{}{}}
 	m.runners = newRunners(m.stop, &m.wg)
 	m.devNullFd, m.pidfds = -1, pidfdsWork()
 	if f, err := os.Open(os.DevNull); err == nil {
