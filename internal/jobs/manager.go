@@ -134,8 +134,9 @@ type Hooks struct {
 	// OwnershipEscape is called when a job's processes left its process
 	// group (or session) but were still found in its cgroup.
 	OwnershipEscape func()
-	// Restarted is called when a service run ends and another is scheduled.
-	Restarted func()
+	// Restarted is called when a service run ends (how: reason) and
+	// another is scheduled.
+	Restarted func(reason protocol.Reason)
 	// Changed is called after every state change of any job (and after a
 	// job is forgotten). It may be called with a job's lock held: it must
 	// not block or call back into the Manager (signal a channel).

@@ -91,7 +91,7 @@ func (j *Job) afterRunLocked() bool {
 		RestartAt: ms(j.restartAt), RestartsInWindow: inWindow,
 	}))
 	if h := j.m.hooks.Restarted; h != nil {
-		h()
+		h(rec.Reason)
 	}
 	j.restartGen++
 	gen := j.restartGen

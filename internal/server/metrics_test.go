@@ -228,3 +228,23 @@ func TestResumedServiceEventsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceRunTimeoutsCounted: a service run ended by its timeout and
+// restarted counts in job_timeouts_total like a one-shot job's timeout (a
+// service whose runs kept timing out never showed there).
+func TestServiceRunTimeoutsCounted(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 20*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}, TimeoutMs: 50, GraceMs: 50,
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways, RestartDelayMs: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.client.Kill(context.Background(), j.JobID, "SIGKILL")
+	eventually(t, 15*time.Second, "two runs ended by their timeout", func() bool {
+		return value(scrape2(t, ts), "exec_supervisor_job_timeouts_total", "type", "overall") >= 2
+	})
+	if r := value(scrape2(t, ts), "exec_supervisor_job_restarts_total"); r < 2 {
+		t.Fatalf("restarts %v", r)
+	}
+}

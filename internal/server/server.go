@@ -123,6 +123,18 @@ func (s *Server) countFinished(r protocol.Reason) {
 	}
 }
 
+// countRestart counts a service run that ended (reason) and is restarted:
+// a run ended by a timeout is a timeout like a one-shot job's.
+func (s *Server) countRestart(r protocol.Reason) {
+	s.metrics.Restarts.Inc()
+	switch r {
+	case protocol.ReasonOverallTimeout:
+		s.metrics.Timeouts.WithLabelValues("overall").Inc()
+	case protocol.ReasonNoOutputTimeout:
+		s.metrics.Timeouts.WithLabelValues("no_output").Inc()
+	}
+}
+
 // InstanceID identifies this run of the supervisor; it changes on restart.
 func (s *Server) InstanceID() string { return s.instanceID }
 
@@ -175,7 +187,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
 		Changed:         s.markDirty,
 		Spawned:         s.metrics.Spawned.Inc,
-		Restarted:       s.metrics.Restarts.Inc,
+		Restarted:       s.countRestart,
 		Finished:        s.countFinished,
 		OutputBytes:     func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
 		CleanupKill:     func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
