@@ -877,29 +877,7 @@ func TestEscapeTreeAcrossShutdownAndCrash(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			e := newEnv(t)
 			s := e.start(t)
-			ctx := ctxFor(t, 30*time.Second)
-			if h, err := s.client.Health(ctx); err != nil || !h.Cgroups {
-				t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
-			}
-			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: tree})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var members []int
-			deadline := time.Now().Add(10 * time.Second)
-			for members = jobCgroupProcs(s, j.JobID); len(members) < 5; members = jobCgroupProcs(s, j.JobID) {
-				if time.Now().After(deadline) {
-					t.Fatalf("cgroup members: %v", members)
-				}
-				time.Sleep(20 * time.Millisecond) // the shell starts its children
-			}
-			t.Cleanup(func() {
-				for _, p := range members {
-					if proctest.Alive(p) {
-						syscall.Kill(p, syscall.SIGKILL)
-					}
-				}
-			})
+			_, members := spawnTreeInCgroup(t, s, tree, 5)
 			if how == "sigterm" {
 				s.cmd.Process.Signal(syscall.SIGTERM)
 				<-s.done
@@ -937,28 +915,7 @@ func TestRestartFindsLeftoverCgroupsElsewhere(t *testing.T) {
 			e := newEnv(t)
 			s := e.start(t, "--state-dir", e.state+"/", "--journal-flush-interval", "100ms")
 			ctx := ctxFor(t, 30*time.Second)
-			if h, err := s.client.Health(ctx); err != nil || !h.Cgroups {
-				t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
-			}
-			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: tree})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var members []int
-			deadline := time.Now().Add(10 * time.Second)
-			for members = jobCgroupProcs(s, j.JobID); len(members) < 3; members = jobCgroupProcs(s, j.JobID) {
-				if time.Now().After(deadline) {
-					t.Fatalf("cgroup members: %v", members)
-				}
-				time.Sleep(20 * time.Millisecond) // the shell starts its children
-			}
-			t.Cleanup(func() {
-				for _, p := range members {
-					if proctest.Alive(p) {
-						syscall.Kill(p, syscall.SIGKILL)
-					}
-				}
-			})
+			j, members := spawnTreeInCgroup(t, s, tree, 3)
 			info, err := s.client.Status(ctx, j.JobID)
 			if err != nil {
 				t.Fatal(err)
@@ -1779,4 +1736,35 @@ func waitLog(t *testing.T, s *sup, want string) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling the log
 	}
+}
+
+// spawnTreeInCgroup spawns shell on s, skipping the test without a
+// cgroup per job, and waits until the job's cgroup holds n processes:
+// the job and them (killed when the test ends).
+func spawnTreeInCgroup(t *testing.T, s *sup, shell string, n int) (protocol.JobInfo, []int) {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	if h, err := s.client.Health(ctx); err != nil || !h.Cgroups {
+		t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
+	}
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: shell})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members []int
+	deadline := time.Now().Add(10 * time.Second)
+	for members = jobCgroupProcs(s, j.JobID); len(members) < n; members = jobCgroupProcs(s, j.JobID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cgroup members: %v", members)
+		}
+		time.Sleep(20 * time.Millisecond) // the shell starts its children
+	}
+	t.Cleanup(func() {
+		for _, p := range members {
+			if proctest.Alive(p) {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+	})
+	return j, members
 }
