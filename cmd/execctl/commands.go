@@ -45,7 +45,15 @@ func newFlags(name string, g *globals) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("execctl "+name, pflag.ContinueOnError)
 	fs.SetOutput(g.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(g.stderr, "usage: execctl [global flags] %s\n", commands[name].Synopsis())
+		// A synopsis is "what it does: how to call it".
+		what, how, ok := strings.Cut(commands[name].Synopsis(), ": ")
+		if !ok {
+			what, how = "", what
+		}
+		fmt.Fprintf(g.stderr, "usage: execctl [global flags] %s\n", how)
+		if what != "" {
+			fmt.Fprintf(g.stderr, "%s\n", what)
+		}
 		if fl := fs.FlagUsages(); fl != "" {
 			fmt.Fprintf(g.stderr, "\nflags:\n%s", fl)
 		}
@@ -1086,8 +1094,8 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 		var ce *client.ConnectError
 		switch {
 		case err == nil && finished:
-			if g.json {
-				if err := printJSON(g.stdout, protocol.StatusResult{Job: &job}); err != nil {
+			if g.json { // (the wait op's result, as on the wire)
+				if err := printJSON(g.stdout, protocol.SpawnResult{JobID: id, Job: job, Finished: true}); err != nil {
 					return 0, err
 				}
 			}

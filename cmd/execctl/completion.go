@@ -43,6 +43,11 @@ func commandFlags(g *globals) map[string][]string {
 
 // Run implements command.
 func (*CompletionCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("completion", g)
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	args = fs.Args()
 	if len(args) != 1 || (args[0] != "bash" && args[0] != "zsh") {
 		return 0, &usageError{msg: "want bash or zsh", hint: "source <(execctl completion bash)"}
 	}

@@ -154,6 +154,9 @@ type Job struct {
 	// finN is the job's place in the order jobs finished (guarded by the
 	// Manager's mu; 0 until counted).
 	finN uint64
+	// createN is its place in the order jobs were created (or restored):
+	// set before the job is visible, never changed.
+	createN uint64
 	// finBytes is what it retained when it finished, charged to
 	// MaxFinishedOutput (Manager.recentBytes): its output and what it
 	// keeps of its spec (see finishedCostLocked).

@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -183,6 +182,9 @@ type Manager struct {
 	closed bool
 	// finN numbers finished jobs in the order they finished (Job.finN).
 	finN uint64
+	// createN numbers jobs in the order they were created or restored
+	// (Job.createN).
+	createN uint64
 	// Journal snapshots take live (unfinished one-shot jobs and every
 	// service) and the tail of recent (finished one-shot jobs in finN
 	// order; a removed one's entry is emptied at once and dropped by the
@@ -330,6 +332,8 @@ func (m *Manager) SpawnJob(args protocol.SpawnArgs) (*Job, protocol.JobInfo, err
 		m.mu.Unlock()
 		return nil, protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one", m.active, m.cfg.MaxJobs)
 	}
+	m.createN++
+	j.createN = m.createN
 	m.jobs[j.id] = j
 	m.live[j.id] = j
 	m.active++
@@ -478,24 +482,42 @@ func (m *Manager) ListAfter(state protocol.State, session string, createdAt int6
 	for _, j := range m.jobs {
 		js = append(js, j)
 	}
+	// Jobs created in the same millisecond go in the order they were
+	// created (createN; by job id they came in random order). The cursor
+	// job's place is its createN while it exists; once removed, its id.
+	var after uint64
+	cursorKnown := false
+	if c := m.jobs[id]; id != "" && c != nil {
+		after, cursorKnown = c.createN, true
+	}
 	m.mu.Unlock()
-	out := make([]protocol.JobInfo, 0, len(js))
+	type listed struct {
+		info protocol.JobInfo
+		n    uint64
+	}
+	out := make([]listed, 0, len(js))
 	for _, j := range js {
 		info := j.Info()
-		if id != "" && (info.CreatedAt < createdAt || info.CreatedAt == createdAt && info.JobID <= id) {
-			continue
+		if id != "" {
+			if info.CreatedAt < createdAt || info.CreatedAt == createdAt && (cursorKnown && j.createN <= after || !cursorKnown && info.JobID <= id) {
+				continue
+			}
 		}
 		if (state == "" || info.State == state) && (session == "" || info.SessionID == session) {
-			out = append(out, info)
+			out = append(out, listed{info, j.createN})
 		}
 	}
-	sort.Slice(out, func(a, b int) bool {
-		if out[a].CreatedAt != out[b].CreatedAt {
-			return out[a].CreatedAt < out[b].CreatedAt
+	slices.SortFunc(out, func(a, b listed) int {
+		if c := cmp.Compare(a.info.CreatedAt, b.info.CreatedAt); c != 0 {
+			return c
 		}
-		return out[a].JobID < out[b].JobID
+		return cmp.Compare(a.n, b.n)
 	})
-	return out
+	infos := make([]protocol.JobInfo, len(out))
+	for i, l := range out {
+		infos[i] = l.info
+	}
+	return infos
 }
 
 // AttachUsage fills Usage for the running jobs among infos (see List).

@@ -419,6 +419,8 @@ func (m *Manager) Restore(s Snapshot) error {
 	}
 	m.finN++
 	j.finN = m.finN
+	m.createN++
+	j.createN = m.createN
 	m.jobs[j.id] = j
 	if j.svc != nil {
 		m.live[j.id] = j

@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"net/http"
 	"time"
 
@@ -113,6 +114,9 @@ func New(g Gauges) *Metrics {
 	m.Timeouts.WithLabelValues("no_output")
 	m.CleanupKills.WithLabelValues("pgid")
 	m.CleanupKills.WithLabelValues("cgroup")
+	for _, r := range zmqx.RejectReasons() {
+		m.ConnRejected.WithLabelValues(r)
+	}
 	return m
 }
 

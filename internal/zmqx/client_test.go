@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -390,5 +391,39 @@ func TestSubscriptionsBounded(t *testing.T) {
 	_ = p.SendParts([]byte(last), []byte("x"))
 	if m, err := s.Recv(); err != nil || string(m[0]) != last {
 		t.Fatalf("recv %q %v", m, err)
+	}
+}
+
+// TestRejectReasonsComplete: every rejection reason the transport's code
+// names is in RejectReasons (pre-created at 0 in the metrics, listed in
+// docs/metrics.md).
+func TestRejectReasonsComplete(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, r := range RejectReasons() {
+		known[r] = true
+	}
+	re := regexp.MustCompile(`(?:reject\(|fail\(|violation\{|reason: |newOutQueue\([^,]+, [^,]+, )"([a-z-]+)"`)
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			found++
+			if !known[m[1]] {
+				t.Errorf("%s: reason %q is not in RejectReasons", f, m[1])
+			}
+		}
+	}
+	if found < 10 {
+		t.Fatalf("only %d reasons found in the source: the pattern no longer matches the code", found)
 	}
 }

@@ -107,6 +107,15 @@ func (p *Policy) mechanism() string {
 	return string(zmq4.NullSecurity)
 }
 
+// RejectReasons lists every reason Policy.OnReject may be called with
+// (docs/metrics.md: connections_rejected_total).
+func RejectReasons() []string {
+	return []string{"too-many-connections", "peer-credentials", "handshake-timeout-or-eof", "handshake-write", "bad-signature", "old-zmtp-version",
+		"wrong-mechanism", "auth-failed", "frame-too-large", "protocol-violation", "incompatible-socket-type",
+		"handshake", "slow-peer-write-timeout", "slow-peer-queue", "reply-queue-total", "slow-subscriber",
+		"too-many-subscriptions", "evicted-idle", "evicted-busiest-peer"}
+}
+
 func (p *Policy) reject(reason string, remote string, err error) {
 	if p.OnReject != nil {
 		p.OnReject(reason)
