@@ -213,6 +213,8 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	// The job's id comes back at once, --wait or not (not with the job's
 	// end, in a spawn's held reply): a supervisor that restarts while the
 	// job runs is asked about it by id, and whatever goes wrong names it.
+	// (The price: a job that ends at once can be forgotten before the wait
+	// asks, when retention is tight and many jobs end at once; said so.)
 	job, err := spawnJob(ctx, g, a)
 	if pe := (*protocol.Error)(nil); errors.As(err, &pe) && pe.Code == protocol.CodeSpawnError && (*wait || *follow) {
 		// The job exists and failed: report it like any other job end.
@@ -232,6 +234,9 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 			code, err = followJob(ctx, g, job.JobID)
 		default: // (through the wait op: no event socket needed)
 			code, err = waitEnd(ctx, g, job.JobID, true)
+			if protocol.CodeOf(err) == protocol.CodeNotFound {
+				err = fmt.Errorf("job %s ended and was forgotten before its end could be read: finished jobs are kept within --max-finished-jobs and --max-finished-output, too small for this load (%w)", job.JobID, err)
+			}
 		}
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			// Interrupted (Ctrl-C): the job is the supervisor's, and goes on.
@@ -356,6 +361,14 @@ func followOn(ctx context.Context, g *globals, id string, next *uint64, fn clien
 						ev.Attempt = attempt
 					}
 					outEnd = max(outEnd, end)
+				}
+			} else if ev.Kind.Terminal() {
+				// (as pkg/client's Follow: after a restart, a resumed
+				// service's next run writes from the end the supervisor
+				// has, which may be below what the dead one published)
+				var p protocol.ExitPayload
+				if ev.DecodePayload(&p) == nil && p.OutputEnd > 0 {
+					outEnd = p.OutputEnd
 				}
 			}
 			if err := fn(ev); err != nil {
@@ -1094,12 +1107,7 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 		var ce *client.ConnectError
 		switch {
 		case err == nil && finished:
-			if g.json { // (the wait op's result, as on the wire)
-				if err := printJSON(g.stdout, protocol.SpawnResult{JobID: id, Job: job, Finished: true}); err != nil {
-					return 0, err
-				}
-			}
-			return exitCodeOf(protocol.ExitPayload{Reason: job.Reason, ExitCode: job.ExitCode, Signal: job.Signal, Error: job.Error}, g, id), nil
+			return waitEnded(g, id, job)
 		case err == nil: // (the wait ran out: wait again)
 			lost, reached = time.Time{}, true
 			continue
@@ -1122,6 +1130,17 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// waitEnded reports the end of job id (finished: its final state) as
+// wait does: the wait op's result with --json, and its exit code.
+func waitEnded(g *globals, id string, job protocol.JobInfo) (int, error) {
+	if g.json { // (the wait op's result, as on the wire)
+		if err := printJSON(g.stdout, protocol.SpawnResult{JobID: id, Job: job, Finished: true}); err != nil {
+			return 0, err
+		}
+	}
+	return exitCodeOf(protocol.ExitPayload{Reason: job.Reason, ExitCode: job.ExitCode, Signal: job.Signal, Error: job.Error}, g, id), nil
 }
 
 // reconnectFor bounds how long waitEnd waits for a supervisor that went

@@ -95,4 +95,29 @@ func TestOutputOncePerOffsetAcrossRestart(t *testing.T) {
 	if s := strings.Join(got, " "); s != want || f.next != 100006 {
 		t.Fatalf("delivered %q (next %d), want %q", s, f.next, want)
 	}
+	// The restored end says the output ends at 10 (the dead supervisor had
+	// published up to 12, after its last journal write): a resumed
+	// service's next run writes from 10, and none of it is dropped.
+	got = nil
+	f.fn = func(ev protocol.Event) error {
+		if ev.Kind.Terminal() {
+			got = append(got, "end")
+			return nil
+		}
+		var p protocol.OutputPayload
+		if err := ev.DecodePayload(&p); err != nil {
+			return err
+		}
+		got = append(got, fmt.Sprintf("%d@%d:%s", ev.Seq, p.Offset, p.Data))
+		return nil
+	}
+	end, _ := protocol.NewEvent("j", 100006, 0, protocol.KindFailed, protocol.ExitPayload{Reason: protocol.ReasonSupervisorRestart, OutputEnd: 10})
+	for _, ev := range []protocol.Event{end, out(100008, 10, "NEW1"), out(100009, 14, "NEW2")} {
+		if _, err := f.deliver(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, want := strings.Join(got, " "), "end 100008@10:NEW1 100009@14:NEW2"; s != want {
+		t.Fatalf("after the restored end: %q, want %q", s, want)
+	}
 }

@@ -355,6 +355,16 @@ func (f *follower) deliver(ev protocol.Event) (done bool, err error) {
 			}
 			f.outEnd = max(f.outEnd, end)
 		}
+	} else if ev.Kind.Terminal() {
+		// The end of the output as the supervisor has it. After a restart
+		// it may be below what the dead supervisor published (what it
+		// published after its last journal write is not known): a resumed
+		// service's next run writes from there, so output at those
+		// offsets is new, not the same bytes again.
+		var p protocol.ExitPayload
+		if ev.DecodePayload(&p) == nil && p.OutputEnd > 0 {
+			f.outEnd = p.OutputEnd
+		}
 	}
 	if err := f.fn(ev); err != nil {
 		return true, err
