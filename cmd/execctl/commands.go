@@ -1102,10 +1102,20 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 // before), only for firstReachFor: there is probably none.
 func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, error) {
 	var lost time.Time
+	resumeAsked := false
 	for {
 		job, finished, err := g.client.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
 		var ce *client.ConnectError
 		switch {
+		case err == nil && finished && job.Restart != "" && job.Reason == protocol.ReasonShutdown && !resumeAsked:
+			// A service its supervisor's shutdown ended goes on under the
+			// next one (--resume-services): wait for it and ask it.
+			resumeAsked = true
+			if awaitNextSupervisor(ctx, g) {
+				lost, reached = time.Time{}, true
+				continue
+			}
+			return waitEnded(g, id, job)
 		case err == nil && finished:
 			return waitEnded(g, id, job)
 		case err == nil: // (the wait ran out: wait again)
@@ -1130,6 +1140,28 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// awaitNextSupervisor waits (up to reconnectFor) for a supervisor other
+// than the one answering now (or none: shutting down) to answer, and
+// reports whether one did.
+func awaitNextSupervisor(ctx context.Context, g *globals) bool {
+	prev := ""
+	if h, err := g.client.Health(ctx); err == nil {
+		prev = h.InstanceID
+	}
+	deadline := time.Now().Add(reconnectFor)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond): // (the supervisor is restarting)
+		}
+		if h, err := g.client.Health(ctx); err == nil && h.InstanceID != prev {
+			return true
+		}
+	}
+	return false
 }
 
 // waitEnded reports the end of job id (finished: its final state) as

@@ -298,3 +298,44 @@ func TestSpawnWaitSupervisorGone(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitServiceAcrossGracefulRestart: `execctl wait` on a service whose
+// supervisor is stopped (SIGTERM) and started again goes on with the
+// resumed service (--resume-services) to its real end, rather than
+// ending with the shutdown's supervisor-shutdown (exit 143 for a service
+// that kept running).
+func TestWaitServiceAcrossGracefulRestart(t *testing.T) {
+	bin := supervisorBinary(t)
+	dir := shortTempDir(t)
+	metrics := freeAddr(t)
+	p := startSupProc(t, bin, dir, "--metrics-addr", metrics)
+	marker := filepath.Join(dir, "second-run")
+	// The first run waits; the resumed one (the marker exists) exits 7.
+	code, out, errs := execctl(t, append(p.globals(), "spawn", "--restart", "on-failure", "--max-restarts", "1", "--shell",
+		"if [ -e "+marker+" ]; then exit 7; fi; touch "+marker+"; exec sleep 300")...)
+	if code != 0 {
+		t.Fatalf("spawn: exit %d: %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := os.Stat(marker); err != nil; _, err = os.Stat(marker) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first run never started")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the marker
+	}
+	w := bgCtl(t, append(p.globals(), "wait", id)...)
+	for deadline := time.Now().Add(10 * time.Second); heldWaits(metrics) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the wait was never held")
+		}
+		time.Sleep(10 * time.Millisecond) // the metrics have no change notification
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	startSupProc(t, bin, dir, "--metrics-addr", "")
+	r := result(t, "wait", w, 40*time.Second)
+	if r.code != 7 || !strings.Contains(r.errs, "restart-limit") {
+		t.Fatalf("wait: exit %d, %q; want the resumed service's end (restart-limit, its last run's exit 7)", r.code, r.errs)
+	}
+}
