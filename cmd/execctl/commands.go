@@ -414,6 +414,8 @@ func exitCodeOf(p protocol.ExitPayload, g *globals, id string) int {
 		return 127
 	case p.Reason == protocol.ReasonOverallTimeout || p.Reason == protocol.ReasonNoOutputTimeout:
 		return 124
+	case p.Reason == protocol.ReasonRestartLimit && p.ExitCode != nil && *p.ExitCode == 0:
+		return 1 // (gave up on a service whose runs exit 0 under "always": not a success)
 	case p.ExitCode != nil:
 		return *p.ExitCode
 	case p.Signal != "":
