@@ -339,3 +339,30 @@ func TestWaitServiceAcrossGracefulRestart(t *testing.T) {
 		t.Fatalf("wait: exit %d, %q; want the resumed service's end (restart-limit, its last run's exit 7)", r.code, r.errs)
 	}
 }
+
+// TestFollowServiceAcrossGracefulRestart: `execctl spawn --follow` of a
+// service whose supervisor is stopped (SIGTERM) and started again follows
+// the resumed service to its real end (it ended with the shutdown's
+// supervisor-shutdown, exit 143, while the service went on).
+func TestFollowServiceAcrossGracefulRestart(t *testing.T) {
+	bin := supervisorBinary(t)
+	dir := shortTempDir(t)
+	p := startSupProc(t, bin, dir, "--metrics-addr", "")
+	marker := filepath.Join(dir, "second-run")
+	f := bgCtl(t, append(p.globals(), "spawn", "--follow", "--restart", "on-failure", "--max-restarts", "1", "--shell",
+		"if [ -e "+marker+" ]; then echo second; exit 7; fi; touch "+marker+"; echo first; exec sleep 300")...)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := os.Stat(marker); err != nil; _, err = os.Stat(marker) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first run never started")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the marker
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	startSupProc(t, bin, dir, "--metrics-addr", "")
+	r := result(t, "spawn --follow", f, 60*time.Second)
+	if r.code != 7 || !strings.Contains(r.out, "first") || !strings.Contains(r.out, "second") || !strings.Contains(r.errs, "restart-limit") {
+		t.Fatalf("spawn --follow: exit %d, out %q, err %q; want both runs' output and the resumed service's end (restart-limit, exit 7)", r.code, r.out, r.errs)
+	}
+}

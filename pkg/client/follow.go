@@ -26,7 +26,9 @@ type FollowFunc func(ev protocol.Event) error
 // the start) to fn, exactly once and in seq order, until the job's
 // terminal event (job.exited or job.failed) has been delivered. A service
 // started again after it ended has later events: following goes on
-// through such an earlier terminal event to the last one. Events no
+// through such an earlier terminal event to the last one; one its
+// supervisor's shutdown ended (reason supervisor-shutdown) is waited for,
+// up to 30 s, under the next supervisor, which resumes it. Events no
 // longer retained by the supervisor are reported to fn as one job.gap
 // event (Seq 0) naming the missing seqs, then following goes on.
 //
@@ -385,8 +387,37 @@ func (f *follower) continues(ctx context.Context, ev protocol.Event) (bool, erro
 		return false, fmt.Errorf("follow %s: %w", f.jobID, err)
 	}
 	f.seen(res.InstanceID)
-	return res.Job.LastSeq > ev.Seq, nil
+	if res.Job.LastSeq > ev.Seq {
+		return true, nil
+	}
+	var p protocol.ExitPayload
+	if ev.DecodePayload(&p) != nil || p.Reason != protocol.ReasonShutdown {
+		return false, nil
+	}
+	// Its supervisor's shutdown ended it: the next supervisor resumes it
+	// (--resume-services). Wait for one (up to resumeWait) and ask it.
+	was := res.InstanceID
+	deadline := time.Now().Add(resumeWait)
+	for time.Now().Before(deadline) {
+		t := time.NewTimer(f.c.opts.ReconnectInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		case <-t.C:
+		}
+		res, err := f.c.Subscribe(ctx, f.jobID, f.next, 1)
+		if err == nil && res.InstanceID != "" && res.InstanceID != was {
+			f.seen(res.InstanceID)
+			return res.Job.LastSeq > ev.Seq, nil
+		}
+	}
+	return false, nil
 }
+
+// resumeWait bounds how long Follow waits, after a service's run ended
+// with its supervisor's shutdown, for the next supervisor to answer.
+const resumeWait = 30 * time.Second
 
 // apply hands a subscribe result to fn from f.next on, in seq order: the
 // missing ranges as gap events (stamped ts) and the events, interleaved
