@@ -100,6 +100,12 @@ const (
 // the connection limit gets.
 const TooManyConnections = "too many connections"
 
+// IdleEvicted is the ZMTP ERROR reason an idle connection given up for a
+// newcomer (see Policy.MaxConns) gets: nothing it sent after its last
+// reply was, or will be, handled, so a client may send it again on a
+// new connection, whatever it was.
+const IdleEvicted = "idle connection given up for a new one"
+
 func (p *Policy) mechanism() string {
 	if p.Token != "" {
 		return string(zmq4.PlainSecurity)

@@ -189,6 +189,11 @@ func (r *Router) evictIdle(string) bool {
 		if p.claimIdle(limit) {
 			r.policy.reject("evicted-idle", p.c.RemoteAddr().String(),
 				fmt.Errorf("idle for %v, given up for a new connection at the limit of %d", time.Since(time.Unix(0, p.last.Load())).Round(time.Millisecond), r.policy.MaxConns))
+			// Say so (nothing is being written to it: it was idle), so that
+			// a request it sent meanwhile, which is not handled, can be sent
+			// again elsewhere.
+			_ = p.c.Conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			r.l.sendErrorCmd(p.c.Conn, IdleEvicted)
 			p.close()
 			return true
 		}

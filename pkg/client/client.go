@@ -157,6 +157,10 @@ const maxConcurrentBackfills = 8
 type conn struct {
 	sock *zmqx.Client
 	done chan struct{}
+	// evicted is set (before done is closed) when the supervisor gave the
+	// connection up as idle (zmqx.IdleEvicted): it handled nothing sent
+	// on it after its last reply.
+	evicted atomic.Bool
 }
 
 // New returns a Client. It does not connect until the first call.
@@ -280,6 +284,7 @@ func (c *Client) readLoop(cn *conn) {
 	for {
 		frames, err := cn.sock.Recv()
 		if err != nil {
+			cn.evicted.Store(strings.Contains(err.Error(), zmqx.IdleEvicted))
 			return
 		}
 		if len(frames) == 0 {
@@ -328,6 +333,25 @@ func (c *Client) callResult(ctx context.Context, op protocol.Op, args any, held 
 // awaited for RequestTimeout plus held (the time the server holds it: a
 // wait), or until an earlier ctx deadline.
 func (c *Client) call(parent context.Context, op protocol.Op, args any, held time.Duration) (*protocol.Reply, error) {
+	rep, err := c.callOnce(parent, op, args, held)
+	if errors.Is(err, errEvicted) {
+		// The supervisor gave the connection up as idle as the request
+		// went out, and handled nothing of it: send it again, once.
+		rep, err = c.callOnce(parent, op, args, held)
+	}
+	if errors.Is(err, errEvicted) {
+		var ce *ConnectError
+		errors.As(err, &ce)
+		ce.Err = errors.New("connection given up by the supervisor (idle) before the reply, twice")
+	}
+	return rep, err
+}
+
+// errEvicted marks a ConnectError of a connection the supervisor gave up
+// as idle (see conn.evicted).
+var errEvicted = errors.New(zmqx.IdleEvicted)
+
+func (c *Client) callOnce(parent context.Context, op protocol.Op, args any, held time.Duration) (*protocol.Reply, error) {
 	ctx, cancel := context.WithTimeout(parent, c.opts.RequestTimeout+held)
 	defer cancel()
 	id := c.prefix + strconv.FormatUint(c.nextID.Add(1), 36)
@@ -382,6 +406,9 @@ func (c *Client) call(parent context.Context, op protocol.Op, args any, held tim
 		}
 		forget()
 		c.drop(cn)
+		if cn.evicted.Load() {
+			return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errEvicted, Lost: true}
+		}
 		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.New("connection lost before the reply"), Lost: true}
 	case <-ctx.Done():
 		forget()
