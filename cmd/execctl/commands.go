@@ -1145,11 +1145,15 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 }
 
 // awaitNextSupervisor waits (up to reconnectFor) for a supervisor other
-// than the one answering now (or none: shutting down) to answer, and
-// reports whether one did.
+// than the one shutting down now (or none) to answer, and reports whether
+// one did. One answering that is not shutting down is the next already
+// (and did not resume the service): false at once.
 func awaitNextSupervisor(ctx context.Context, g *globals) bool {
 	prev := ""
 	if h, err := g.client.Health(ctx); err == nil {
+		if !h.Draining {
+			return false
+		}
 		prev = h.InstanceID
 	}
 	deadline := time.Now().Add(reconnectFor)

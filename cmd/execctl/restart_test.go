@@ -366,3 +366,25 @@ func TestFollowServiceAcrossGracefulRestart(t *testing.T) {
 		t.Fatalf("spawn --follow: exit %d, out %q, err %q; want both runs' output and the resumed service's end (restart-limit, exit 7)", r.code, r.out, r.errs)
 	}
 }
+
+// TestWaitServiceNotResumed: when the next supervisor does not resume the
+// service (--resume-services=false), wait ends at once with the
+// shutdown's end (it waited 30 s for yet another supervisor).
+func TestWaitServiceNotResumed(t *testing.T) {
+	bin := supervisorBinary(t)
+	dir := shortTempDir(t)
+	p := startSupProc(t, bin, dir, "--metrics-addr", "", "--resume-services=false")
+	code, out, errs := execctl(t, append(p.globals(), "spawn", "--restart", "always", "--", "sleep", "300")...)
+	if code != 0 {
+		t.Fatalf("spawn: exit %d: %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	p2 := startSupProc(t, bin, dir, "--metrics-addr", "", "--resume-services=false")
+	start := time.Now()
+	r := result(t, "wait", bgCtl(t, append(p2.globals(), "wait", id)...), 20*time.Second)
+	if r.code != 143 || !strings.Contains(r.errs, "supervisor-shutdown") || time.Since(start) > 10*time.Second {
+		t.Fatalf("wait: exit %d, %q after %v; want 143, supervisor-shutdown, at once", r.code, r.errs, time.Since(start))
+	}
+}
