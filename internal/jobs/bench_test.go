@@ -55,7 +55,7 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 	out := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "o"}, []string{"stream"})
 	hooked := New(Config{MaxJobs: 1000}, nil, nil, WithHooks(Hooks{
 		Spawned:     spawned.Inc,
-		Finished:    func(r protocol.Reason) { finished.WithLabelValues(string(r)).Inc() },
+		Finished:    func(r protocol.Reason, _ bool) { finished.WithLabelValues(string(r)).Inc() },
 		OutputBytes: func(s protocol.Stream, n int) { out.WithLabelValues(string(s)).Add(float64(n)) },
 		CleanupKill: func(string) {},
 	}))

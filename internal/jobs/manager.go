@@ -126,16 +126,19 @@ type Sink interface {
 // Hooks observe lifecycle steps (for metrics). Nil fields are skipped.
 // They are called without locks held and must be cheap.
 type Hooks struct {
-	Spawned     func()
-	Finished    func(reason protocol.Reason)
+	Spawned func()
+	// Finished is called when a job is over (a service: when its
+	// supervision ends; its runs are RunEnded's).
+	Finished    func(reason protocol.Reason, service bool)
 	OutputBytes func(stream protocol.Stream, n int)
 	CleanupKill func(mode string)
 	// OwnershipEscape is called when a job's processes left its process
 	// group (or session) but were still found in its cgroup.
 	OwnershipEscape func()
-	// Restarted is called when a service run ends (how: reason) and
-	// another is scheduled.
-	Restarted func(reason protocol.Reason)
+	// RunEnded is called when a run of a service ends (how: reason),
+	// whether another follows or not; Restarted when another is scheduled.
+	RunEnded  func(reason protocol.Reason)
+	Restarted func()
 	// Changed is called after every state change of any job (and after a
 	// job is forgotten). It may be called with a job's lock held: it must
 	// not block or call back into the Manager (signal a channel).
@@ -372,7 +375,7 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 		m.noteForgotten(forgot)
 	}
 	if m.hooks.Finished != nil {
-		m.hooks.Finished(reason)
+		m.hooks.Finished(reason, j.svc != nil)
 	}
 }
 

@@ -39,6 +39,9 @@ func (j *Job) afterRunLocked() bool {
 		ran = 0
 	}
 	rec := j.runRecordLocked()
+	if h := j.m.hooks.RunEnded; h != nil {
+		h(rec.Reason)
+	}
 	var (
 		delay    time.Duration
 		inWindow int
@@ -91,7 +94,7 @@ func (j *Job) afterRunLocked() bool {
 		RestartAt: ms(j.restartAt), RestartsInWindow: inWindow,
 	}))
 	if h := j.m.hooks.Restarted; h != nil {
-		h(rec.Reason)
+		h()
 	}
 	j.restartGen++
 	gen := j.restartGen

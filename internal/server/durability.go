@@ -129,7 +129,7 @@ func (s *Server) recover() error {
 				if r.Service == nil || !s.cfg.ResumeServices {
 					// It ended here (a resumed service ends later, and is
 					// counted then).
-					s.countFinished(protocol.ReasonSupervisorRestart)
+					s.countFinished(protocol.ReasonSupervisorRestart, r.Service != nil)
 				}
 			}
 		}(r)

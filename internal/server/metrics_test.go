@@ -235,16 +235,25 @@ func TestResumedServiceEventsInOrder(t *testing.T) {
 func TestServiceRunTimeoutsCounted(t *testing.T) {
 	ts := startServer(t, testConfig(t))
 	ctx := ctxT(t, 20*time.Second)
+	// Three runs, all ended by their timeout; the last one gives up
+	// (restart-limit): three timeouts, two restarts.
 	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}, TimeoutMs: 50, GraceMs: 50,
-		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways, RestartDelayMs: 10}})
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways, RestartDelayMs: 10, MaxRestarts: ptrInt(3)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ts.client.Kill(context.Background(), j.JobID, "SIGKILL")
-	eventually(t, 15*time.Second, "two runs ended by their timeout", func() bool {
-		return value(scrape2(t, ts), "exec_supervisor_job_timeouts_total", "type", "overall") >= 2
-	})
-	if r := value(scrape2(t, ts), "exec_supervisor_job_restarts_total"); r < 2 {
-		t.Fatalf("restarts %v", r)
+	waitDone(t, ts.client, j.JobID, 15*time.Second)
+	fams := scrape2(t, ts)
+	if v := value(fams, "exec_supervisor_job_timeouts_total", "type", "overall"); v != 3 {
+		t.Fatalf("timeouts %v, want 3 (the last run's too)", v)
+	}
+	if r := value(fams, "exec_supervisor_job_restarts_total"); r != 2 {
+		t.Fatalf("restarts %v, want 2", r)
+	}
+	if f := value(fams, "exec_supervisor_jobs_finished_total", "reason", "restart-limit"); f != 1 {
+		t.Fatalf("finished restart-limit %v", f)
 	}
 }
+
+func ptrInt(v int) *int { return &v }

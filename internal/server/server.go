@@ -113,20 +113,16 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 }
 
 // countFinished counts a job's end (and a timeout, if that was it).
-func (s *Server) countFinished(r protocol.Reason) {
+func (s *Server) countFinished(r protocol.Reason, service bool) {
 	s.metrics.Finished.WithLabelValues(string(r)).Inc()
-	switch r {
-	case protocol.ReasonOverallTimeout:
-		s.metrics.Timeouts.WithLabelValues("overall").Inc()
-	case protocol.ReasonNoOutputTimeout:
-		s.metrics.Timeouts.WithLabelValues("no_output").Inc()
+	if !service { // (a service's runs are counted as they end: countTimeout)
+		s.countTimeout(r)
 	}
 }
 
-// countRestart counts a service run that ended (reason) and is restarted:
-// a run ended by a timeout is a timeout like a one-shot job's.
-func (s *Server) countRestart(r protocol.Reason) {
-	s.metrics.Restarts.Inc()
+// countTimeout counts a run (a one-shot job, or one run of a service)
+// that a timeout ended.
+func (s *Server) countTimeout(r protocol.Reason) {
 	switch r {
 	case protocol.ReasonOverallTimeout:
 		s.metrics.Timeouts.WithLabelValues("overall").Inc()
@@ -187,7 +183,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
 		Changed:         s.markDirty,
 		Spawned:         s.metrics.Spawned.Inc,
-		Restarted:       s.countRestart,
+		Restarted:       s.metrics.Restarts.Inc,
+		RunEnded:        s.countTimeout,
 		Finished:        s.countFinished,
 		OutputBytes:     func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
 		CleanupKill:     func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
