@@ -1746,7 +1746,9 @@ func (j *Job) Write(data []byte, eof bool) (int, error) {
 		if isPTY {
 			_, err = f.Write([]byte{4}) // VEOF, Ctrl-D
 		} else {
-			err = f.Close()
+			if err = f.Close(); errors.Is(err, os.ErrClosed) {
+				err = nil // (the job ended meanwhile, and its stdin was closed for it)
+			}
 			j.mu.Lock()
 			j.stdin = nil
 			j.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -554,5 +555,50 @@ func TestSupervisorOnlyEnvNotInherited(t *testing.T) {
 	_, out := runJob(t, m, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}})
 	if strings.Contains(out, "from-the-supervisor") || !strings.Contains(out, "ES_TEST_KEPT=kept") {
 		t.Fatalf("job environment:\n%s", out)
+	}
+}
+
+// TestListAfterRemovedCursor: jobs created in the same millisecond are
+// listed in creation order, and a page after a cursor whose job was
+// removed meanwhile has exactly the jobs that followed it (by job id it
+// lost some and repeated others).
+func TestListAfterRemovedCursor(t *testing.T) {
+	m := New(Config{}, nil, nil)
+	defer m.Close(context.Background())
+	at := time.Unix(1700000000, 0)
+	m.now = func() time.Time { return at }
+	var ids []string
+	for i := 0; i < 8; i++ {
+		info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.JobID)
+	}
+	all, ns := m.ListAfter("", "", 0, 0, "")
+	for i, info := range all {
+		if info.JobID != ids[i] {
+			t.Fatalf("order %d: %s, want %s", i, info.JobID, ids[i])
+		}
+	}
+	cursor := protocol.ListCursor(all[2].CreatedAt, ns[2], all[2].JobID)
+	for _, j := range ids {
+		jj, _ := m.Get(j)
+		<-jj.Done()
+	}
+	if err := m.Remove(ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	c, n, id, err := protocol.ParseListCursor(cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := m.ListAfter("", "", c, n, id)
+	var got []string
+	for _, info := range rest {
+		got = append(got, info.JobID)
+	}
+	if !slices.Equal(got, ids[3:]) {
+		t.Fatalf("after the removed cursor: %v, want %v", got, ids[3:])
 	}
 }

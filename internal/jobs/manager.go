@@ -471,7 +471,7 @@ func (m *Manager) Get(id string) (*Job, error) {
 // List returns every job's info, oldest first, filtered by state and
 // session when they are non-empty.
 func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo {
-	out := m.ListAfter(state, session, 0, "")
+	out, _ := m.ListAfter(state, session, 0, 0, "")
 	m.attachUsage(out)
 	return out
 }
@@ -479,7 +479,7 @@ func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo 
 // ListAfter is List without usage (see AttachUsage) of the jobs that come
 // after the job (createdAt, id) in List's order (createdAt, then job id):
 // that job itself need not exist any more. id "" means from the first.
-func (m *Manager) ListAfter(state protocol.State, session string, createdAt int64, id string) []protocol.JobInfo {
+func (m *Manager) ListAfter(state protocol.State, session string, createdAt int64, createN uint64, id string) ([]protocol.JobInfo, []uint64) {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))
 	for _, j := range m.jobs {
@@ -487,10 +487,10 @@ func (m *Manager) ListAfter(state protocol.State, session string, createdAt int6
 	}
 	// Jobs created in the same millisecond go in the order they were
 	// created (createN; by job id they came in random order). The cursor
-	// job's place is its createN while it exists; once removed, its id.
-	var after uint64
-	cursorKnown := false
-	if c := m.jobs[id]; id != "" && c != nil {
+	// names its job's createN (whether the job is still there or not);
+	// an older cursor without it, the job's while it exists, else its id.
+	after, cursorKnown := createN, createN > 0
+	if c := m.jobs[id]; !cursorKnown && id != "" && c != nil {
 		after, cursorKnown = c.createN, true
 	}
 	m.mu.Unlock()
@@ -516,11 +516,11 @@ func (m *Manager) ListAfter(state protocol.State, session string, createdAt int6
 		}
 		return cmp.Compare(a.n, b.n)
 	})
-	infos := make([]protocol.JobInfo, len(out))
+	infos, ns := make([]protocol.JobInfo, len(out)), make([]uint64, len(out))
 	for i, l := range out {
-		infos[i] = l.info
+		infos[i], ns[i] = l.info, l.n
 	}
-	return infos
+	return infos, ns
 }
 
 // AttachUsage fills Usage for the running jobs among infos (see List).

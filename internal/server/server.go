@@ -792,14 +792,15 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 // any is left), so that no listing is refused for being too large.
 func (s *Server) listJobs(a protocol.ListJobsArgs) (protocol.ListJobsResult, error) {
 	var created int64
+	var afterN uint64
 	var after string
 	if a.After != "" {
 		var err error
-		if created, after, err = protocol.ParseListCursor(a.After); err != nil {
+		if created, afterN, after, err = protocol.ParseListCursor(a.After); err != nil {
 			return protocol.ListJobsResult{}, err
 		}
 	}
-	jobs := s.jobs.ListAfter(a.State, a.SessionID, created, after)
+	jobs, ns := s.jobs.ListAfter(a.State, a.SessionID, created, afterN, after)
 	budget := s.cfg.ListPageBytes
 	if budget <= 0 || budget > protocol.MaxListBytes {
 		budget = protocol.MaxListBytes
@@ -823,7 +824,7 @@ func (s *Server) listJobs(a protocol.ListJobsArgs) (protocol.ListJobsResult, err
 	}
 	res := protocol.ListJobsResult{Jobs: jobs[:n:n], More: n < len(jobs)}
 	if res.More {
-		res.Next = protocol.ListCursor(&jobs[n-1])
+		res.Next = protocol.ListCursor(jobs[n-1].CreatedAt, ns[n-1], jobs[n-1].JobID)
 	}
 	s.jobs.AttachUsage(res.Jobs)
 	return res, nil

@@ -497,7 +497,7 @@ func (a *ListJobsArgs) Validate() error {
 		return Errorf(CodeInvalidArgument, "limit is negative (%d)", a.Limit)
 	}
 	if a.After != "" {
-		if _, _, err := ParseListCursor(a.After); err != nil {
+		if _, _, _, err := ParseListCursor(a.After); err != nil {
 			return err
 		}
 	}

@@ -214,23 +214,36 @@ type ListJobsResult struct {
 	Next string `msgpack:"next,omitempty" json:"next,omitempty"`
 }
 
-// ListCursor returns the list-jobs cursor of job i (what a reply's Next
-// is when i is its last job): list-jobs orders jobs by createdAt, then
-// jobId, and a cursor is "<createdAt>:<jobId>", so that it keeps its
-// place when that job is removed meanwhile.
-func ListCursor(i *JobInfo) string {
-	return strconv.FormatInt(i.CreatedAt, 10) + ":" + i.JobID
+// ListCursor returns the list-jobs cursor of a job (what a reply's Next
+// is when it is its last job): list-jobs orders jobs by createdAt, then
+// by the order they were created in (n, the supervisor's count), and a
+// cursor is "<createdAt>:<n>:<jobId>", so that it keeps its place when
+// that job is removed meanwhile.
+func ListCursor(createdAt int64, n uint64, jobID string) string {
+	return strconv.FormatInt(createdAt, 10) + ":" + strconv.FormatUint(n, 10) + ":" + jobID
 }
 
-// ParseListCursor splits a list-jobs cursor (see ListCursor).
-func ParseListCursor(s string) (createdAt int64, jobID string, err error) {
-	ts, id, ok := strings.Cut(s, ":")
-	if ok && id != "" && len(id) <= MaxIDBytes {
-		if createdAt, err := strconv.ParseInt(ts, 10, 64); err == nil {
-			return createdAt, id, nil
-		}
+// ParseListCursor splits a list-jobs cursor (see ListCursor); n is 0 in
+// a cursor of the older form "<createdAt>:<jobId>".
+func ParseListCursor(s string) (createdAt int64, n uint64, jobID string, err error) {
+	bad := Errorf(CodeInvalidArgument, "after %.64q is not a list-jobs cursor (the next of a previous reply)", s)
+	ts, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, 0, "", bad
 	}
-	return 0, "", Errorf(CodeInvalidArgument, "after %.64q is not a list-jobs cursor (the next of a previous reply)", s)
+	if createdAt, err = strconv.ParseInt(ts, 10, 64); err != nil {
+		return 0, 0, "", bad
+	}
+	if ns, id, ok := strings.Cut(rest, ":"); ok {
+		if n, err = strconv.ParseUint(ns, 10, 64); err != nil {
+			return 0, 0, "", bad
+		}
+		rest = id
+	}
+	if rest == "" || len(rest) > MaxIDBytes {
+		return 0, 0, "", bad
+	}
+	return createdAt, n, rest, nil
 }
 
 // RemoveResult is the result of OpRemove.

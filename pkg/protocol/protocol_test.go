@@ -349,12 +349,15 @@ func TestArgsMustBeAMap(t *testing.T) {
 // TestListCursor: a cursor names the place of a job in list-jobs order;
 // anything else is invalid-argument.
 func TestListCursor(t *testing.T) {
-	info := JobInfo{JobID: "j-0123", CreatedAt: 1712345678901}
-	c := ListCursor(&info)
-	if at, id, err := ParseListCursor(c); err != nil || at != info.CreatedAt || id != info.JobID {
-		t.Fatalf("%q: %d %q %v", c, at, id, err)
+	c := ListCursor(1712345678901, 42, "j-0123")
+	if at, n, id, err := ParseListCursor(c); err != nil || at != 1712345678901 || n != 42 || id != "j-0123" {
+		t.Fatalf("%q: %d %d %q %v", c, at, n, id, err)
 	}
-	for _, bad := range []string{"j-0123", "12:", ":j-1", "x:j-1", "1:" + strings.Repeat("j", MaxIDBytes+1)} {
+	// (the older form, without the creation count)
+	if at, n, id, err := ParseListCursor("1712345678901:j-0123"); err != nil || at != 1712345678901 || n != 0 || id != "j-0123" {
+		t.Fatalf("older cursor: %d %d %q %v", at, n, id, err)
+	}
+	for _, bad := range []string{"j-0123", "12:", ":j-1", "x:j-1", "1:" + strings.Repeat("j", MaxIDBytes+1), "1:x:j-1", "1:2:", "1:-2:j-1"} {
 		if err := (&ListJobsArgs{After: bad}).Validate(); CodeOf(err) != CodeInvalidArgument {
 			t.Errorf("after %q: %v", bad, err)
 		}
