@@ -422,6 +422,7 @@ func exitCodeOf(p protocol.ExitPayload, g *globals, id string) int {
 		if sig, err := protocol.ParseSignal(p.Signal); err == nil {
 			return 128 + int(sig)
 		}
+		return 128 + int(syscall.SIGKILL) // (a signal this execctl does not know by name)
 	case p.Reason == protocol.ReasonSupervisorRestart || p.Reason == protocol.ReasonShutdown:
 		// (its supervisor went away: the process was terminated, or its
 		// fate is unknown)
