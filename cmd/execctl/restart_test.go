@@ -350,7 +350,7 @@ func TestFollowServiceAcrossGracefulRestart(t *testing.T) {
 	p := startSupProc(t, bin, dir, "--metrics-addr", "")
 	marker := filepath.Join(dir, "second-run")
 	f := bgCtl(t, append(p.globals(), "spawn", "--follow", "--restart", "on-failure", "--max-restarts", "1", "--shell",
-		"if [ -e "+marker+" ]; then echo second; exit 7; fi; touch "+marker+"; echo first; exec sleep 300")...)
+		"if [ -e "+marker+" ]; then echo second; exit 7; fi; echo first; touch "+marker+"; exec sleep 300")...) // (first before the marker: the SIGTERM follows it)
 	deadline := time.Now().Add(10 * time.Second)
 	for _, err := os.Stat(marker); err != nil; _, err = os.Stat(marker) {
 		if time.Now().After(deadline) {
