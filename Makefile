@@ -10,10 +10,15 @@ build:
 # The whole suite, exactly what CI runs (.ci/run).
 test:
 	$(GO) vet ./...
+	@.ci/cgroup-bases > .cgroup-bases-before
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@# The journal crash test once more without -race: the race detector
 	@# slows encoding so much that kills rarely land inside a write.
 	$(GO) test -count=1 -run 'TestCrashSafety' ./internal/journal/
+	@# No test may leave a supervisor's job cgroup base behind.
+	@.ci/cgroup-bases | comm -13 .cgroup-bases-before - > .cgroup-bases-left; rm -f .cgroup-bases-before; \
+	if [ -s .cgroup-bases-left ]; then echo "FAIL: tests left job cgroup bases behind:"; cat .cgroup-bases-left; rm -f .cgroup-bases-left; exit 1; fi; \
+	rm -f .cgroup-bases-left
 
 # Long runs: the 200 MB byte-exact delivery test and friends.
 soak:

@@ -297,6 +297,10 @@ func TestSpawnWaitSupervisorGone(t *testing.T) {
 			t.Errorf("%s: exit %d (want %d), stderr %q (want it to name job %s)", c.name, r.code, exitUnreachable, r.errs, c.job)
 		}
 	}
+	// A supervisor on the same state directory ends what the dead one left
+	// (its orphans, its job cgroups and their base, which stayed behind in
+	// the cgroup tree after every run of this test), and is stopped.
+	startSupProc(t, bin, dir, "--metrics-addr", "")
 }
 
 // TestWaitServiceAcrossGracefulRestart: `execctl wait` on a service whose
