@@ -1105,15 +1105,18 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 // before), only for firstReachFor: there is probably none.
 func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, error) {
 	var lost time.Time
-	resumeAsked := false
+	// shutdownEnd is the end (endedAt) of the last supervisor-shutdown
+	// waited through: reported again, the service was not resumed.
+	var shutdownEnd int64
 	for {
 		job, finished, err := g.client.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
 		var ce *client.ConnectError
 		switch {
-		case err == nil && finished && job.Restart != "" && job.Reason == protocol.ReasonShutdown && !resumeAsked:
+		case err == nil && finished && job.Restart != "" && job.Reason == protocol.ReasonShutdown && job.EndedAt != shutdownEnd:
 			// A service its supervisor's shutdown ended goes on under the
-			// next one (--resume-services): wait for it and ask it.
-			resumeAsked = true
+			// next one (--resume-services): wait for it and ask it (each
+			// time: a later shutdown too).
+			shutdownEnd = job.EndedAt
 			if awaitNextSupervisor(ctx, g) {
 				lost, reached = time.Time{}, true
 				continue
@@ -1147,13 +1150,13 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 
 // awaitNextSupervisor waits (up to reconnectFor) for a supervisor other
 // than the one shutting down now (or none) to answer, and reports whether
-// one did. One answering that is not shutting down is the next already
-// (and did not resume the service): false at once.
+// one did. One answering that is not shutting down is the next already:
+// true at once (ask it; if it did not resume the service, it says so).
 func awaitNextSupervisor(ctx context.Context, g *globals) bool {
 	prev := ""
 	if h, err := g.client.Health(ctx); err == nil {
 		if !h.Draining {
-			return false
+			return true
 		}
 		prev = h.InstanceID
 	}

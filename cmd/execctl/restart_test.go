@@ -392,3 +392,56 @@ func TestWaitServiceNotResumed(t *testing.T) {
 		t.Fatalf("wait: exit %d, %q after %v; want 143, supervisor-shutdown, at once", r.code, r.errs, time.Since(start))
 	}
 }
+
+// TestWaitServiceAcrossTwoGracefulRestarts: the wait goes on through a
+// second graceful restart too (it ended at the second shutdown, exit 143,
+// with the service running under the third supervisor).
+func TestWaitServiceAcrossTwoGracefulRestarts(t *testing.T) {
+	bin := supervisorBinary(t)
+	dir := shortTempDir(t)
+	count := filepath.Join(dir, "runs")
+	runs := func() string { b, _ := os.ReadFile(count); return strings.TrimSpace(string(b)) }
+	waitRuns := func(n string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); runs() != n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("runs %q, want %s", runs(), n)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the run counter
+		}
+	}
+	waitHeld := func(metrics string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); heldWaits(metrics) != 1; {
+			if time.Now().After(deadline) {
+				t.Fatal("the wait was never held")
+			}
+			time.Sleep(10 * time.Millisecond) // the metrics have no change notification
+		}
+	}
+	m1 := freeAddr(t)
+	p := startSupProc(t, bin, dir, "--metrics-addr", m1)
+	// Runs 1 and 2 wait (their supervisors are stopped); run 3 exits 7.
+	code, out, errs := execctl(t, append(p.globals(), "spawn", "--restart", "on-failure", "--max-restarts", "1", "--shell",
+		"n=$(cat "+count+" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "+count+"; [ $n -ge 3 ] && exit 7; exec sleep 300")...)
+	if code != 0 {
+		t.Fatalf("spawn: exit %d: %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	waitRuns("1")
+	w := bgCtl(t, append(p.globals(), "wait", id)...)
+	waitHeld(m1)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	m2 := freeAddr(t)
+	p2 := startSupProc(t, bin, dir, "--metrics-addr", m2)
+	waitRuns("2")
+	waitHeld(m2)
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	<-p2.done
+	startSupProc(t, bin, dir, "--metrics-addr", "")
+	r := result(t, "wait", w, 60*time.Second)
+	if r.code != 7 || !strings.Contains(r.errs, "restart-limit") {
+		t.Fatalf("wait: exit %d, %q; want the service's end under the third supervisor (restart-limit, exit 7)", r.code, r.errs)
+	}
+}
