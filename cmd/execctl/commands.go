@@ -344,32 +344,13 @@ func followOn(ctx context.Context, g *globals, id string, next *uint64, fn clien
 	// again, under new seqs, output its journal held as not yet published
 	// (which the dead one may have published too), and a Follow begun
 	// after the restart cannot know what the previous one delivered.
-	var outEnd int64
+	var once client.OutputOnce
 	for {
 		err := g.client.Follow(ctx, id, *next, func(ev protocol.Event) error {
-			if ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr {
-				var p protocol.OutputPayload
-				if ev.DecodePayload(&p) == nil {
-					end := p.Offset + int64(len(p.Data))
-					switch {
-					case end <= outEnd:
-						*next = max(*next, ev.Seq+1)
-						return nil
-					case p.Offset < outEnd:
-						attempt := ev.Attempt
-						ev = protocol.NewOutputEvent(ev.JobID, ev.Seq, ev.Ts, ev.Kind, outEnd, p.Data[outEnd-p.Offset:])
-						ev.Attempt = attempt
-					}
-					outEnd = max(outEnd, end)
-				}
-			} else if ev.Kind.Terminal() {
-				// (as pkg/client's Follow: after a restart, a resumed
-				// service's next run writes from the end the supervisor
-				// has, which may be below what the dead one published)
-				var p protocol.ExitPayload
-				if ev.DecodePayload(&p) == nil && p.OutputEnd > 0 {
-					outEnd = p.OutputEnd
-				}
+			ev, keep := once.Keep(ev)
+			if !keep {
+				*next = max(*next, ev.Seq+1)
+				return nil
 			}
 			if err := fn(ev); err != nil {
 				return err

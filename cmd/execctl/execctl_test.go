@@ -41,6 +41,7 @@ func shortTempDir(t *testing.T) string {
 type supervisor struct {
 	control, event string
 	dir            string
+	srv            *server.Server
 }
 
 // globals returns the global flags that point execctl at s.
@@ -84,7 +85,7 @@ func startSupervisorWith(t *testing.T, tweak func(*server.Config)) *supervisor {
 			t.Errorf("close server: %v", err)
 		}
 	})
-	return &supervisor{control: cfg.Control, event: cfg.Event, dir: dir}
+	return &supervisor{control: cfg.Control, event: cfg.Event, dir: dir, srv: s}
 }
 
 // execctl runs the CLI in-process and returns its exit code and output.
@@ -642,23 +643,11 @@ func TestGlobalFlagAfterCommand(t *testing.T) {
 // execctl without a token, or with a wrong one, says to pass the token
 // (without one it said "is the supervisor running? start one").
 func TestTokenHints(t *testing.T) {
-	dir := shortTempDir(t)
-	cfg := server.DefaultConfig()
-	cfg.Control, cfg.Event = "tcp://127.0.0.1:0", "ipc://"+filepath.Join(dir, "e.sock")
-	cfg.StateDir, cfg.MetricsAddr = filepath.Join(dir, "state"), ""
-	cfg.Subreaper = false
-	s, err := server.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
-	t.Setenv("HOME", dir) // (no default token file to find)
-	t.Setenv("XDG_STATE_HOME", filepath.Join(dir, "none"))
+	s := startSupervisorWith(t, func(c *server.Config) { c.Control = "tcp://127.0.0.1:0" })
+	t.Setenv("HOME", s.dir) // (no default token file to find)
+	t.Setenv("XDG_STATE_HOME", filepath.Join(s.dir, "none"))
 	t.Setenv("EXEC_SUPERVISOR_TOKEN", "")
-	ctl := "tcp://" + s.Addr().String()
+	ctl := "tcp://" + s.srv.Addr().String()
 	if code, _, errs := execctl(t, "--control", ctl, "health"); code != 3 || !strings.Contains(errs, "wants a token") || !strings.Contains(errs, "--token-file") {
 		t.Fatalf("no token: exit %d, %q", code, errs)
 	}
@@ -736,29 +725,18 @@ func TestListPagesThrough(t *testing.T) {
 // with nothing idle to give up, execctl says so (it said "is the supervisor
 // running?").
 func TestConnectionLimitHint(t *testing.T) {
-	dir := shortTempDir(t)
-	cfg := server.DefaultConfig()
-	cfg.Control, cfg.Event = "ipc://"+filepath.Join(dir, "c.sock"), "ipc://"+filepath.Join(dir, "e.sock")
-	cfg.StateDir, cfg.MetricsAddr = filepath.Join(dir, "state"), ""
-	cfg.Subreaper = false
-	cfg.MaxConns = 2
-	cfg.IdleEvictAfter = -1 // (never: every connection counts as busy)
-	s, err := server.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s := startSupervisorWith(t, func(c *server.Config) {
+		c.MaxConns = 2
+		c.IdleEvictAfter = -1 // (never: every connection counts as busy)
+	})
 	for i := 0; i < 2; i++ {
-		c, err := zmqx.DialClient(context.Background(), "DEALER", cfg.Control, time.Second, "")
+		c, err := zmqx.DialClient(context.Background(), "DEALER", s.control, time.Second, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
 	}
-	code, _, errs := execctl(t, "--control", cfg.Control, "health")
+	code, _, errs := execctl(t, "--control", s.control, "health")
 	if code != 3 || !strings.Contains(errs, "too many connections") || !strings.Contains(errs, "at its connection limit") || strings.Contains(errs, "is the supervisor running") {
 		t.Fatalf("exit %d, %q", code, errs)
 	}

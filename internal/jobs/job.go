@@ -439,10 +439,7 @@ func (j *Job) start() error {
 	// the job's first record and its fingerprint reach the disk together.
 	_ = j.transition(Running)
 	close(runStarted)
-	started := j.emitLocked(protocol.KindStarted, protocol.StartedPayload{
-		Pid: j.pid, Pgid: j.pgid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
-		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Attempt: j.attemptTag(),
-	})
+	started := j.emitLocked(protocol.KindStarted, j.startedPayload(j.pid, j.attemptTag()))
 	if j.startedEv == nil && started.Seq == 1 {
 		j.startedEv = &started
 	} else {
@@ -1923,15 +1920,19 @@ func (j *Job) compactFinishedLocked() {
 func (j *Job) startedEventLocked() protocol.Event {
 	ev := *j.startedEv
 	if ev.Payload == nil {
-		rebuilt, err := protocol.NewEvent(j.id, ev.Seq, ev.Ts, ev.Kind, protocol.StartedPayload{
-			Pid: j.pid, Pgid: j.pid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
-			Labels: j.spec.Labels, SessionID: j.spec.SessionID, Attempt: ev.Attempt,
-		})
+		rebuilt, err := protocol.NewEvent(j.id, ev.Seq, ev.Ts, ev.Kind, j.startedPayload(j.pid, ev.Attempt))
 		if err == nil {
 			ev.Payload = rebuilt.Payload
 		}
 	}
 	return ev
+}
+
+// startedPayload is the payload of the job.started event of a run whose
+// process is pid (it leads its own group, or session) and attempt.
+func (j *Job) startedPayload(pid, attempt int) protocol.StartedPayload {
+	return protocol.StartedPayload{Pid: pid, Pgid: pid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Attempt: attempt}
 }
 
 // finishedCostLocked is what a finished one-shot job holds besides its

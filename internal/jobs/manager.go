@@ -477,8 +477,10 @@ func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo 
 }
 
 // ListAfter is List without usage (see AttachUsage) of the jobs that come
-// after the job (createdAt, id) in List's order (createdAt, then job id):
-// that job itself need not exist any more. id "" means from the first.
+// after the cursor job (createdAt, createN, id) in List's order
+// (createdAt, then creation order), with each job's place in the creation
+// order (for the next cursor): that job itself need not exist any more.
+// id "" means from the first.
 func (m *Manager) ListAfter(state protocol.State, session string, createdAt int64, createN uint64, id string) ([]protocol.JobInfo, []uint64) {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))

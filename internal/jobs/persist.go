@@ -141,12 +141,9 @@ func (j *Job) Snapshot() Snapshot {
 		slices.Reverse(chunks)
 		s.Tail, s.TailChunks = tail, chunks
 	}
-	// What was read but is still in the merge window, oldest first.
-	order := [2]int{0, 1}
-	if j.pendingSince[1] < j.pendingSince[0] {
-		order = [2]int{1, 0}
-	}
-	for _, i := range order {
+	// What was read but is still in the merge window (one stream's at
+	// most, after the flushes above).
+	for i := range 2 {
 		if p := j.pending[i]; len(p) > protocol.OutputHeadroom {
 			s.Unpublished = append(s.Unpublished, PendingOutput{Stream: streams[i], Data: bytes.Clone(p[protocol.OutputHeadroom:]), Attempt: j.attemptTag()})
 		}
@@ -311,10 +308,7 @@ func (m *Manager) Restore(s Snapshot) error {
 		}
 	}
 	if first.pid > 0 {
-		ev, _ := protocol.NewEvent(j.id, 1, first.at, protocol.KindStarted, protocol.StartedPayload{
-			Pid: first.pid, Pgid: first.pid, Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID,
-			Attempt: first.attempt,
-		})
+		ev, _ := protocol.NewEvent(j.id, 1, first.at, protocol.KindStarted, j.startedPayload(first.pid, first.attempt)) // (j.spec is info's here)
 		ev.Attempt = first.attempt
 		j.startedEv = &ev
 	}

@@ -395,10 +395,6 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 		b.Write(r)
 	}
 	b.WriteString("]}")
-	if b.Len() > MaxFileBytes { // (cannot be: size bounds it)
-		j.Failures.Add(1)
-		return fmt.Errorf("write %s: %w", j.path, ErrTooLarge)
-	}
 	if err := WriteFileAtomic(j.path, b.Bytes()); err != nil {
 		j.Failures.Add(1)
 		return err

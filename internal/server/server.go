@@ -924,8 +924,7 @@ func cgroupBaseName(dir string) string {
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
-	sum := sha256.Sum256([]byte(dir))
-	return cgroupBasePrefix + hex.EncodeToString(sum[:4])
+	return legacyCgroupBaseName(dir)
 }
 
 // legacyCgroupBaseName is the base name versions before cgroupBaseName

@@ -49,8 +49,8 @@ type Policy struct {
 	// means 10 s, negative never evicts.
 	IdleEvictAfter time.Duration
 	// ReplyQueueBytes bounds the unsent replies of all of a Router's peers
-	// together: past it the peer with the most is disconnected. 0 means
-	// 256 MiB.
+	// together: past it the peer with the most waiting behind the reply it
+	// is being sent is disconnected (see replyBudget). 0 means 256 MiB.
 	ReplyQueueBytes int
 	// OnReject, if set, is called with a short reason whenever a
 	// connection is refused or cut off (for metrics).

@@ -85,7 +85,8 @@ func (q *outQueue) addQueued(n int) {
 
 // enqueue queues an encoded message; it reports false (and disconnects the
 // peer) when the peer is closed or too far behind, or when it has the most
-// unsent bytes of all the queues of a budget that is exceeded.
+// bytes waiting behind its head of all the queues of a budget that is
+// exceeded (see replyBudget).
 func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 	q.mu.Lock()
 	if q.closed {

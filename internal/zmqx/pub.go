@@ -61,13 +61,12 @@ func (p *Publisher) Subscribers() int {
 // evictBusiestPeer makes room for a new subscriber from peer key at the
 // connection limit. Subscribers are idle by nature (they only receive), so
 // the rule is about fairness instead: the oldest subscriber of the peer
-// holding the most is closed, if that peer holds at least two (a peer that
-// leaks connections then only ever replaces its own, and a full house of
-// one connection per peer refuses the newcomer
-// rather than churn). A newcomer of the busiest peer replaces that peer's
-// oldest (over tcp a peer is an address: clients behind one address that
-// leak subscribers churn each other's, rather than lock every later one
-// out).
+// holding the most (the newcomer's own, when it is among the busiest) is
+// closed, if that peer holds at least two. A peer that leaks connections
+// then only ever replaces its own (over tcp a peer is an address: clients
+// behind one address churn each other's rather than lock later ones out),
+// and a full house of one connection per peer refuses the newcomer rather
+// than churn.
 func (p *Publisher) evictBusiestPeer(key string) bool {
 	p.mu.Lock()
 	count := map[string]int{}

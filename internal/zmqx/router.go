@@ -2,6 +2,7 @@ package zmqx
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +22,8 @@ import (
 // for the control plane. Every peer (REQ, DEALER or ROUTER) has a reader
 // and a writer of its own: replies to one peer never wait for another, and
 // a peer whose unsent replies exceed the queue bound is disconnected, as
-// is the peer with the most unsent replies when those of all peers
-// together exceed Policy.ReplyQueueBytes.
+// is the peer with the most replies waiting behind the one being written
+// when those of all peers together exceed Policy.ReplyQueueBytes.
 type Router struct {
 	l        *hardenedListener
 	policy   *Policy
@@ -169,24 +171,23 @@ func (r *Router) evictIdle(string) bool {
 		return false
 	}
 	limit := time.Now().Add(-r.policy.IdleEvictAfter).UnixNano()
+	type cand struct {
+		p     *Peer
+		since int64
+	}
 	r.mu.Lock()
-	cands := make([]*Peer, 0, len(r.peers))
+	cands := make([]cand, 0, len(r.peers))
 	for p := range r.peers {
-		if p.idleSince() <= limit {
-			cands = append(cands, p)
+		if since := p.idleSince(); since <= limit {
+			cands = append(cands, cand{p, since})
 		}
 	}
 	r.mu.Unlock()
-	for len(cands) > 0 {
-		oldest := 0
-		for i, p := range cands {
-			if p.idleSince() < cands[oldest].idleSince() {
-				oldest = i
-			}
-		}
-		p := cands[oldest]
-		cands = append(cands[:oldest], cands[oldest+1:]...)
-		if p.claimIdle(limit) {
+	// Idle the longest first (claimIdle checks each again: it may have
+	// become busy meanwhile).
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.since, b.since) })
+	for _, c := range cands {
+		if p := c.p; p.claimIdle(limit) {
 			r.policy.reject("evicted-idle", p.c.RemoteAddr().String(),
 				fmt.Errorf("idle for %v, given up for a new connection at the limit of %d", time.Since(time.Unix(0, p.last.Load())).Round(time.Millisecond), r.policy.MaxConns))
 			// Say so (nothing is being written to it: it was idle), so that
@@ -263,7 +264,7 @@ func (r *Router) serve(c *hardenedConn) {
 		return
 	}
 	p := &Peer{r: r, slots: make(chan struct{}, maxPeerInFlight)}
-	p.last.Store(time.Now().UnixNano())
+	p.touch()
 	p.outQueue = newOutQueue(c, r.maxQueue, "slow-peer-queue", func() {
 		r.mu.Lock()
 		delete(r.peers, p)

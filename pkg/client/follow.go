@@ -306,8 +306,8 @@ type follower struct {
 	// subscribe results); restarted is set once it changed.
 	instance  string
 	restarted bool
-	// outEnd is the end offset of the output delivered so far.
-	outEnd int64
+	// once drops output a restarted supervisor publishes again.
+	once OutputOnce
 }
 
 // seen records the instance id of a heartbeat or a reply ("" if it had
@@ -339,34 +339,10 @@ func (f *follower) lostInRestart(ctx context.Context, err error) bool {
 }
 
 func (f *follower) deliver(ev protocol.Event) (done bool, err error) {
-	if ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr {
-		var p protocol.OutputPayload
-		if ev.DecodePayload(&p) == nil {
-			end := p.Offset + int64(len(p.Data))
-			switch {
-			case f.restarted && end <= f.outEnd:
-				// Output the supervisor before the restart published
-				// and its journal had not (the restarted one publishes
-				// it again, under a new seq): delivered once.
-				f.next = ev.Seq + 1
-				return false, nil
-			case f.restarted && p.Offset < f.outEnd:
-				attempt := ev.Attempt
-				ev = protocol.NewOutputEvent(ev.JobID, ev.Seq, ev.Ts, ev.Kind, f.outEnd, p.Data[f.outEnd-p.Offset:])
-				ev.Attempt = attempt
-			}
-			f.outEnd = max(f.outEnd, end)
-		}
-	} else if ev.Kind.Terminal() {
-		// The end of the output as the supervisor has it. After a restart
-		// it may be below what the dead supervisor published (what it
-		// published after its last journal write is not known): a resumed
-		// service's next run writes from there, so output at those
-		// offsets is new, not the same bytes again.
-		var p protocol.ExitPayload
-		if ev.DecodePayload(&p) == nil && p.OutputEnd > 0 {
-			f.outEnd = p.OutputEnd
-		}
+	ev, keep := f.once.Keep(ev)
+	if !keep {
+		f.next = ev.Seq + 1
+		return false, nil
 	}
 	if err := f.fn(ev); err != nil {
 		return true, err
@@ -510,4 +486,47 @@ func terminalFrom(info protocol.JobInfo, seq uint64) protocol.Event {
 		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: info.OutputEnd,
 	})
 	return ev
+}
+
+// OutputOnce delivers a job's output once per offset across supervisor
+// restarts: a restarted supervisor publishes again, under new seqs, the
+// output its journal held as not yet published, which the dead one may
+// have published too. Follow uses one; a client that follows anew after
+// a restart (a new Follow from its next seq) keeps its own across them.
+// The zero value is ready; it is not safe for concurrent use.
+type OutputOnce struct {
+	end int64 // the end offset of the output delivered so far
+}
+
+// Keep reports whether ev is to be delivered, and returns it: an output
+// event whose bytes were all delivered already is not; one that overlaps
+// them is cut to its new part. A terminal event sets the end to the one
+// it carries: after a restart that may be below what the dead supervisor
+// published (what it published after its last journal write is not
+// known), and a resumed service's next run writes from there, so output
+// at those offsets is new, not the same bytes again.
+func (o *OutputOnce) Keep(ev protocol.Event) (protocol.Event, bool) {
+	switch {
+	case ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr:
+		var p protocol.OutputPayload
+		if ev.DecodePayload(&p) != nil || len(p.Data) == 0 {
+			return ev, true // (nothing there to deliver twice)
+		}
+		end := p.Offset + int64(len(p.Data))
+		switch {
+		case end <= o.end:
+			return ev, false
+		case p.Offset < o.end:
+			attempt := ev.Attempt
+			ev = protocol.NewOutputEvent(ev.JobID, ev.Seq, ev.Ts, ev.Kind, o.end, p.Data[o.end-p.Offset:])
+			ev.Attempt = attempt
+		}
+		o.end = end
+	case ev.Kind.Terminal():
+		var p protocol.ExitPayload
+		if ev.DecodePayload(&p) == nil && p.OutputEnd > 0 {
+			o.end = p.OutputEnd
+		}
+	}
+	return ev, true
 }
