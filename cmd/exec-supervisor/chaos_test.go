@@ -6,12 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
-	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +20,8 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -1443,8 +1444,10 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := len(res.Events); n > 0 && res.Events[n-1].Kind == protocol.KindStarted {
-			break // the resumed run started
+		if slices.ContainsFunc(res.Events, func(ev protocol.Event) bool {
+			return ev.Kind == protocol.KindStarted && ev.Seq > journaled
+		}) {
+			break // the resumed run started (it may have printed since)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the service was not resumed: %d events", len(res.Events))
