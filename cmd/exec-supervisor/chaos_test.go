@@ -1397,7 +1397,8 @@ func TestExecctlWaitAcrossRestart(t *testing.T) {
 // past every seq the previous supervisor may have published: a client
 // that saw seq N never gets a different event under a seq it already has.
 // (They reused the journal's stale seqs: a poll-mode follower dropped them
-// as duplicates.)
+// as duplicates.) Its output offsets are past every offset the previous
+// supervisor may have published too.
 func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t, "--journal-flush-interval", "30s")
@@ -1421,13 +1422,14 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 		return false
 	})
 	var seen uint64
+	var seenEnd int64
 	deadline := time.Now().Add(20 * time.Second)
 	for seen < journaled+20 { // events the journal does not know of
 		st, err := s.client.Status(ctx, j.JobID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen = st.LastSeq
+		seen, seenEnd = st.LastSeq, st.OutputEnd
 		if time.Now().After(deadline) {
 			t.Fatalf("the service published up to seq %d (journal: %d)", seen, journaled)
 		}
@@ -1458,6 +1460,28 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 		if ev.Seq > journaled && ev.Seq <= seen {
 			t.Errorf("after the restart, seq %d (%s) reuses a seq the previous supervisor published (journal %d, seen %d)", ev.Seq, ev.Kind, journaled, seen)
 		}
+	}
+	// Output offsets likewise: a poll cursor the previous supervisor
+	// handed out reads the resumed run's output from its first line (it
+	// wrote from the journal's output end again: the cursor was "past
+	// the end", then skipped the run's first lines).
+	var got []byte
+	for deadline = time.Now().Add(20 * time.Second); len(got) < len("line0\n"); {
+		p, err := s2.client.Poll(ctx, j.JobID, seenEnd, 0)
+		if err != nil {
+			t.Fatalf("poll from offset %d, the end the previous supervisor reported: %v", seenEnd, err)
+		}
+		got = nil
+		for _, c := range p.Chunks {
+			got = append(got, c.Data...)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no output of the resumed run from offset %d: %q", seenEnd, got)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the resumed run's output
+	}
+	if !bytes.HasPrefix(got, []byte("line0\n")) {
+		t.Errorf("from the previous supervisor's last offset %d: %q, want the resumed run's output from its first line", seenEnd, got)
 	}
 	if _, err := s2.client.Stop(ctx, j.JobID); err != nil {
 		t.Fatal(err)

@@ -88,9 +88,11 @@ type Job struct {
 	pendingSince [2]uint64
 	pendingN     uint64
 	// seqSnap is the job's last seq in the journal as last written (its
-	// record reserves seqs up to seqSnap+seqReserve; see Journaled);
+	// record reserves seqs up to seqSnap+seqReserve; see Journaled), and
+	// offSnap its output end (offsets up to offSnap+offsetReserve);
 	// reserveAsked is set once a new write was asked for.
 	seqSnap      uint64
+	offSnap      int64
 	reserveAsked bool
 	overallT     *time.Timer
 	idleT        *time.Timer
@@ -293,10 +295,24 @@ func (j *Job) keepExtraLocked(ev protocol.Event) {
 // the reserve is used, long before it runs out.
 const seqReserve = 100_000
 
+// offsetReserve is to output offsets what seqReserve is to seqs: a
+// service resumed after its supervisor died writes its output from the
+// journaled output end plus offsetReserve on (see Restore), past every
+// byte the dead supervisor may have published. A journal write is asked
+// for once a quarter of it was printed since the last one: the rest (768
+// MiB) is what the job may print before that write lands.
+const offsetReserve = 1 << 30
+
 // nextSeqLocked numbers the job's next event.
 func (j *Job) nextSeqLocked() {
 	j.seq++
-	if !j.reserveAsked && j.seq >= j.seqSnap+seqReserve/4 {
+	j.checkReserveLocked()
+}
+
+// checkReserveLocked asks for a journal write when a quarter of the seq
+// or offset reserve is used.
+func (j *Job) checkReserveLocked() {
+	if !j.reserveAsked && (j.seq >= j.seqSnap+seqReserve/4 || j.offset >= j.offSnap+offsetReserve/4) {
 		j.reserveAsked = true
 		if h := j.m.hooks.Changed; h != nil {
 			h() // (never blocks)
@@ -928,6 +944,7 @@ func (j *Job) flushLocked(i int) {
 	stored := ev.Payload[len(ev.Payload)-n:]
 	j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload, attempt: ev.Attempt})
 	j.offset += int64(n)
+	j.checkReserveLocked()
 }
 
 func (j *Job) idleFired(runDone <-chan struct{}) {
@@ -1605,7 +1622,7 @@ func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
 	res := protocol.PollResult{Job: j.infoLocked()}
 	if from := j.out.from(); cursor < from {
 		res.Truncated = true
-		res.LostBytes = from - cursor
+		res.LostBytes = j.out.span(cursor, from)
 	}
 	res.Chunks, res.Next, res.More = j.out.read(cursor, maxBytes)
 	if res.Chunks == nil {

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -600,5 +601,118 @@ func TestListAfterRemovedCursor(t *testing.T) {
 	}
 	if !slices.Equal(got, ids[3:]) {
 		t.Fatalf("after the removed cursor: %v, want %v", got, ids[3:])
+	}
+}
+
+// TestResumedServiceSkipsOffsets: a service interrupted by its
+// supervisor's death writes its next run's output past every offset the
+// dead supervisor may have published (offsetReserve past the record's
+// output end): no offset a client read holds other bytes later. A poll
+// cursor inside the skipped offsets reads the new output, nothing is
+// reported lost for them, the journal tail stops at them and counts them,
+// and a second crash skips again from the new end.
+func TestResumedServiceSkipsOffsets(t *testing.T) {
+	m := New(Config{}, discard(), nil)
+	defer m.Close(context.Background())
+	spec := protocol.SpawnArgs{Shell: "echo next", Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}}
+	snap := Snapshot{
+		Info: protocol.JobInfo{JobID: "j-skip", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart,
+			Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 3},
+		Tail: []byte("ab\n"), TailSeq: 2, TailChunks: []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3, Attempt: 1}},
+		Service: &ServiceState{Spec: spec, Attempt: 1}, Interrupted: true,
+	}
+	if err := m.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get("j-skip")
+	if _, err := m.Start("j-skip"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { i := j.Info(); return i.State == protocol.StateExited && i.Attempt == 2 })
+
+	first := int64(3 + offsetReserve)
+	res, err := j.Poll(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Chunks) != 2 || string(res.Chunks[0].Data) != "ab\n" || res.Chunks[0].Offset != 0 ||
+		string(res.Chunks[1].Data) != "next\n" || res.Chunks[1].Offset != first || res.Truncated {
+		t.Fatalf("poll from 0: %+v (truncated %v)", res.Chunks, res.Truncated)
+	}
+	if res.Job.OutputEnd != first+5 || res.Next != first+5 {
+		t.Fatalf("output end %d, next %d; want %d", res.Job.OutputEnd, res.Next, first+5)
+	}
+	// A cursor the dead supervisor may have handed out (past the record).
+	res, err = j.Poll(1000, 0)
+	if err != nil || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "next\n" || res.Truncated || res.LostBytes != 0 {
+		t.Fatalf("poll from inside the skipped offsets: %+v truncated %v lost %d (%v)", res.Chunks, res.Truncated, res.LostBytes, err)
+	}
+	// Nothing is counted lost for the skipped offsets.
+	if n := j.out.span(0, first+5); n != 8 {
+		t.Fatalf("span over the output: %d bytes, want 8", n)
+	}
+
+	s2 := j.Snapshot()
+	if string(s2.Tail) != "next\n" || s2.Info.OutputEnd != first+5 || s2.Service.OutputSkipped != offsetReserve {
+		t.Fatalf("snapshot: tail %q end %d skipped %d", s2.Tail, s2.Info.OutputEnd, s2.Service.OutputSkipped)
+	}
+	// A second crash: restored from that snapshot, it skips again.
+	s2.Info.State, s2.Info.Reason, s2.Interrupted = protocol.StateExited, protocol.ReasonSupervisorRestart, true
+	m2 := New(Config{}, discard(), nil)
+	defer m2.Close(context.Background())
+	if err := m2.Restore(s2); err != nil {
+		t.Fatal(err)
+	}
+	j2, _ := m2.Get("j-skip")
+	if j2.out.evicted != 3 || j2.offset != first+5+offsetReserve || j2.out.skipped != 2*offsetReserve {
+		t.Fatalf("second restore: evicted %d (want 3), offset %d (want %d), skipped %d", j2.out.evicted, j2.offset, first+5+offsetReserve, j2.out.skipped)
+	}
+	// A finished (not interrupted) service record does not skip.
+	s3 := j.Snapshot()
+	s3.Info.JobID = "j-noskip"
+	if err := m2.Restore(s3); err != nil {
+		t.Fatal(err)
+	}
+	if j3, _ := m2.Get("j-noskip"); j3.offset != first+5 {
+		t.Fatalf("a gracefully ended service's offset moved: %d", j3.offset)
+	}
+	// Implausible skipped counts are refused.
+	s3.Info.JobID, s3.Service.OutputSkipped = "j-bad", s3.Info.OutputEnd+1
+	if err := m2.Restore(s3); err == nil {
+		t.Fatal("a record skipping more offsets than its output end was restored")
+	}
+}
+
+// TestOutputAsksForJournalWrite: a job that printed a quarter of the
+// offset reserve since its last journaled output end asks for a journal
+// write (once, until the write is recorded), as one past a quarter of the
+// seq reserve does.
+func TestOutputAsksForJournalWrite(t *testing.T) {
+	var asked atomic.Int32
+	m := New(Config{}, discard(), nil, WithHooks(Hooks{Changed: func() { asked.Add(1) }}))
+	defer m.Close(context.Background())
+	j := &Job{m: m, id: "j-reserve"}
+	j.offset = offsetReserve/4 - 1
+	j.checkReserveLocked()
+	if asked.Load() != 0 {
+		t.Fatal("asked before a quarter of the reserve was used")
+	}
+	j.offset++
+	j.checkReserveLocked()
+	j.checkReserveLocked()
+	if asked.Load() != 1 {
+		t.Fatalf("asked %d times, want 1", asked.Load())
+	}
+	m.mu.Lock()
+	m.jobs[j.id] = j
+	m.mu.Unlock()
+	m.Journaled([]Snapshot{{Info: protocol.JobInfo{JobID: j.id, OutputEnd: j.offset}}})
+	m.mu.Lock()
+	delete(m.jobs, j.id) // (not a real job: Close would wait for it)
+	m.mu.Unlock()
+	j.offset += offsetReserve / 4
+	j.checkReserveLocked()
+	if asked.Load() != 2 {
+		t.Fatalf("after the write was recorded: asked %d times, want 2", asked.Load())
 	}
 }

@@ -90,6 +90,9 @@ type ServiceState struct {
 	History     []protocol.RunRecord
 	// RunOutputStart is the output offset of the current run's first byte.
 	RunOutputStart int64
+	// OutputSkipped is how many offsets below the output's end never held
+	// output (skipped after supervisor crashes, see offsetReserve).
+	OutputSkipped int64
 }
 
 // Snapshot returns the job's persistent state.
@@ -121,16 +124,21 @@ func (j *Job) Snapshot() Snapshot {
 	}
 	if j.svc != nil {
 		s.Service = &ServiceState{
-			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset,
+			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset, OutputSkipped: j.out.skipped,
 			Ends: append([]time.Time(nil), j.svc.ends...), History: append([]protocol.RunRecord(nil), j.history...),
 		}
 	}
 	live := j.out.live()
-	if n := len(live); n > 0 {
+	// (the tail is contiguous and ends at the output's end: it stops at
+	// skipped offsets, see ring.skipTo)
+	if n := len(live); n > 0 && live[n-1].Offset+int64(len(live[n-1].Data)) == j.offset {
 		s.TailSeq = live[n-1].Seq
 		var tail []byte
 		var chunks []TailChunk
 		for i := n - 1; i >= 0 && len(tail) < TailBytes && len(chunks) < maxTailChunks; i-- {
+			if i < n-1 && live[i].Offset+int64(len(live[i].Data)) != live[i+1].Offset {
+				break
+			}
 			d := live[i].Data
 			if room := TailBytes - len(tail); len(d) > room {
 				d = d[len(d)-room:]
@@ -241,8 +249,9 @@ func (m *Manager) Journaled(snaps []Snapshot) {
 			continue
 		}
 		j.mu.Lock()
-		if sn.Info.LastSeq > j.seqSnap {
-			j.seqSnap, j.reserveAsked = sn.Info.LastSeq, false
+		if sn.Info.LastSeq > j.seqSnap || sn.Info.OutputEnd > j.offSnap {
+			j.seqSnap, j.offSnap = max(j.seqSnap, sn.Info.LastSeq), max(j.offSnap, sn.Info.OutputEnd)
+			j.reserveAsked = false
 		}
 		j.mu.Unlock()
 	}
@@ -267,6 +276,9 @@ func (m *Manager) Restore(s Snapshot) error {
 	if sv := s.Service; sv != nil {
 		if sv.Attempt < 0 || sv.Attempt > 1<<30 || sv.Restarts < 0 || sv.Restarts > 1<<30 || sv.RunOutputStart < 0 {
 			return fmt.Errorf("restore %s: implausible service counts (attempt %d, restarts %d)", info.JobID, sv.Attempt, sv.Restarts)
+		}
+		if sv.OutputSkipped < 0 || sv.OutputSkipped > info.OutputEnd {
+			return fmt.Errorf("restore %s: implausible skipped output %d (output end %d)", info.JobID, sv.OutputSkipped, info.OutputEnd)
 		}
 		if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
 			sv.History = sv.History[n:] // (as a running job keeps it)
@@ -332,11 +344,12 @@ func (m *Manager) Restore(s Snapshot) error {
 			j.out.add(chunk{Chunk: protocol.Chunk{Seq: s.TailSeq, Stream: protocol.Stdout, Offset: off, Data: s.Tail}, ts: info.LastOutputAt})
 		}
 	}
-	// Output before the tail did not survive the restart.
-	j.out.evicted = info.OutputEnd - int64(len(s.Tail))
-	if j.out.evicted < 0 {
-		j.out.evicted = 0
+	// Output before the tail did not survive the restart (the offsets a
+	// service skipped never held any).
+	if sv := s.Service; sv != nil {
+		j.out.skipped = sv.OutputSkipped
 	}
+	j.out.evicted = max(0, info.OutputEnd-int64(len(s.Tail))-j.out.skipped)
 	if j.seq < s.TailSeq {
 		j.seq = s.TailSeq
 	}
@@ -405,6 +418,15 @@ func (m *Manager) Restore(s Snapshot) error {
 			j.grace = time.Duration(sv.Spec.GraceMs) * time.Millisecond
 		}
 		j.runOffset = info.OutputEnd
+		if s.Interrupted {
+			// The dead supervisor may have published output past the
+			// record, up to offsetReserve past it: the next run writes
+			// past all of it, so that no offset a client read is used
+			// again for other bytes (a poll cursor would skip them, a
+			// follower drop them as delivered).
+			j.out.skipTo(info.OutputEnd + offsetReserve)
+			j.offset = j.out.end
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -38,7 +38,20 @@ type ring struct {
 	goneCut bool
 	// end is the combined output offset just past the newest byte ever stored.
 	end int64
+	// skips are the offset ranges no output was ever stored at (see
+	// skipTo), oldest first, at most skipsMax; skipped sums all there
+	// ever were.
+	skips   []offsetRange
+	skipped int64
 }
+
+// offsetRange is the output offsets [at, at+n).
+type offsetRange struct{ at, n int64 }
+
+// skipsMax bounds the skips a ring remembers (one per supervisor crash
+// a service lived through); a span across older ones counts them as
+// output.
+const skipsMax = 64
 
 func newRing(max int) *ring { return &ring{max: max} }
 
@@ -53,6 +66,34 @@ func chunkCost(c *chunk) int {
 		return len(c.payload) + chunkOverhead
 	}
 	return len(c.Data) + chunkOverhead
+}
+
+// skipTo moves the end of the output to off without storing anything
+// there: the offsets in between never hold output (a service resumed
+// after its supervisor died goes on past every offset the dead one may
+// have published). Nothing happens if off is not past the end.
+func (r *ring) skipTo(off int64) {
+	if off <= r.end {
+		return
+	}
+	if len(r.skips) >= skipsMax {
+		r.skips = append(r.skips[:0], r.skips[1:]...)
+	}
+	r.skips = append(r.skips, offsetRange{r.end, off - r.end})
+	r.skipped += off - r.end
+	r.end = off
+}
+
+// span returns how many bytes of output lie in the offsets [a, b): b-a
+// less the skipped offsets among them.
+func (r *ring) span(a, b int64) int64 {
+	n := b - a
+	for _, s := range r.skips {
+		if lo, hi := max(a, s.at), min(b, s.at+s.n); hi > lo {
+			n -= hi - lo
+		}
+	}
+	return max(n, 0)
 }
 
 // add stores c. c.Offset must equal r.end.
@@ -124,7 +165,7 @@ func (r *ring) missingBytes(rs []protocol.SeqRange) (int64, bool) {
 		if !ok1 || !ok2 {
 			return r.evicted, false
 		}
-		n += to - from
+		n += r.span(from, to)
 	}
 	return n, true
 }

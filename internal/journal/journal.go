@@ -140,6 +140,10 @@ type Service struct {
 	// RunOutputStart is the output offset at which the current run's
 	// output began (its share of OutputTail, for its history record).
 	RunOutputStart int64 `json:"runOutputStart,omitempty"`
+	// OutputSkipped is how many output offsets below OutputEnd never held
+	// output: a service resumed after a crash writes past every offset
+	// the dead supervisor may have published.
+	OutputSkipped int64 `json:"outputSkipped,omitempty"`
 }
 
 // TailChunk is one output event within a record's OutputTail.

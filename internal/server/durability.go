@@ -136,6 +136,13 @@ func (s *Server) recover() error {
 	}
 	wg.Wait()
 	s.log.Info("journal recovered", "path", s.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
+	if len(resume) > 0 && s.cfg.ResumeServices {
+		// What recovery settled reaches the disk before a resumed service
+		// publishes anything: the seqs and output offsets it reserved
+		// (past all the dead supervisor may have published) are then the
+		// ones a second crash resumes from, not the old record's.
+		s.writeJournal(false)
+	}
 	s.resumeServices(resume)
 	return nil
 }
@@ -280,7 +287,8 @@ func serviceOf(sv *journal.Service) *jobs.ServiceState {
 	if sv == nil {
 		return nil
 	}
-	st := &jobs.ServiceState{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History, RunOutputStart: sv.RunOutputStart}
+	st := &jobs.ServiceState{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
+		RunOutputStart: sv.RunOutputStart, OutputSkipped: sv.OutputSkipped}
 	for _, e := range sv.Ends {
 		st.Ends = append(st.Ends, time.UnixMilli(e))
 	}
@@ -305,7 +313,8 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		r.OutputUnpublished = append(r.OutputUnpublished, journal.Unpublished{Stream: string(u.Stream), Data: u.Data, Attempt: u.Attempt})
 	}
 	if sv := sn.Service; sv != nil {
-		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History, RunOutputStart: sv.RunOutputStart}
+		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
+			RunOutputStart: sv.RunOutputStart, OutputSkipped: sv.OutputSkipped}
 		for _, e := range sv.Ends {
 			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
 		}

@@ -503,8 +503,10 @@ type OutputOnce struct {
 // them is cut to its new part. A terminal event sets the end to the one
 // it carries: after a restart that may be below what the dead supervisor
 // published (what it published after its last journal write is not
-// known), and a resumed service's next run writes from there, so output
-// at those offsets is new, not the same bytes again.
+// known). A resumed service's next run writes past all of that (the
+// supervisor skips offsets); supervisors before that change wrote from
+// the terminal event's end, and output at those offsets was new, not the
+// same bytes again.
 func (o *OutputOnce) Keep(ev protocol.Event) (protocol.Event, bool) {
 	switch {
 	case ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr:
