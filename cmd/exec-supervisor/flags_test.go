@@ -21,6 +21,8 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--ring-buffer", "10"}, "--ring-buffer"},
 		{[]string{"--finished-job-retention", "0s"}, "--finished-job-retention"},
 		{[]string{"--reply-queue-bytes", "1000"}, "--reply-queue-bytes"},
+		{[]string{"--allow-uid", "-1"}, "--allow-uid"},
+		{[]string{"--allow-gid", "4294967295"}, "--allow-gid"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 	} {
 		var stderr bytes.Buffer

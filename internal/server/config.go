@@ -179,8 +179,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ShutdownMode, "shutdown", c.ShutdownMode, "at shutdown, terminate running jobs, or wait for them (up to --shutdown-timeout)")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "secret for tcp clients (ZMTP PLAIN password), created 0600 if missing (default: <state-dir>/token)")
 	fs.BoolVar(&c.InsecureTCP, "insecure-tcp-no-auth", c.InsecureTCP, "DANGEROUS: accept tcp clients without authentication (anyone who reaches the port can run commands as this user)")
-	fs.IntSliceVar(&c.AllowUIDs, "allow-uid", c.AllowUIDs, "also accept ipc clients with this uid (repeatable)")
-	fs.IntSliceVar(&c.AllowGIDs, "allow-gid", c.AllowGIDs, "also accept ipc clients with this gid (repeatable)")
+	fs.IntSliceVar(&c.AllowUIDs, "allow-uid", c.AllowUIDs, "also accept ipc clients with this uid (repeatable; opens the ipc sockets to them)")
+	fs.IntSliceVar(&c.AllowGIDs, "allow-gid", c.AllowGIDs, "also accept ipc clients in this group, primary or supplementary (repeatable; opens the ipc sockets to them)")
 	fs.IntVar(&c.MaxConns, "max-connections", c.MaxConns, "concurrent connections per socket")
 	fs.IntVar(&c.ReplyQueueBytes, "reply-queue-bytes", c.ReplyQueueBytes, "replies waiting to be written to all control connections together; past it the connection with the most is disconnected")
 	fs.IntVar(&c.SubscriberQueueBytes, "subscriber-queue-bytes", c.SubscriberQueueBytes, "events waiting for one subscriber before it is disconnected as too slow")
@@ -243,6 +243,16 @@ func (c *Config) Validate() error {
 	for _, ch := range checks {
 		if !ch.ok {
 			return fmt.Errorf("%s %s", ch.flag, ch.msg)
+		}
+	}
+	for _, a := range []struct {
+		flag string
+		ids  []int
+	}{{"--allow-uid", c.AllowUIDs}, {"--allow-gid", c.AllowGIDs}} {
+		for _, id := range a.ids {
+			if id < 0 || id >= 1<<32-1 { // ((uid_t)-1 is "no id")
+				return fmt.Errorf("%s %d: must be 0..4294967294", a.flag, id)
+			}
 		}
 	}
 	switch strings.ToLower(c.LogLevel) {

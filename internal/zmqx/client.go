@@ -82,7 +82,7 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 		if dir == DefaultRuntimeDir() {
 			derr = checkPrivate(dir)
 		} else {
-			derr = CheckDir(dir, true)
+			derr = CheckPeerDir(dir)
 		}
 		if derr != nil && !errors.Is(derr, os.ErrNotExist) {
 			return nil, fmt.Errorf("connect to %s: %w", endpoint, derr)

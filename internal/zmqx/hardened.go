@@ -7,11 +7,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/go-zeromq/zmq4"
 	"golang.org/x/sys/unix"
@@ -274,8 +276,12 @@ func (l *hardenedListener) checkPeer(c *net.UnixConn) (int, error) {
 	}
 	var cred *syscall.Ucred
 	var cerr error
+	var groups []int
 	if err := sc.Control(func(fd uintptr) {
 		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+		if cerr == nil && len(l.policy.AllowGIDs) > 0 {
+			groups = peerGroups(int(fd))
+		}
 	}); err != nil {
 		return 0, err
 	}
@@ -292,11 +298,39 @@ func (l *hardenedListener) checkPeer(c *net.UnixConn) (int, error) {
 		}
 	}
 	for _, g := range l.policy.AllowGIDs {
-		if int(cred.Gid) == g {
+		if int(cred.Gid) == g || slices.Contains(groups, g) {
 			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("peer pid %d uid %d gid %d is not allowed", cred.Pid, cred.Uid, cred.Gid)
+	return 0, fmt.Errorf("peer pid %d uid %d gid %d (groups %v) is not allowed", cred.Pid, cred.Uid, cred.Gid, groups)
+}
+
+// peerGroups returns the supplementary groups the peer of the unix socket
+// fd had when it connected (SO_PEERGROUPS, Linux 4.13; none where the
+// kernel lacks it: the primary gid is then all that is checked).
+func peerGroups(fd int) []int {
+	buf := make([]uint32, 64)
+	for range 3 {
+		n := uint32(len(buf) * 4)
+		_, _, errno := syscall.Syscall6(syscall.SYS_GETSOCKOPT, uintptr(fd), syscall.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch errno {
+		case 0:
+			out := make([]int, 0, n/4)
+			for _, g := range buf[:n/4] {
+				out = append(out, int(g))
+			}
+			return out
+		case syscall.ERANGE: // (n is now the size needed)
+			if n/4 > 1<<16 { // (NGROUPS_MAX is 65536)
+				return nil
+			}
+			buf = make([]uint32, n/4+1)
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // admit finds room for a connection that came in beyond MaxConns and

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -165,5 +166,124 @@ func TestDefaultTokenOnlyToOwnListener(t *testing.T) {
 	_, err = DialClientWith(ctx, "DEALER", "tcp://127.0.0.1:"+port, DialOptions{Token: "tok", TokenToOwnOnly: true, Timeout: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
 		t.Fatalf("the default token went to another user's listener: %v", err)
+	}
+}
+
+// TestSharedSocket: with allowed uids or gids the socket is opened to them
+// (mode 0666, or 0660 group-owned by the one allowed gid) and its
+// directory made searchable (never listable or writable by them); the
+// default runtime directory, which must stay private, is refused with a
+// clear error.
+func TestSharedSocket(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the socket to another group")
+	}
+	for _, c := range []struct {
+		name string
+		pol  Policy
+		mode os.FileMode
+		gid  int
+	}{
+		{"uid", Policy{AllowUIDs: []int{65534}}, 0o666, 0},
+		{"one gid", Policy{AllowGIDs: []int{4242}}, 0o660, 4242},
+		{"two gids", Policy{AllowGIDs: []int{4242, 4343}}, 0o666, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "s")
+			if err := os.Mkdir(dir, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			sock := filepath.Join(dir, "c.sock")
+			pol := c.pol
+			r, err := ListenRouter(context.Background(), "ipc://"+sock, &pol, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			fi, err := os.Stat(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != c.mode || int(fi.Sys().(*syscall.Stat_t).Gid) != c.gid {
+				t.Fatalf("socket mode %o gid %d, want %o gid %d", fi.Mode().Perm(), fi.Sys().(*syscall.Stat_t).Gid, c.mode, c.gid)
+			}
+			if di, _ := os.Stat(dir); di.Mode().Perm() != 0o751 {
+				t.Fatalf("directory mode %o, want 0751 (searchable, nothing more)", di.Mode().Perm())
+			}
+		})
+	}
+	t.Run("without allowed peers", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "s")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		sock := filepath.Join(dir, "c.sock")
+		r, err := ListenRouter(context.Background(), "ipc://"+sock, &Policy{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if fi, _ := os.Stat(sock); fi.Mode().Perm() != 0o600 {
+			t.Fatalf("socket mode %o, want 0600", fi.Mode().Perm())
+		}
+		if di, _ := os.Stat(dir); di.Mode().Perm() != 0o700 {
+			t.Fatalf("directory mode %o changed", di.Mode().Perm())
+		}
+	})
+	t.Run("default runtime directory", func(t *testing.T) {
+		rt, err := os.MkdirTemp("", "rt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(rt) })
+		t.Setenv("XDG_RUNTIME_DIR", rt)
+		r, err := ListenRouter(context.Background(), DefaultControl(), &Policy{AllowUIDs: []int{65534}}, 0)
+		if err == nil {
+			r.Close()
+			t.Fatal("shared a socket in the private default runtime directory")
+		}
+		if !strings.Contains(err.Error(), "stays private") {
+			t.Fatalf("error: %v", err)
+		}
+	})
+}
+
+// TestClientTrustsSupervisorDirectory: a client accepts a socket directory
+// owned by another user (a supervisor that allows it in) only when nobody
+// but root could have made it there: under a root-owned parent nobody
+// else can write to, not under a world-writable one (sticky or not), and
+// never one that others can write to.
+func TestClientTrustsSupervisorDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make directories of another user")
+	}
+	mk := func(parentMode os.FileMode, mode os.FileMode) string {
+		parent := t.TempDir()
+		if err := os.Chmod(parent, parentMode); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(parent, "sup")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	if err := CheckPeerDir(mk(0o755, 0o711)); err != nil {
+		t.Fatalf("a supervisor's directory under a root-owned parent: %v", err)
+	}
+	for name, dir := range map[string]string{
+		"parent world-writable and sticky": mk(0o777|os.ModeSticky, 0o711),
+		"parent world-writable":            mk(0o777, 0o711),
+		"directory writable by others":     mk(0o755, 0o777),
+	} {
+		if err := CheckPeerDir(dir); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }

@@ -96,12 +96,16 @@ func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedLi
 		return nil, nil, err
 	}
 	network := "tcp"
+	shared := p != nil && len(p.AllowUIDs)+len(p.AllowGIDs) > 0
 	if scheme == "ipc" {
 		network = "unix"
 		if err := removeStaleSocket(addr); err != nil {
 			return nil, nil, err
 		}
 		if dir := filepath.Dir(addr); dir == DefaultRuntimeDir() {
+			if shared {
+				return nil, nil, fmt.Errorf("%s: other users (allowed uids/gids) cannot reach a socket in the default runtime directory %s, which stays private (0700); give an ipc path in a directory of its own, e.g. ipc:///run/exec-supervisor/control.sock", endpoint, dir)
+			}
 			if err := EnsurePrivateDir(dir); err != nil {
 				return nil, nil, err
 			}
@@ -124,7 +128,14 @@ func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedLi
 	}
 	l := &hardenedListener{inner: inner, policy: &pol, ready: make(chan net.Conn), done: make(chan struct{})}
 	if scheme == "ipc" {
-		_ = os.Chmod(addr, 0o600)
+		if shared {
+			if err := shareSocket(addr, &pol); err != nil {
+				inner.Close()
+				return nil, nil, fmt.Errorf("listen on %s: %w", endpoint, err)
+			}
+		} else {
+			_ = os.Chmod(addr, 0o600)
+		}
 		// The file is removed at Close only if it is still the one bound
 		// here: a supervisor started on the same endpoint after this one
 		// stopped listening (while it finished shutting down) owns the
@@ -462,4 +473,48 @@ func (p *Peer) readLoop() {
 		}
 		frames = nil
 	}
+}
+
+// shareSocket opens the ipc socket at addr (and the way to it) to the
+// policy's allowed uids and gids; who actually gets in is still decided
+// per connection (SO_PEERCRED, checkPeer). One allowed gid and no uid:
+// the socket is group-owned by it, mode 0660; otherwise mode 0666. Its
+// directory gets search permission (0711 at most: nobody else may list
+// or write it). A directory above that others cannot search is reported
+// (the allowed peers cannot connect) but not changed: it is not ours to
+// open.
+func shareSocket(addr string, p *Policy) error {
+	mode := os.FileMode(0o666)
+	if len(p.AllowUIDs) == 0 && len(p.AllowGIDs) == 1 {
+		if err := os.Chown(addr, -1, p.AllowGIDs[0]); err != nil {
+			return fmt.Errorf("give the socket to group %d (--allow-gid): %w", p.AllowGIDs[0], err)
+		}
+		mode = 0o660
+	}
+	if err := os.Chmod(addr, mode); err != nil {
+		return fmt.Errorf("open the socket to allowed peers: %w", err)
+	}
+	dir := filepath.Dir(addr)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o011 != 0o011 {
+		if err := os.Chmod(dir, fi.Mode()&os.ModePerm|os.ModeSticky&fi.Mode()|0o011); err != nil {
+			return fmt.Errorf("let allowed peers search %s: %w", dir, err)
+		}
+		if p.Log != nil {
+			p.Log("socket directory made searchable by other users (--allow-uid/--allow-gid)", "dir", dir, "mode", fmt.Sprintf("%o", perm|0o011))
+		}
+	}
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 && p.Log != nil {
+			p.Log("allowed peers (--allow-uid/--allow-gid) cannot reach the socket: a directory above it is closed to other users", "socket", addr, "dir", d, "mode", fmt.Sprintf("%o", fi.Mode().Perm()))
+			break
+		}
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	return nil
 }

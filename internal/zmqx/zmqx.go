@@ -224,6 +224,32 @@ func CheckDir(dir string, stickyOK bool) error {
 	return nil
 }
 
+// CheckPeerDir is CheckDir (sticky allowed) for a client about to connect
+// to a socket in dir, except that a directory owned by another user (a
+// supervisor that lets us in with --allow-uid/--allow-gid) is accepted too
+// when nobody but root or us could have made it: it is writable by its
+// owner only, and its parent is root's or ours and writable by nobody
+// else, sticky or not (in /tmp, anyone could have made it to receive our
+// spawns).
+func CheckPeerDir(dir string) error {
+	err := CheckDir(dir, true)
+	if err == nil {
+		return nil
+	}
+	fi, lerr := os.Lstat(dir)
+	if lerr != nil || fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() || fi.Mode().Perm()&0o022 != 0 {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) == os.Geteuid() || st.Uid == 0 {
+		return err // (refused for another reason)
+	}
+	if perr := CheckDir(filepath.Dir(dir), false); perr != nil {
+		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d) or root, and anyone could have made it there (%w): refusing to use it; a supervisor shared with other users keeps its sockets in a directory of its own under a root-owned one, e.g. /run/exec-supervisor", dir, st.Uid, os.Geteuid(), perr)
+	}
+	return nil
+}
+
 // CheckOwnFile refuses a file (open as f, at path) that is not owned by us:
 // what the supervisor reads back (journal, token) must be its own.
 func CheckOwnFile(f *os.File, path string) error {
