@@ -378,7 +378,11 @@ func (j *Job) start() error {
 	}
 	j.mu.Lock()
 	attempt, runDone, runStarted := j.attempt, j.runDone, j.runStarted
+	service := j.svc != nil
 	j.mu.Unlock()
+	if h := j.m.hooks.BeforeServiceRun; h != nil && service && attempt > 1 {
+		h()
+	}
 	env := j.buildEnv()
 	var err error
 	if j.spec.Notify {
@@ -1620,9 +1624,9 @@ func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
 			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.offset)
 	}
 	res := protocol.PollResult{Job: j.infoLocked()}
-	if from := j.out.from(); cursor < from {
+	if lost := j.out.span(cursor, j.out.from()); lost > 0 {
 		res.Truncated = true
-		res.LostBytes = j.out.span(cursor, from)
+		res.LostBytes = lost
 	}
 	res.Chunks, res.Next, res.More = j.out.read(cursor, maxBytes)
 	if res.Chunks == nil {

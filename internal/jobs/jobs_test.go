@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -608,9 +609,10 @@ func TestListAfterRemovedCursor(t *testing.T) {
 // supervisor's death writes its next run's output past every offset the
 // dead supervisor may have published (offsetReserve past the record's
 // output end): no offset a client read holds other bytes later. A poll
-// cursor inside the skipped offsets reads the new output, nothing is
-// reported lost for them, the journal tail stops at them and counts them,
-// and a second crash skips again from the new end.
+// cursor inside the skipped offsets reads the new output, and nothing is
+// reported lost for them, before or after further restarts (the journal
+// keeps the skipped ranges, and a tail below them); a second crash skips
+// again from the new end.
 func TestResumedServiceSkipsOffsets(t *testing.T) {
 	m := New(Config{}, discard(), nil)
 	defer m.Close(context.Background())
@@ -625,12 +627,29 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _ := m.Get("j-skip")
+	first := int64(3 + offsetReserve)
+
+	// Journaled before the next run printed anything: the tail is kept,
+	// below the skipped offsets, and so are they.
+	s1 := j.Snapshot()
+	if string(s1.Tail) != "ab\n" || s1.TailEnd != 3 || s1.Info.OutputEnd != first ||
+		!slices.Equal(s1.Service.OutputSkips, []OffsetRange{{3, offsetReserve}}) {
+		t.Fatalf("snapshot before the run: tail %q ends %d, output end %d, skips %v", s1.Tail, s1.TailEnd, s1.Info.OutputEnd, s1.Service.OutputSkips)
+	}
+	m1 := New(Config{}, discard(), nil)
+	defer m1.Close(context.Background())
+	if err := m1.Restore(s1); err != nil {
+		t.Fatal(err)
+	}
+	j1, _ := m1.Get("j-skip")
+	if res, err := j1.Poll(0, 0); err != nil || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "ab\n" || res.Truncated {
+		t.Fatalf("restored before the run: %+v truncated %v lost %d (%v)", res.Chunks, res.Truncated, res.LostBytes, err)
+	}
+
 	if _, err := m.Start("j-skip"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { i := j.Info(); return i.State == protocol.StateExited && i.Attempt == 2 })
-
-	first := int64(3 + offsetReserve)
 	res, err := j.Poll(0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -647,39 +666,66 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 	if err != nil || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "next\n" || res.Truncated || res.LostBytes != 0 {
 		t.Fatalf("poll from inside the skipped offsets: %+v truncated %v lost %d (%v)", res.Chunks, res.Truncated, res.LostBytes, err)
 	}
-	// Nothing is counted lost for the skipped offsets.
-	if n := j.out.span(0, first+5); n != 8 {
-		t.Fatalf("span over the output: %d bytes, want 8", n)
-	}
 
 	s2 := j.Snapshot()
-	if string(s2.Tail) != "next\n" || s2.Info.OutputEnd != first+5 || s2.Service.OutputSkipped != offsetReserve {
-		t.Fatalf("snapshot: tail %q end %d skipped %d", s2.Tail, s2.Info.OutputEnd, s2.Service.OutputSkipped)
+	if string(s2.Tail) != "next\n" || s2.TailEnd != first+5 || s2.Info.OutputEnd != first+5 {
+		t.Fatalf("snapshot: tail %q ends %d, output end %d", s2.Tail, s2.TailEnd, s2.Info.OutputEnd)
 	}
-	// A second crash: restored from that snapshot, it skips again.
-	s2.Info.State, s2.Info.Reason, s2.Interrupted = protocol.StateExited, protocol.ReasonSupervisorRestart, true
+	// Restored after a graceful restart: the 3 bytes before the tail are
+	// lost, the skipped offsets are not.
 	m2 := New(Config{}, discard(), nil)
 	defer m2.Close(context.Background())
 	if err := m2.Restore(s2); err != nil {
 		t.Fatal(err)
 	}
 	j2, _ := m2.Get("j-skip")
-	if j2.out.evicted != 3 || j2.offset != first+5+offsetReserve || j2.out.skipped != 2*offsetReserve {
-		t.Fatalf("second restore: evicted %d (want 3), offset %d (want %d), skipped %d", j2.out.evicted, j2.offset, first+5+offsetReserve, j2.out.skipped)
+	if res, err := j2.Poll(0, 0); err != nil || res.LostBytes != 3 || !res.Truncated || len(res.Chunks) != 1 {
+		t.Fatalf("after a restart: %+v truncated %v lost %d (want 3) (%v)", res.Chunks, res.Truncated, res.LostBytes, err)
 	}
-	// A finished (not interrupted) service record does not skip.
-	s3 := j.Snapshot()
-	s3.Info.JobID = "j-noskip"
-	if err := m2.Restore(s3); err != nil {
+	if res, err := j2.Poll(1000, 0); err != nil || res.Truncated || res.LostBytes != 0 {
+		t.Fatalf("after a restart, from inside the skipped offsets: truncated %v lost %d (%v)", res.Truncated, res.LostBytes, err)
+	}
+	// A second crash: restored from that snapshot, it skips again.
+	s2.Info.JobID, s2.Info.Reason, s2.Interrupted = "j-skip2", protocol.ReasonSupervisorRestart, true
+	if err := m2.Restore(s2); err != nil {
 		t.Fatal(err)
 	}
-	if j3, _ := m2.Get("j-noskip"); j3.offset != first+5 {
-		t.Fatalf("a gracefully ended service's offset moved: %d", j3.offset)
+	j3, _ := m2.Get("j-skip2")
+	if j3.offset != first+5+offsetReserve || len(j3.out.skips) != 2 || j3.out.evicted != 3 {
+		t.Fatalf("second crash: offset %d (want %d), skips %v, evicted %d (want 3)", j3.offset, first+5+offsetReserve, j3.out.skips, j3.out.evicted)
 	}
-	// Implausible skipped counts are refused.
-	s3.Info.JobID, s3.Service.OutputSkipped = "j-bad", s3.Info.OutputEnd+1
-	if err := m2.Restore(s3); err == nil {
-		t.Fatal("a record skipping more offsets than its output end was restored")
+
+	// A service that printed nothing before the crash: nothing is lost.
+	empty := Snapshot{Info: protocol.JobInfo{JobID: "j-empty", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 1},
+		Service: &ServiceState{Spec: spec, Attempt: 1}, Interrupted: true}
+	if err := m2.Restore(empty); err != nil {
+		t.Fatal(err)
+	}
+	je, _ := m2.Get("j-empty")
+	if res, err := je.Poll(0, 0); err != nil || res.Truncated || res.LostBytes != 0 {
+		t.Fatalf("no output before the crash: truncated %v lost %d (%v)", res.Truncated, res.LostBytes, err)
+	}
+
+	// The journal is input: implausible skips and tail ends are refused.
+	for name, mod := range map[string]func(*Snapshot){
+		"skip over the tail":   func(s *Snapshot) { s.Service.OutputSkips = []OffsetRange{{0, 4}} },
+		"skips out of order":   func(s *Snapshot) { s.Service.OutputSkips = []OffsetRange{{first + 1, 1}, {3, 1}} },
+		"empty skip":           func(s *Snapshot) { s.Service.OutputSkips = []OffsetRange{{3, 0}} },
+		"skip past the end":    func(s *Snapshot) { s.Service.OutputSkips = []OffsetRange{{3, first + 10}} },
+		"too many skips":       func(s *Snapshot) { s.Service.OutputSkips = make([]OffsetRange, skipsMax+1) },
+		"tail end past output": func(s *Snapshot) { s.TailEnd = s.Info.OutputEnd + 1 },
+		"tail end below tail":  func(s *Snapshot) { s.TailEnd = 2 },
+		"output end near 2^62": func(s *Snapshot) { s.Info.OutputEnd, s.TailEnd, s.Interrupted = 1<<62-10, 3, true },
+	} {
+		bad := j.Snapshot()
+		bad.TailEnd = 3
+		bad.Tail, bad.TailChunks = []byte("ab\n"), nil
+		bad.Service = &ServiceState{Spec: spec, Attempt: 2, OutputSkips: []OffsetRange{{3, offsetReserve}}}
+		bad.Info.JobID = "j-bad-" + name
+		mod(&bad)
+		if err := m2.Restore(bad); err == nil {
+			t.Errorf("%s: restored", name)
+		}
 	}
 }
 
@@ -714,5 +760,51 @@ func TestOutputAsksForJournalWrite(t *testing.T) {
 	j.checkReserveLocked()
 	if asked.Load() != 2 {
 		t.Fatalf("after the write was recorded: asked %d times, want 2", asked.Load())
+	}
+}
+
+// TestServiceRunJournaledFirst: before a service's second and later runs
+// start (a restart by policy, a start by hand), BeforeServiceRun is
+// called with the job already starting and no process yet, so that the
+// journal written there records it as running: a supervisor that dies
+// while the run publishes then takes reserves from that record (not from
+// a finished one, whose seqs and offsets would be used again). The first
+// run, of a job no journal knows yet, is not held up.
+func TestServiceRunJournaledFirst(t *testing.T) {
+	type seen struct {
+		state   protocol.State
+		attempt int
+		pid     int
+	}
+	var mu sync.Mutex
+	var calls []seen
+	var m *Manager
+	m = New(Config{}, discard(), nil, WithHooks(Hooks{BeforeServiceRun: func() {
+		for _, sn := range m.Snapshots(-1, nil) { // (as the journal does)
+			mu.Lock()
+			calls = append(calls, seen{sn.Info.State, sn.Info.Attempt, sn.Info.Pid})
+			mu.Unlock()
+		}
+	}}))
+	defer m.Close(context.Background())
+	j, _, err := m.SpawnJob(protocol.SpawnArgs{Shell: "exit 1", Restart: &protocol.RestartPolicy{
+		Policy: protocol.RestartOnFailure, RestartDelayMs: 1, MaxDelayMs: 1, MaxRestarts: intp(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return j.Info().State == protocol.StateExited })
+	if _, err := m.Start(j.id); err != nil {
+		t.Fatal(err)
+	}
+	// (three runs again: the start resets the restart count)
+	waitFor(t, func() bool { i := j.Info(); return i.State == protocol.StateExited && i.Attempt == 6 })
+	mu.Lock()
+	defer mu.Unlock()
+	var want []seen
+	for a := 2; a <= 6; a++ {
+		want = append(want, seen{protocol.StateStarting, a, 0})
+	}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("BeforeServiceRun saw %+v, want %+v", calls, want)
 	}
 }

@@ -29,10 +29,13 @@ type Snapshot struct {
 	StartTicks uint64
 	BootID     string
 	UpdatedAt  int64
-	// Tail is the newest retained output (at most TailBytes), starting at
-	// offset Info.OutputEnd-len(Tail); TailSeq is the seq of its last chunk.
+	// Tail is the newest retained output (at most TailBytes, contiguous),
+	// starting at offset TailEnd-len(Tail); TailSeq is the seq of its last
+	// chunk. TailEnd is Info.OutputEnd unless the job skipped offsets after
+	// its last output (see offsetReserve); 0 means Info.OutputEnd.
 	Tail    []byte
 	TailSeq uint64
+	TailEnd int64
 	// TailChunks are the output events Tail is made of, oldest first (the
 	// first may be the end of a longer one); none: one chunk, TailSeq.
 	TailChunks []TailChunk
@@ -71,6 +74,23 @@ type PendingOutput struct {
 // is input; a supervisor holds at most two merge buffers' worth).
 const maxUnpublished = 64 << 20
 
+// checkSkips checks a journal's skipped offset ranges (input): at most
+// skipsMax, each non-empty, in order, none overlapping another or the
+// tail [tailStart, tailEnd), all below the output's end.
+func checkSkips(rs []OffsetRange, tailStart, tailEnd, end int64) error {
+	if len(rs) > skipsMax {
+		return fmt.Errorf("%d skipped offset ranges (at most %d)", len(rs), skipsMax)
+	}
+	prev := int64(0)
+	for _, r := range rs {
+		if r.At < prev || r.N <= 0 || r.N > end || r.At > end-r.N || (tailEnd > tailStart && r.At < tailEnd && r.At+r.N > tailStart) {
+			return fmt.Errorf("implausible skipped offsets [%d, +%d) (output end %d, tail [%d, %d))", r.At, r.N, end, tailStart, tailEnd)
+		}
+		prev = r.At + r.N
+	}
+	return nil
+}
+
 // TailChunk is one output event within a Snapshot's Tail.
 type TailChunk struct {
 	Seq    uint64
@@ -90,10 +110,14 @@ type ServiceState struct {
 	History     []protocol.RunRecord
 	// RunOutputStart is the output offset of the current run's first byte.
 	RunOutputStart int64
-	// OutputSkipped is how many offsets below the output's end never held
-	// output (skipped after supervisor crashes, see offsetReserve).
-	OutputSkipped int64
+	// OutputSkips are the offset ranges below the output's end that never
+	// held output (skipped after supervisor crashes, see offsetReserve),
+	// oldest first.
+	OutputSkips []OffsetRange
 }
+
+// OffsetRange is the output offsets [At, At+N).
+type OffsetRange struct{ At, N int64 }
 
 // Snapshot returns the job's persistent state.
 func (j *Job) Snapshot() Snapshot {
@@ -124,15 +148,17 @@ func (j *Job) Snapshot() Snapshot {
 	}
 	if j.svc != nil {
 		s.Service = &ServiceState{
-			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset, OutputSkipped: j.out.skipped,
+			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset, OutputSkips: slices.Clone(j.out.skips),
 			Ends: append([]time.Time(nil), j.svc.ends...), History: append([]protocol.RunRecord(nil), j.history...),
 		}
 	}
 	live := j.out.live()
-	// (the tail is contiguous and ends at the output's end: it stops at
-	// skipped offsets, see ring.skipTo)
-	if n := len(live); n > 0 && live[n-1].Offset+int64(len(live[n-1].Data)) == j.offset {
+	// (the tail is contiguous: it stops at skipped offsets, see
+	// ring.skipTo; it ends below the output's end when the job skipped
+	// offsets after it)
+	if n := len(live); n > 0 {
 		s.TailSeq = live[n-1].Seq
+		s.TailEnd = live[n-1].Offset + int64(len(live[n-1].Data))
 		var tail []byte
 		var chunks []TailChunk
 		for i := n - 1; i >= 0 && len(tail) < TailBytes && len(chunks) < maxTailChunks; i-- {
@@ -277,8 +303,8 @@ func (m *Manager) Restore(s Snapshot) error {
 		if sv.Attempt < 0 || sv.Attempt > 1<<30 || sv.Restarts < 0 || sv.Restarts > 1<<30 || sv.RunOutputStart < 0 {
 			return fmt.Errorf("restore %s: implausible service counts (attempt %d, restarts %d)", info.JobID, sv.Attempt, sv.Restarts)
 		}
-		if sv.OutputSkipped < 0 || sv.OutputSkipped > info.OutputEnd {
-			return fmt.Errorf("restore %s: implausible skipped output %d (output end %d)", info.JobID, sv.OutputSkipped, info.OutputEnd)
+		if s.Interrupted && info.OutputEnd > 1<<62-offsetReserve {
+			return fmt.Errorf("restore %s: implausible output end %d for a service", info.JobID, info.OutputEnd)
 		}
 		if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
 			sv.History = sv.History[n:] // (as a running job keeps it)
@@ -324,8 +350,22 @@ func (m *Manager) Restore(s Snapshot) error {
 		ev.Attempt = first.attempt
 		j.startedEv = &ev
 	}
+	tailEnd := s.TailEnd
+	if tailEnd == 0 {
+		tailEnd = info.OutputEnd // (older journals, or no tail)
+	}
+	if tailEnd < int64(len(s.Tail)) || tailEnd > info.OutputEnd {
+		return fmt.Errorf("restore %s: implausible output tail end %d (tail of %d bytes, output end %d)", info.JobID, tailEnd, len(s.Tail), info.OutputEnd)
+	}
+	if sv := s.Service; sv != nil {
+		if err := checkSkips(sv.OutputSkips, tailEnd-int64(len(s.Tail)), tailEnd, info.OutputEnd); err != nil {
+			return fmt.Errorf("restore %s: %w", info.JobID, err)
+		}
+		j.out.skips = slices.Clone(sv.OutputSkips)
+	}
 	if len(s.Tail) > 0 && s.TailSeq >= 2 {
-		off := info.OutputEnd - int64(len(s.Tail))
+		off := tailEnd - int64(len(s.Tail))
+		j.out.end = off
 		if tailChunksValid(s) {
 			// Each with the seq, stream and offset it had.
 			data := s.Tail
@@ -344,12 +384,10 @@ func (m *Manager) Restore(s Snapshot) error {
 			j.out.add(chunk{Chunk: protocol.Chunk{Seq: s.TailSeq, Stream: protocol.Stdout, Offset: off, Data: s.Tail}, ts: info.LastOutputAt})
 		}
 	}
+	j.out.end = info.OutputEnd
 	// Output before the tail did not survive the restart (the offsets a
 	// service skipped never held any).
-	if sv := s.Service; sv != nil {
-		j.out.skipped = sv.OutputSkipped
-	}
-	j.out.evicted = max(0, info.OutputEnd-int64(len(s.Tail))-j.out.skipped)
+	j.out.evicted = j.out.span(0, tailEnd-int64(len(s.Tail)))
 	if j.seq < s.TailSeq {
 		j.seq = s.TailSeq
 	}

@@ -39,14 +39,9 @@ type ring struct {
 	// end is the combined output offset just past the newest byte ever stored.
 	end int64
 	// skips are the offset ranges no output was ever stored at (see
-	// skipTo), oldest first, at most skipsMax; skipped sums all there
-	// ever were.
-	skips   []offsetRange
-	skipped int64
+	// skipTo), oldest first, at most skipsMax.
+	skips []OffsetRange
 }
-
-// offsetRange is the output offsets [at, at+n).
-type offsetRange struct{ at, n int64 }
 
 // skipsMax bounds the skips a ring remembers (one per supervisor crash
 // a service lived through); a span across older ones counts them as
@@ -79,8 +74,7 @@ func (r *ring) skipTo(off int64) {
 	if len(r.skips) >= skipsMax {
 		r.skips = append(r.skips[:0], r.skips[1:]...)
 	}
-	r.skips = append(r.skips, offsetRange{r.end, off - r.end})
-	r.skipped += off - r.end
+	r.skips = append(r.skips, OffsetRange{r.end, off - r.end})
 	r.end = off
 }
 
@@ -89,7 +83,7 @@ func (r *ring) skipTo(off int64) {
 func (r *ring) span(a, b int64) int64 {
 	n := b - a
 	for _, s := range r.skips {
-		if lo, hi := max(a, s.at), min(b, s.at+s.n); hi > lo {
+		if lo, hi := max(a, s.At), min(b, s.At+s.N); hi > lo {
 			n -= hi - lo
 		}
 	}

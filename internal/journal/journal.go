@@ -96,9 +96,14 @@ type Record struct {
 	TimeoutMs   int64  `json:"timeoutMs"`
 	NoOutputMs  int64  `json:"noOutputTimeoutMs"`
 	// OutputTail is the newest output (a few KiB, base64 in JSON), ending at
-	// OutputEnd; OutputTailSeq is the seq of its last event.
+	// OutputTailEnd (OutputEnd when absent); OutputTailSeq is the seq of its
+	// last event.
 	OutputTail    []byte `json:"outputTail,omitempty"`
 	OutputTailSeq uint64 `json:"outputTailSeq,omitempty"`
+	// OutputTailEnd is the offset just past OutputTail when that is below
+	// OutputEnd (a service that skipped offsets after its last output);
+	// absent: OutputEnd.
+	OutputTailEnd int64 `json:"outputTailEnd,omitempty"`
 	// OutputTailChunks are the output events OutputTail is made of, oldest
 	// first (the first may be the end of a longer one); their lengths add
 	// up to OutputTail's. Without them (older journals) the tail is
@@ -140,10 +145,11 @@ type Service struct {
 	// RunOutputStart is the output offset at which the current run's
 	// output began (its share of OutputTail, for its history record).
 	RunOutputStart int64 `json:"runOutputStart,omitempty"`
-	// OutputSkipped is how many output offsets below OutputEnd never held
-	// output: a service resumed after a crash writes past every offset
-	// the dead supervisor may have published.
-	OutputSkipped int64 `json:"outputSkipped,omitempty"`
+	// OutputSkips are the output offset ranges [at, at+n) below OutputEnd
+	// that never held output, as [at, n] pairs, oldest first: a service
+	// resumed after a crash writes past every offset the dead supervisor
+	// may have published.
+	OutputSkips [][2]int64 `json:"outputSkips,omitempty"`
 }
 
 // TailChunk is one output event within a record's OutputTail.

@@ -136,14 +136,7 @@ func (s *Server) recover() error {
 	}
 	wg.Wait()
 	s.log.Info("journal recovered", "path", s.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
-	if len(resume) > 0 && s.cfg.ResumeServices {
-		// What recovery settled reaches the disk before a resumed service
-		// publishes anything: the seqs and output offsets it reserved
-		// (past all the dead supervisor may have published) are then the
-		// ones a second crash resumes from, not the old record's.
-		s.writeJournal(false)
-	}
-	s.resumeServices(resume)
+	s.resumeServices(resume) // (each run is journaled before it starts: BeforeServiceRun)
 	return nil
 }
 
@@ -245,7 +238,7 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 			StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, OutputEnd: r.OutputEnd, LastSeq: r.LastSeq,
 			Pty: r.Pty, Rows: r.Rows, Cols: r.Cols,
 		},
-		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq, TailChunks: tailChunks(r),
+		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq, TailEnd: r.OutputTailEnd, TailChunks: tailChunks(r),
 		Unpublished: unpublishedOf(r), Service: serviceOf(r.Service),
 	}
 }
@@ -265,7 +258,11 @@ func unpublishedOf(r journal.Record) []jobs.PendingOutput {
 // earlier runs' output).
 func runTail(r journal.Record) []byte {
 	tail := r.OutputTail
-	start := r.OutputEnd - int64(len(tail)) // (the unpublished output follows OutputEnd)
+	end := r.OutputEnd
+	if r.OutputTailEnd != 0 {
+		end = r.OutputTailEnd
+	}
+	start := end - int64(len(tail)) // (the unpublished output follows OutputEnd)
 	if len(r.OutputUnpublished) > 0 {
 		tail = slices.Clone(tail)
 		for _, u := range r.OutputUnpublished {
@@ -288,7 +285,10 @@ func serviceOf(sv *journal.Service) *jobs.ServiceState {
 		return nil
 	}
 	st := &jobs.ServiceState{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
-		RunOutputStart: sv.RunOutputStart, OutputSkipped: sv.OutputSkipped}
+		RunOutputStart: sv.RunOutputStart}
+	for _, r := range sv.OutputSkips {
+		st.OutputSkips = append(st.OutputSkips, jobs.OffsetRange{At: r[0], N: r[1]})
+	}
 	for _, e := range sv.Ends {
 		st.Ends = append(st.Ends, time.UnixMilli(e))
 	}
@@ -306,6 +306,9 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
 		Pty: i.Pty, Rows: i.Rows, Cols: i.Cols, Cgroup: i.Cgroup,
 	}
+	if sn.TailEnd != i.OutputEnd && len(sn.Tail) > 0 {
+		r.OutputTailEnd = sn.TailEnd
+	}
 	for _, c := range sn.TailChunks {
 		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len, Attempt: c.Attempt})
 	}
@@ -314,7 +317,10 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 	}
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
-			RunOutputStart: sv.RunOutputStart, OutputSkipped: sv.OutputSkipped}
+			RunOutputStart: sv.RunOutputStart}
+		for _, s := range sv.OutputSkips {
+			r.Service.OutputSkips = append(r.Service.OutputSkips, [2]int64{s.At, s.N})
+		}
 		for _, e := range sv.Ends {
 			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
 		}

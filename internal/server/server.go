@@ -181,14 +181,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.cgroupNote = "disabled with --no-cgroups"
 	}
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
-		Changed:         s.markDirty,
-		Spawned:         s.metrics.Spawned.Inc,
-		Restarted:       s.metrics.Restarts.Inc,
-		RunEnded:        s.countTimeout,
-		Finished:        s.countFinished,
-		OutputBytes:     func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
-		CleanupKill:     func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
-		OwnershipEscape: s.metrics.OwnershipEscapes.Inc,
+		Changed:          s.markDirty,
+		BeforeServiceRun: func() { s.writeJournal(false) },
+		Spawned:          s.metrics.Spawned.Inc,
+		Restarted:        s.metrics.Restarts.Inc,
+		RunEnded:         s.countTimeout,
+		Finished:         s.countFinished,
+		OutputBytes:      func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
+		CleanupKill:      func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
+		OwnershipEscape:  s.metrics.OwnershipEscapes.Inc,
 	}))...)
 	defer func() {
 		if err != nil {
