@@ -270,17 +270,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.log.Info("supervisor started", "instance", s.instanceID, "control", s.cfg.Control, "event", s.cfg.Event,
 		"metrics", s.cfg.MetricsAddr, "stateDir", s.cfg.StateDir, "journal", s.journal.Path(), "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
-	if s.cfg.HeartbeatInterval > maxQuietHeartbeat {
-		s.log.Warn("heartbeats are further apart than followers wait on a quiet event connection: pkg/client and execctl will reconnect theirs over and over",
-			"heartbeatInterval", s.cfg.HeartbeatInterval, "keepAtMost", maxQuietHeartbeat)
-	}
 	return nil
 }
-
-// maxQuietHeartbeat is the longest heartbeat interval with which a
-// follower (pkg/client, 3 s of silence) does not take its event
-// connection for broken.
-const maxQuietHeartbeat = 2 * time.Second
 
 // Addr returns the bound address of the control socket (useful with tcp port 0).
 func (s *Server) Addr() net.Addr { return s.ctl.Addr() }
@@ -452,7 +443,7 @@ func (s *Server) heartbeatLoop() {
 			active, _ := s.jobs.Counts()
 			ev, _ := protocol.NewEvent("", 0, time.Now().UnixMilli(), protocol.KindHeartbeat, protocol.HeartbeatPayload{
 				InstanceID: s.instanceID, StartedAt: s.startedAt.UnixMilli(), ActiveJobs: active,
-				Published: s.pub.published.Load(), Dropped: s.pub.dropped.Load(),
+				Published: s.pub.published.Load(), Dropped: s.pub.dropped.Load(), IntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
 			})
 			s.pub.Publish(ev)
 		}
@@ -712,7 +703,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 			return nil, err
 		}
 		res, err := j.Events(a.FromSeq, a.Limit)
-		res.InstanceID = s.instanceID
+		res.InstanceID, res.HeartbeatIntervalMs = s.instanceID, s.cfg.HeartbeatInterval.Milliseconds()
 		s.metrics.BackfillReqs.Inc()
 		s.metrics.BackfillEvents.Add(float64(len(res.Events)))
 		return res, err

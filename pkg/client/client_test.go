@@ -479,3 +479,51 @@ func TestOriginModeAuditFindings(t *testing.T) {
 		t.Fatalf("the connection after it: %v", err)
 	}
 }
+
+// TestFollowSlowHeartbeats: with heartbeats further apart than the 3 s a
+// follower allows a quiet event connection by default, the follower goes
+// by the interval the supervisor announces (three of them) and keeps its
+// connection through a quiet job, rather than reconnecting every 3 s.
+func TestFollowSlowHeartbeats(t *testing.T) {
+	t.Parallel()
+	s := start(t, func(c *server.Config) {
+		c.HeartbeatInterval = 5 * time.Second
+		c.MetricsAddr = "127.0.0.1:0"
+	})
+	ctx := ctxT(t, 30*time.Second)
+	j, err := s.c.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 4.5; echo done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disconnects := func() string {
+		resp, err := http.Get("http://" + s.MetricsAddr().String() + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		m, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(m), "\n") {
+			if strings.HasPrefix(l, "exec_supervisor_subscriber_disconnects_total ") {
+				return l
+			}
+		}
+		return "no metric"
+	}
+	var at string
+	start := time.Now()
+	err = s.c.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
+		if ev.Kind == protocol.KindStdout {
+			at = disconnects() // (before Follow closes its connection)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 4*time.Second {
+		t.Fatalf("the job was quiet for %v only: the test needs more than 3 s", time.Since(start))
+	}
+	if at != "exec_supervisor_subscriber_disconnects_total 0" {
+		t.Fatalf("the follower's event connection was dropped while the job was quiet: %s", at)
+	}
+}

@@ -55,6 +55,7 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 		return f.poll(ctx)
 	}
 	sub := &subscription{c: c, topics: []string{protocol.JobTopic(jobID), protocol.TopicHeartbeat}}
+	f.sub = sub
 	defer sub.close()
 	sub.connect(ctx)
 
@@ -77,7 +78,10 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 			sub.heard()
 			if ev.Kind == protocol.KindHeartbeat {
 				var hb protocol.HeartbeatPayload
-				if ev.DecodePayload(&hb) == nil && f.seen(hb.InstanceID) {
+				if ev.DecodePayload(&hb) == nil {
+					sub.heartbeatEvery(hb.IntervalMs)
+				}
+				if hb.InstanceID != "" && f.seen(hb.InstanceID) {
 					// A restarted supervisor: what it recovered of the job
 					// (and what it lost, as missing seqs) comes through
 					// subscribe.
@@ -127,7 +131,7 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 			// disconnected by the supervisor) or never established: after
 			// a silence longer than a few heartbeats, connect again and
 			// backfill what was missed.
-			if sub.silentFor() > subSilence {
+			if sub.silentFor() > sub.silenceLimit() {
 				sub.reconnect(ctx)
 			}
 			// Safety net for an event lost between subscription and
@@ -142,8 +146,15 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 }
 
 // subSilence is how long an event connection may stay silent (heartbeats
-// come every second by default) before it is reconnected.
+// come every second by default) before it is reconnected; a supervisor
+// with heartbeats further apart than a third of it says so (heartbeats'
+// intervalMs, subscribe's heartbeatIntervalMs) and is given three of them.
 const subSilence = 3 * time.Second
+
+// maxSubSilence bounds the silence allowed for long heartbeat intervals
+// (the supervisor accepts up to an hour; a follower does not wait that
+// long to find a broken connection: it reconnects, no harm done).
+const maxSubSilence = 5 * time.Minute
 
 // subscription is a SUB socket that can be reconnected; its events arrive
 // on events. It is owned by one Follow call.
@@ -157,6 +168,7 @@ type subscription struct {
 	wg       sync.WaitGroup
 	lastHear time.Time
 	live     bool
+	silence  time.Duration // allowed (0: subSilence; see heartbeatEvery)
 }
 
 func (s *subscription) connect(ctx context.Context) {
@@ -221,6 +233,27 @@ func (s *subscription) heard() {
 	s.mu.Unlock()
 }
 
+// heartbeatEvery records the supervisor's heartbeat interval (0: not
+// said, as by older supervisors).
+func (s *subscription) heartbeatEvery(ms int64) {
+	if ms <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.silence = min(max(subSilence, 3*time.Duration(ms)*time.Millisecond), maxSubSilence)
+	s.mu.Unlock()
+}
+
+// silenceLimit is how long the connection may stay silent.
+func (s *subscription) silenceLimit() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.silence == 0 {
+		return subSilence
+	}
+	return s.silence
+}
+
 func (s *subscription) silentFor() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -230,7 +263,11 @@ func (s *subscription) silentFor() time.Duration {
 func (s *subscription) ok() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.live && time.Since(s.lastHear) < subSilence
+	limit := s.silence
+	if limit == 0 {
+		limit = subSilence
+	}
+	return s.live && time.Since(s.lastHear) < limit
 }
 
 func (s *subscription) reconnect(ctx context.Context) {
@@ -308,6 +345,8 @@ type follower struct {
 	restarted bool
 	// once drops output a restarted supervisor publishes again.
 	once OutputOnce
+	// sub is the event connection (nil when polling).
+	sub *subscription
 }
 
 // seen records the instance id of a heartbeat or a reply ("" if it had
@@ -447,6 +486,9 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 			return true, fmt.Errorf("follow %s: %w", f.jobID, err)
 		}
 		f.seen(res.InstanceID)
+		if f.sub != nil {
+			f.sub.heartbeatEvery(res.HeartbeatIntervalMs)
+		}
 		stop, err := f.apply(res.Missing, res.Events, time.Now().UnixMilli(), func(ev protocol.Event, done bool) bool {
 			// (a terminal event below LastSeq ends an earlier supervision
 			// period of a service that was started again; its later

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -126,7 +127,7 @@ func TestFastReplyAndSubscribeMatchGeneric(t *testing.T) {
 	ex.Attempt = 2
 	evs = append(evs, ex)
 	res := SubscribeResult{Job: JobInfo{JobID: "j-x", State: StateExited, ExitCode: &code}, Events: evs,
-		Missing: []SeqRange{{From: 1, To: 1}}, MissingBytes: 12, More: true, InstanceID: "i-1"}
+		Missing: []SeqRange{{From: 1, To: 1}}, MissingBytes: 12, More: true, InstanceID: "i-1", HeartbeatIntervalMs: 1000}
 	b, err := OKReply("r-1", &res)
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +156,13 @@ func TestFastReplyAndSubscribeMatchGeneric(t *testing.T) {
 	}
 	if got.Job.JobID != want.Job.JobID || *got.Job.ExitCode != 3 || len(got.Events) != len(want.Events) ||
 		got.MissingBytes != 12 || !got.More || len(got.Missing) != 1 || got.Missing[0] != want.Missing[0] ||
-		got.InstanceID != "i-1" || want.InstanceID != "i-1" {
+		got.InstanceID != "i-1" || want.InstanceID != "i-1" || got.HeartbeatIntervalMs != 1000 {
 		t.Fatalf("subscribe: got %+v", got)
+	}
+	// Every field the generic decoder fills, the fast one fills alike (a
+	// field added to SubscribeResult must be added to fastSubscribeResult).
+	if !reflect.DeepEqual(*got, want) {
+		t.Fatalf("fast and generic decoding differ:\nfast    %+v\ngeneric %+v", *got, want)
 	}
 	for i := range got.Events {
 		g, w := got.Events[i], want.Events[i]

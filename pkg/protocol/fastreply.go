@@ -131,6 +131,8 @@ func fastSubscribeResult(b []byte) (*SubscribeResult, bool) {
 			dst = &r.More
 		case "instanceId":
 			dst = &r.InstanceID
+		case "heartbeatIntervalMs":
+			dst = &r.HeartbeatIntervalMs
 		default:
 			return true
 		}

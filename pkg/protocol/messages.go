@@ -410,6 +410,9 @@ type SubscribeResult struct {
 	// InstanceID is the answering supervisor's (as in health): a client
 	// that sees it change knows the supervisor restarted.
 	InstanceID string `msgpack:"instanceId,omitempty" json:"instanceId,omitempty"`
+	// HeartbeatIntervalMs is the supervisor's heartbeat period (as in
+	// HeartbeatPayload), for a follower that has not heard one yet.
+	HeartbeatIntervalMs int64 `msgpack:"heartbeatIntervalMs,omitempty" json:"heartbeatIntervalMs,omitempty"`
 }
 
 // SeqRange is an inclusive range of seqs.
@@ -506,4 +509,7 @@ type HeartbeatPayload struct {
 	// Published and Dropped count events since the supervisor started.
 	Published uint64 `msgpack:"published" json:"published"`
 	Dropped   uint64 `msgpack:"dropped" json:"dropped"`
+	// IntervalMs is the supervisor's heartbeat period: a subscriber that
+	// heard nothing for a few of them may take its connection for broken.
+	IntervalMs int64 `msgpack:"intervalMs,omitempty" json:"intervalMs,omitempty"`
 }
