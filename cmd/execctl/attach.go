@@ -32,7 +32,7 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	id, err := oneJob(fs)
+	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
 	}

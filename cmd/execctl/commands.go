@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,11 +82,91 @@ func parse(fs *pflag.FlagSet, args []string) error {
 	return nil
 }
 
-func oneJob(fs *pflag.FlagSet) (string, error) {
+// oneJob returns the command's one JOB argument, resolved (see resolveJob).
+func (g *globals) oneJob(ctx context.Context, fs *pflag.FlagSet) (string, error) {
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
 		return "", &usageError{msg: fmt.Sprintf("want exactly one JOB argument, got %q", fs.Args()), hint: "usage: " + fs.Name() + " JOB (ids are shown by: execctl list)"}
 	}
-	return fs.Arg(0), nil
+	return g.resolveJob(ctx, fs.Arg(0))
+}
+
+// resolveJob returns the job id that arg names: the id itself, or an
+// unambiguous prefix of one (with or without its "j-"), as the ids execctl
+// list shows. A whole id is taken as it is (no round trip).
+func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
+	ids, err := g.resolveJobs(ctx, []string{arg})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// resolveJobs is resolveJob for several (one listing for all).
+func (g *globals) resolveJobs(ctx context.Context, args []string) ([]string, error) {
+	out := slices.Clone(args)
+	var jobs []protocol.JobInfo
+	listed := false
+	for i, arg := range args {
+		if fullJobID(arg) || arg == "" {
+			continue
+		}
+		if !listed {
+			var err error
+			if jobs, err = g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true}); err != nil {
+				return nil, err
+			}
+			listed = true
+		}
+		id, err := matchJob(arg, jobs)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = id
+	}
+	return out, nil
+}
+
+// matchJob finds the one job of jobs whose id is arg or starts with it.
+func matchJob(arg string, jobs []protocol.JobInfo) (string, error) {
+	prefix := arg
+	if !strings.HasPrefix(prefix, "j-") {
+		prefix = "j-" + prefix
+	}
+	var found []string
+	for _, j := range jobs {
+		if j.JobID == arg {
+			return arg, nil // (an id of another shape, taken whole)
+		}
+		if strings.HasPrefix(j.JobID, prefix) {
+			found = append(found, j.JobID)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return arg, nil // (the op says it is not found)
+	case 1:
+		return found[0], nil
+	}
+	shown := found
+	if len(shown) > 5 {
+		shown = shown[:5]
+	}
+	return "", &usageError{msg: fmt.Sprintf("job %q is ambiguous: %d jobs start with it (%s%s)", arg, len(found), strings.Join(shown, ", "), map[bool]string{true: ", ...", false: ""}[len(found) > 5]),
+		hint: "give more of the id (execctl list shows them)"}
+}
+
+// fullJobID reports whether id has the shape of a job id ("j-" and 16 hex
+// digits).
+func fullJobID(id string) bool {
+	if len(id) != 18 || !strings.HasPrefix(id, "j-") {
+		return false
+	}
+	for _, c := range id[2:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -428,7 +509,7 @@ func (*PollCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	id, err := oneJob(fs)
+	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
@@ -477,7 +558,11 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	var wg sync.WaitGroup
 	errs := make([]error, fs.NArg())
 	color := isTTY(g.stdout)
-	for i, id := range fs.Args() {
+	ids, err := g.resolveJobs(ctx, fs.Args())
+	if err != nil {
+		return 0, err
+	}
+	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -628,7 +713,7 @@ func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	id, err := oneJob(fs)
+	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
@@ -672,7 +757,7 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if fs.NArg() == 0 {
 		return listJobs(ctx, g, protocol.ListJobsArgs{})
 	}
-	id, err := oneJob(fs)
+	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
@@ -841,7 +926,7 @@ func (*RemoveCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	id, err := oneJob(fs)
+	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
@@ -905,7 +990,10 @@ func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	if fs.NArg() < 1 || fs.NArg() > 2 {
 		return 0, &usageError{msg: "want JOB and DATA (or - to read standard input)", hint: "execctl write JOB 'ls -l'   or   echo hi | execctl write JOB -"}
 	}
-	id := fs.Arg(0)
+	id, err := g.resolveJob(ctx, fs.Arg(0))
+	if err != nil {
+		return 0, err
+	}
 	var data []byte
 	switch {
 	case fs.NArg() == 1 && !*eof:
@@ -988,7 +1076,11 @@ func (*SendKeysCommand) Run(ctx context.Context, g *globals, args []string) (int
 		}
 		data = append(data, b...)
 	}
-	res, err := g.client.Write(ctx, fs.Arg(0), data, false)
+	id, err := g.resolveJob(ctx, fs.Arg(0))
+	if err != nil {
+		return 0, err
+	}
+	res, err := g.client.Write(ctx, id, data, false)
 	if err != nil {
 		return 0, err
 	}
@@ -1022,8 +1114,12 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err != nil || c < 1 || c > protocol.MaxTermSize {
 		return 0, &usageError{msg: fmt.Sprintf("COLS %q must be a number in 1..%d", fs.Arg(2), protocol.MaxTermSize)}
 	}
+	id, err := g.resolveJob(ctx, fs.Arg(0))
+	if err != nil {
+		return 0, err
+	}
 	var res protocol.StatusResult // (the resize op's result: {job})
-	if err := g.client.Call(ctx, protocol.OpResize, &protocol.ResizeArgs{JobID: fs.Arg(0), Rows: r, Cols: c}, &res); err != nil {
+	if err := g.client.Call(ctx, protocol.OpResize, &protocol.ResizeArgs{JobID: id, Rows: r, Cols: c}, &res); err != nil {
 		return 0, err
 	}
 	if g.json {
@@ -1064,7 +1160,11 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		return 0, &usageError{msg: "want at least one JOB", hint: "execctl wait JOB1 JOB2"}
 	}
 	code, reached := exitOK, false
-	for _, id := range fs.Args() {
+	ids, err := g.resolveJobs(ctx, fs.Args())
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
 		c, err := waitEnd(ctx, g, id, reached)
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			return exitInterrupted, nil // (Ctrl-C: the jobs go on)

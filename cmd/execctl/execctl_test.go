@@ -789,3 +789,40 @@ func TestWaitStoppedServiceExitCode(t *testing.T) {
 		t.Fatalf("wait: exit %d, %q; want 1, stopped", code, errs)
 	}
 }
+
+// TestJobIDPrefixes: commands take an unambiguous prefix of a job id (with
+// or without its "j-"), as list shows them; an ambiguous one is a usage
+// error naming the candidates, an unknown one is not-found.
+func TestJobIDPrefixes(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	a := s.spawnID(t, "--shell", "echo from-a")
+	b := s.spawnID(t, "--shell", "echo from-b")
+	s.waitExited(t, a)
+	s.waitExited(t, b)
+	// The shortest prefixes that tell them apart.
+	n := 3
+	for a[:n] == b[:n] {
+		n++
+	}
+	if got := jobOf(t, jsonObject(t, s.mustCtl(t, "--json", "status", a[:n+1])))["jobId"]; got != a {
+		t.Fatalf("status %s: job %v, want %s", a[:n+1], got, a)
+	}
+	if out := s.mustCtl(t, "poll", strings.TrimPrefix(b[:n+1], "j-")); out != "from-b\n" {
+		t.Fatalf("poll by a prefix without j-: %q", out)
+	}
+	if out := s.mustCtl(t, "wait", a[:n+1], b[:n+1]); out != "" {
+		t.Logf("wait printed %q", out)
+	}
+	code, _, errs := s.ctl(t, "status", "j-")
+	if code != exitUsage || !strings.Contains(errs, "ambiguous") || !strings.Contains(errs, a) || !strings.Contains(errs, b) {
+		t.Fatalf("ambiguous prefix: exit %d stderr %q", code, errs)
+	}
+	code, _, errs = s.ctl(t, "status", "j-zzzz")
+	if code != exitNotFound || !strings.Contains(errs, "not-found") {
+		t.Fatalf("unknown prefix: exit %d stderr %q", code, errs)
+	}
+	if out := s.mustCtl(t, "remove", a[:n+1]); out != a+" removed\n" {
+		t.Fatalf("remove by prefix printed %q", out)
+	}
+}

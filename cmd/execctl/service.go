@@ -183,7 +183,7 @@ func serviceOp(ctx context.Context, g *globals, name string, args []string) (int
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	id, err := oneJob(fs)
+	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
@@ -220,7 +220,7 @@ func (*StopCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	id, err := oneJob(fs)
+	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
@@ -246,7 +246,7 @@ func (*HistoryCommand) Run(ctx context.Context, g *globals, args []string) (int,
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	id, err := oneJob(fs)
+	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
