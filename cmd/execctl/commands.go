@@ -713,14 +713,14 @@ func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
-	id, err := g.oneJob(ctx, fs)
-	if err != nil {
-		return 0, err
-	}
 	if *sig != "" {
 		if _, err := protocol.ParseSignal(*sig); err != nil {
 			return 0, &usageError{msg: err.Error()}
 		}
+	}
+	id, err := g.oneJob(ctx, fs)
+	if err != nil {
+		return 0, err
 	}
 	res, err := g.client.Kill(ctx, id, *sig)
 	if err != nil {
@@ -990,14 +990,15 @@ func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	if fs.NArg() < 1 || fs.NArg() > 2 {
 		return 0, &usageError{msg: "want JOB and DATA (or - to read standard input)", hint: "execctl write JOB 'ls -l'   or   echo hi | execctl write JOB -"}
 	}
+	if fs.NArg() == 1 && !*eof {
+		return 0, &usageError{msg: "nothing to write", hint: "give DATA, - for standard input, or --eof"}
+	}
 	id, err := g.resolveJob(ctx, fs.Arg(0))
 	if err != nil {
 		return 0, err
 	}
 	var data []byte
 	switch {
-	case fs.NArg() == 1 && !*eof:
-		return 0, &usageError{msg: "nothing to write", hint: "give DATA, - for standard input, or --eof"}
 	case fs.NArg() == 2 && fs.Arg(1) == "-":
 		return writeStdin(ctx, g, id, *eof)
 	case fs.NArg() == 2:

@@ -246,12 +246,12 @@ func (*HistoryCommand) Run(ctx context.Context, g *globals, args []string) (int,
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
+	if *lines < 0 {
+		return 0, &usageError{msg: fmt.Sprintf("--lines %d: must not be negative", *lines)}
+	}
 	id, err := g.oneJob(ctx, fs)
 	if err != nil {
 		return 0, err
-	}
-	if *lines < 0 {
-		return 0, &usageError{msg: fmt.Sprintf("--lines %d: must not be negative", *lines)}
 	}
 	runs, err := g.client.History(ctx, id)
 	if err != nil {
