@@ -150,16 +150,23 @@ func (r *ring) offsetFrom(seq uint64) (int64, bool) {
 
 // missingBytes sums the output of the seq ranges rs that are no longer
 // retained, and says whether the sum is exact (otherwise it is an upper
-// bound: everything evicted).
+// bound: everything evicted). Each range whose output is known exactly
+// gets it in Bytes.
 func (r *ring) missingBytes(rs []protocol.SeqRange) (int64, bool) {
 	var n int64
-	for _, m := range rs {
+	exact := true
+	for i, m := range rs {
 		from, ok1 := r.offsetFrom(m.From)
 		to, ok2 := r.offsetFrom(m.To + 1)
 		if !ok1 || !ok2 {
-			return r.evicted, false
+			exact = false
+			continue
 		}
-		n += r.span(from, to)
+		rs[i].Bytes = r.span(from, to)
+		n += rs[i].Bytes
+	}
+	if !exact {
+		return r.evicted, false
 	}
 	return n, true
 }

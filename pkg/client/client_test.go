@@ -527,3 +527,38 @@ func TestFollowSlowHeartbeats(t *testing.T) {
 		t.Fatalf("the follower's event connection was dropped while the job was quiet: %s", at)
 	}
 }
+
+// TestLostOutputIsCounted: output evicted from the supervisor's ring
+// before a follower asked for it surfaces as an OutputLostError that says
+// how many bytes were lost (subscribe's per-range bytes); what is read is
+// the retained tail, and the two add up to everything printed.
+func TestLostOutputIsCounted(t *testing.T) {
+	t.Parallel()
+	s := start(t, func(c *server.Config) {
+		c.Jobs.RingBytes = 64 << 10
+		c.Jobs.MergeMaxBytes = 4096
+	})
+	ctx := ctxT(t, 30*time.Second)
+	const total = 400000
+	info, err := s.c.Spawn(ctx, protocol.SpawnArgs{Shell: fmt.Sprintf("head -c %d /dev/zero", total)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.c.Wait(ctx, info.JobID, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	j := s.c.Open(info.JobID, 1<<20)
+	defer j.Close()
+	before, err := readAll(t, j.Stdout())
+	var lost *client.OutputLostError
+	if !errors.As(err, &lost) || lost.Reason != "not-retained" || before != "" {
+		t.Fatalf("want an OutputLostError first, got %v after %d bytes", err, len(before))
+	}
+	got, err := readAll(t, j.Stdout()) // (the stream goes on after the loss)
+	if err != nil {
+		t.Fatalf("after the loss: %v", err)
+	}
+	if lost.Bytes <= 0 || lost.Bytes+int64(len(got)) != total {
+		t.Fatalf("lost %d bytes and read %d: want them to add up to %d", lost.Bytes, len(got), total)
+	}
+}

@@ -448,7 +448,11 @@ func (f *follower) apply(missing []protocol.SeqRange, events []protocol.Event, t
 				continue
 			}
 			from := max(r.From, f.next)
-			gap, _ := protocol.NewEvent(f.jobID, 0, ts, protocol.KindGap, protocol.GapPayload{From: from, To: r.To, Count: r.To - from + 1})
+			var bytes int64
+			if from == r.From {
+				bytes = r.Bytes // (of the whole range only)
+			}
+			gap, _ := protocol.NewEvent(f.jobID, 0, ts, protocol.KindGap, protocol.GapPayload{From: from, To: r.To, Count: r.To - from + 1, Bytes: bytes})
 			if err := f.fn(gap); err != nil {
 				return err
 			}

@@ -19,7 +19,10 @@ const DefaultJobBufferBytes = 8 << 20
 type OutputLostError struct {
 	JobID  string
 	Stream protocol.Stream
-	Bytes  int64  // bytes lost (0 when unknown)
+	// Bytes lost (0 when unknown). For events no longer retained, the
+	// stream they carried is not known: both streams' readers are told,
+	// each with the range's whole output.
+	Bytes  int64
 	Seqs   string // event seqs lost, when known ("12-40")
 	Reason string
 }
@@ -120,7 +123,7 @@ func (j *Job) run(ctx context.Context) {
 			// Which stream the missing events carried is not known: both
 			// readers learn about it.
 			for i := range j.out {
-				j.loss(&OutputLostError{JobID: j.ID, Stream: streamOf(i), Seqs: fmt.Sprintf("%d-%d", g.From, g.To), Reason: "not-retained"}, i)
+				j.loss(&OutputLostError{JobID: j.ID, Stream: streamOf(i), Bytes: g.Bytes, Seqs: fmt.Sprintf("%d-%d", g.From, g.To), Reason: "not-retained"}, i)
 			}
 		case protocol.KindExited, protocol.KindFailed:
 			// (a service's later end must not keep an earlier one's

@@ -419,6 +419,9 @@ type SubscribeResult struct {
 type SeqRange struct {
 	From uint64 `msgpack:"from" json:"from"`
 	To   uint64 `msgpack:"to" json:"to"`
+	// Bytes is the output the range's events carried, where the
+	// supervisor knows it exactly (in subscribe's missing; 0 otherwise).
+	Bytes int64 `msgpack:"bytes,omitempty" json:"bytes,omitempty"`
 }
 
 // HealthResult is the result of OpHealth.
@@ -499,6 +502,9 @@ type GapPayload struct {
 	From  uint64 `msgpack:"from" json:"from"`
 	To    uint64 `msgpack:"to" json:"to"`
 	Count uint64 `msgpack:"count" json:"count"`
+	// Bytes is the output the missing events carried, when known (a gap
+	// pkg/client makes of subscribe's missing ranges; 0: unknown).
+	Bytes int64 `msgpack:"bytes,omitempty" json:"bytes,omitempty"`
 }
 
 // HeartbeatPayload is the payload of KindHeartbeat.
