@@ -2,10 +2,16 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -102,30 +108,129 @@ func (d *Dispatcher) Start(ctx context.Context, args protocol.SpawnArgs, bufferB
 // process group per job, the same kill path, timeouts, ring buffer, events
 // and termination reasons. Close it to terminate its jobs.
 //
-// Unlike the supervisor it has no cgroup per job (a descendant that leaves
-// its process group, e.g. with setsid, escapes the kill; strictOwnership
-// and cgroup limits do nothing), no notify socket and no rlimits helper
-// (spawns asking for them fail), and it reaps no orphans: in a gateway that
-// is PID 1 or a subreaper, descendants orphaned by its jobs stay zombies
-// unless the gateway reaps them.
+// Like the supervisor, it gives each job a cgroup of its own where this
+// process may make them (cgroup v2, under its own cgroup or
+// LocalOptions.CgroupParent: see Cgroups): a descendant that leaves its
+// process group (setsid, daemonizing tools) is terminated with its job,
+// and cgroup limits apply. Without, it falls back to process groups (such
+// a descendant escapes the kill; strictOwnership and cgroup limits do
+// nothing). Unlike the supervisor it has no notify socket and no rlimits
+// helper (spawns asking for them fail), and it reaps no orphans: in a
+// gateway that is PID 1 or a subreaper, descendants orphaned by its jobs
+// stay zombies unless the gateway reaps them.
 type Local struct {
 	m    *jobs.Manager
 	sink *localSink
+	// cg is the jobs' cgroup base (nil: process groups only); cgNote
+	// says why there is none.
+	cg     *cgroups.Base
+	cgNote string
+}
+
+// LocalOptions configure NewLocalWith.
+type LocalOptions struct {
+	// MaxJobs bounds concurrent jobs (0: 50).
+	MaxJobs int
+	// NoCgroups keeps jobs in process groups only.
+	NoCgroups bool
+	// CgroupParent is the cgroup v2 directory (a path in the cgroup2
+	// mount, or relative to it) under which job cgroups go; "" means this
+	// process's own cgroup.
+	CgroupParent string
 }
 
 // NewLocal returns a Local allowing maxJobs concurrent jobs (0: 50) with
 // the supervisor's other defaults.
-func NewLocal(maxJobs int) *Local {
+func NewLocal(maxJobs int) *Local { return NewLocalWith(LocalOptions{MaxJobs: maxJobs}) }
+
+// localCgroupPrefix starts the name of a Local's cgroup base, followed by
+// its process's pid and start time: "exec-supervisor-local-<pid>-<ticks>".
+// (Supervisors never touch these: theirs are named by state directory.)
+const localCgroupPrefix = "exec-supervisor-local-"
+
+// NewLocalWith returns a Local configured by o.
+func NewLocalWith(o LocalOptions) *Local {
 	cfg := jobs.DefaultConfig()
-	if maxJobs > 0 {
-		cfg.MaxJobs = maxJobs
+	if o.MaxJobs > 0 {
+		cfg.MaxJobs = o.MaxJobs
 	}
 	s := &localSink{notify: map[string]chan struct{}{}}
-	return &Local{m: jobs.New(cfg, nil, s), sink: s}
+	l := &Local{sink: s, cgNote: "disabled (LocalOptions.NoCgroups)"}
+	var opts []jobs.Option
+	if !o.NoCgroups {
+		pid := os.Getpid()
+		ticks, err := jobs.ProcStartTicks(pid)
+		if err == nil {
+			var base *cgroups.Base
+			if base, err = cgroups.Detect(o.CgroupParent, fmt.Sprintf("%s%d-%d", localCgroupPrefix, pid, ticks)); err == nil {
+				sweepLocalCgroups(filepath.Dir(base.Dir), base.Dir)
+				l.cg, l.cgNote = base, ""
+				opts = append(opts, jobs.WithCgroups(base))
+			}
+		}
+		if err != nil {
+			l.cgNote = err.Error()
+		}
+	}
+	l.m = jobs.New(cfg, nil, s, opts...)
+	return l
 }
 
-// Close terminates the jobs still running and waits for them (bounded by ctx).
-func (l *Local) Close(ctx context.Context) error { return l.m.Close(ctx) }
+// sweepLocalCgroups removes the cgroup bases in dir of Locals whose
+// process is gone (not ours, which is own): their jobs were orphaned
+// when it died, and nothing else would ever end them. A base of a live
+// process is left alone.
+func sweepLocalCgroups(dir, own string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, localCgroupPrefix) || filepath.Join(dir, name) == own {
+			continue
+		}
+		var pid int
+		var ticks uint64
+		if n, err := fmt.Sscanf(strings.TrimPrefix(name, localCgroupPrefix), "%d-%d", &pid, &ticks); n != 2 || err != nil {
+			continue
+		}
+		if t, err := jobs.ProcStartTicks(pid); err == nil && t == ticks {
+			continue // its Local's process lives
+		}
+		dead := &cgroups.Base{Dir: filepath.Join(dir, name)}
+		for _, c := range dead.Leftovers() {
+			_ = c.Kill()
+			_ = c.Remove(5 * time.Second)
+		}
+		_ = dead.Close()
+	}
+}
+
+// Cgroups reports whether each job gets a cgroup of its own and, if not,
+// why (as the supervisor's health says).
+func (l *Local) Cgroups() (bool, string) { return l.cg != nil, l.cgNote }
+
+// Close terminates the jobs still running and waits for them (bounded by
+// ctx), then removes their cgroups.
+func (l *Local) Close(ctx context.Context) error {
+	err := l.m.Close(ctx)
+	if l.cg != nil {
+		// The last job cgroups are removed by their waiters a moment
+		// after their jobs end: give them that moment.
+		for deadline := time.Now().Add(2 * time.Second); ; {
+			cerr := l.cg.Close()
+			if cerr == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return errors.Join(err, cerr)
+			}
+			time.Sleep(20 * time.Millisecond) // waiting for job cgroups to be removed
+		}
+	}
+	return err
+}
 
 // Start spawns a job in this process and follows it.
 func (l *Local) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes int) (*Job, error) {

@@ -421,7 +421,11 @@ func (f *follower) continues(ctx context.Context, ev protocol.Event) (bool, erro
 			return false, ctx.Err()
 		case <-t.C:
 		}
-		res, err := f.c.Subscribe(ctx, f.jobID, f.next, 1)
+		// (each try within what is left of the wait: one that found no
+		// supervisor yet took up to a connect timeout)
+		tctx, cancel := context.WithDeadline(ctx, deadline)
+		res, err := f.c.Subscribe(tctx, f.jobID, f.next, 1)
+		cancel()
 		if err == nil && res.InstanceID != "" && res.InstanceID != was {
 			f.seen(res.InstanceID)
 			return res.Job.LastSeq > ev.Seq, nil
