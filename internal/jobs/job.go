@@ -381,7 +381,7 @@ func (j *Job) start() error {
 	service := j.svc != nil
 	j.mu.Unlock()
 	if h := j.m.hooks.BeforeServiceRun; h != nil && service && attempt > 1 {
-		h()
+		h(j.id)
 	}
 	env := j.buildEnv()
 	var err error

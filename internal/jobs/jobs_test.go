@@ -779,7 +779,7 @@ func TestServiceRunJournaledFirst(t *testing.T) {
 	var mu sync.Mutex
 	var calls []seen
 	var m *Manager
-	m = New(Config{}, discard(), nil, WithHooks(Hooks{BeforeServiceRun: func() {
+	m = New(Config{}, discard(), nil, WithHooks(Hooks{BeforeServiceRun: func(string) {
 		for _, sn := range m.Snapshots(-1, nil) { // (as the journal does)
 			mu.Lock()
 			calls = append(calls, seen{sn.Info.State, sn.Info.Attempt, sn.Info.Pid})

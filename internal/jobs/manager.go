@@ -143,15 +143,16 @@ type Hooks struct {
 	// job is forgotten). It may be called with a job's lock held: it must
 	// not block or call back into the Manager (signal a channel).
 	Changed func()
-	// BeforeServiceRun is called before a service's second or later run
-	// is started (a restart, a start by hand, a resume after a supervisor
-	// restart), with no lock held, and may call back into the Manager: the
-	// server writes the journal there, so that a supervisor that dies
+	// BeforeServiceRun is called with the job's id before a service's
+	// second or later run is started (a restart, a start by hand, a
+	// resume after a supervisor restart), with no lock held, and may call
+	// back into the Manager: the server writes the journal there when its
+	// record on disk is a finished one, so that a supervisor that dies
 	// while the run publishes finds the service recorded as running and
 	// numbers its events and output past all it may have published (see
 	// seqReserve, offsetReserve), rather than a finished record from
 	// which the same seqs and offsets would be used again.
-	BeforeServiceRun func()
+	BeforeServiceRun func(jobID string)
 }
 
 // Manager owns every job. Create it with New, stop it with Close.

@@ -328,6 +328,21 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 	return r
 }
 
+// journalBeforeRun writes the journal before a service's next run starts
+// if the journal on disk may hold it as finished (its supervision ended,
+// or nothing was written since recovery: the dead supervisor's record):
+// see jobs.Hooks.BeforeServiceRun. A restart by policy needs no write:
+// its record says running or restarting, which recovery reserves from.
+func (s *Server) journalBeforeRun(id string) {
+	s.journalMu.Lock()
+	c, cached := s.recCache[id]
+	first := s.recGen == 0
+	s.journalMu.Unlock()
+	if first || cached && c.svc {
+		s.writeJournal(false)
+	}
+}
+
 // markDirty asks the journal loop for a write. It never blocks.
 func (s *Server) markDirty() {
 	select {

@@ -182,7 +182,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
 		Changed:          s.markDirty,
-		BeforeServiceRun: func() { s.writeJournal(false) },
+		BeforeServiceRun: s.journalBeforeRun,
 		Spawned:          s.metrics.Spawned.Inc,
 		Restarted:        s.metrics.Restarts.Inc,
 		RunEnded:         s.countTimeout,
