@@ -5,10 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 )
@@ -55,7 +58,7 @@ func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
 		MaxFrameBytes: maxFrame, MaxConns: s.cfg.MaxConns,
 		ReplyQueueBytes: s.cfg.ReplyQueueBytes, IdleEvictAfter: s.cfg.IdleEvictAfter,
 		OnReject: func(reason string) { s.metrics.ConnRejected.WithLabelValues(reason).Inc() },
-		Log:      func(msg string, args ...any) { s.log.Warn(msg, append(args, "endpoint", endpoint)...) },
+		Log:      limitedWarn(s.log, endpoint),
 		Debug:    func(msg string, args ...any) { s.log.Debug(msg, append(args, "endpoint", endpoint)...) },
 	}
 	if endpoint == s.cfg.Event {
@@ -65,4 +68,39 @@ func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
 		p.Token = s.token
 	}
 	return p
+}
+
+// rejectLogsPerSecond bounds the transport's warnings (refused and cut
+// connections) per endpoint: with sockets open to other users
+// (--allow-uid/--allow-gid) or tcp, anyone who can connect could
+// otherwise fill the log. The metric still counts every one.
+const rejectLogsPerSecond = 10
+
+// limitedWarn returns a Policy.Log that warns at most rejectLogsPerSecond
+// times a second and says how many it left out.
+func limitedWarn(log *slog.Logger, endpoint string) func(msg string, args ...any) {
+	var mu sync.Mutex
+	var window time.Time
+	var n, left int
+	return func(msg string, args ...any) {
+		now := time.Now()
+		mu.Lock()
+		if now.Sub(window) >= time.Second {
+			window, n = now, 0
+		}
+		n++
+		if n > rejectLogsPerSecond {
+			left++
+			mu.Unlock()
+			return
+		}
+		suppressed := left
+		left = 0
+		mu.Unlock()
+		args = append(args, "endpoint", endpoint)
+		if suppressed > 0 {
+			args = append(args, "suppressed", suppressed)
+		}
+		log.Warn(msg, args...)
+	}
 }

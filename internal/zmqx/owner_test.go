@@ -212,6 +212,53 @@ func TestSharedSocket(t *testing.T) {
 			}
 		})
 	}
+	t.Run("way to it writable by others", func(t *testing.T) {
+		// Another user who can rename a directory on the way could swap
+		// in theirs, with a symlink named like the socket.
+		open := filepath.Join(t.TempDir(), "open")
+		if err := os.Mkdir(open, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(open, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(open, "s")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		r, err := ListenRouter(context.Background(), "ipc://"+filepath.Join(dir, "c.sock"), &Policy{AllowUIDs: []int{65534}}, 0)
+		if err == nil {
+			r.Close()
+			t.Fatal("opened a socket to other users on a path others can change")
+		}
+		if !strings.Contains(err.Error(), "could change the way") {
+			t.Fatalf("error: %v", err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "c.sock")); !os.IsNotExist(err) {
+			t.Fatalf("the refused socket file is left: %v", err)
+		}
+	})
+	t.Run("group directory keeps its bits", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "s")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, -1, 4242); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o750|os.ModeSetgid); err != nil {
+			t.Fatal(err)
+		}
+		r, err := ListenRouter(context.Background(), "ipc://"+filepath.Join(dir, "c.sock"), &Policy{AllowGIDs: []int{4242}}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		// Its group's already: searchable by it, nothing opened to others.
+		if di, _ := os.Stat(dir); di.Mode()&(os.ModePerm|os.ModeSetgid) != 0o750|os.ModeSetgid {
+			t.Fatalf("directory mode %v, want setgid 0750", di.Mode())
+		}
+	})
 	t.Run("without allowed peers", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "s")
 		if err := os.Mkdir(dir, 0o700); err != nil {
@@ -277,7 +324,13 @@ func TestClientTrustsSupervisorDirectory(t *testing.T) {
 	if err := CheckPeerDir(mk(0o755, 0o711)); err != nil {
 		t.Fatalf("a supervisor's directory under a root-owned parent: %v", err)
 	}
+	// A root-owned parent in a directory anyone can rename things in.
+	deep := mk(0o755, 0o711)
+	if err := os.Chmod(filepath.Dir(filepath.Dir(deep)), 0o777); err != nil {
+		t.Fatal(err)
+	}
 	for name, dir := range map[string]string{
+		"grandparent world-writable":       deep,
 		"parent world-writable and sticky": mk(0o777|os.ModeSticky, 0o711),
 		"parent world-writable":            mk(0o777, 0o711),
 		"directory writable by others":     mk(0o755, 0o777),

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -479,35 +480,62 @@ func (p *Peer) readLoop() {
 // policy's allowed uids and gids; who actually gets in is still decided
 // per connection (SO_PEERCRED, checkPeer). One allowed gid and no uid:
 // the socket is group-owned by it, mode 0660; otherwise mode 0666. Its
-// directory gets search permission (0711 at most: nobody else may list
-// or write it). A directory above that others cannot search is reported
-// (the allowed peers cannot connect) but not changed: it is not ours to
-// open.
+// directory gets search permission (g+x when it is that group's, else
+// o+x; nobody else may list or write it; setgid and sticky bits kept).
+// Widening permissions by path is safe only on a path nobody else can
+// change: every directory from the root to the socket must be root's or
+// ours and not writable by others (unless sticky), or a user who can
+// rename one could swap in a directory of theirs, with a symlink named
+// like the socket, and have us open their pick of our files. A directory
+// above that others cannot search is reported (the allowed peers cannot
+// connect) but not changed: it is not ours to open.
 func shareSocket(addr string, p *Policy) error {
+	real, err := filepath.EvalSymlinks(filepath.Dir(addr))
+	if err != nil {
+		return fmt.Errorf("resolve the socket's directory: %w", err)
+	}
+	for d := real; ; d = filepath.Dir(d) {
+		if err := CheckDir(d, true); err != nil {
+			return fmt.Errorf("other users could change the way to the socket, so it is not opened to them (--allow-uid/--allow-gid): %w; put it in a directory under root-owned ones, e.g. /run/exec-supervisor", err)
+		}
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	sock := filepath.Join(real, filepath.Base(addr))
+	fi, err := os.Lstat(sock)
+	if err != nil || fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("the socket %s is not there any more (%v)", sock, err)
+	}
 	mode := os.FileMode(0o666)
-	if len(p.AllowUIDs) == 0 && len(p.AllowGIDs) == 1 {
-		if err := os.Chown(addr, -1, p.AllowGIDs[0]); err != nil {
+	oneGID := len(p.AllowUIDs) == 0 && len(p.AllowGIDs) == 1
+	if oneGID {
+		if err := os.Lchown(sock, -1, p.AllowGIDs[0]); err != nil {
 			return fmt.Errorf("give the socket to group %d (--allow-gid): %w", p.AllowGIDs[0], err)
 		}
 		mode = 0o660
 	}
-	if err := os.Chmod(addr, mode); err != nil {
+	if err := os.Chmod(sock, mode); err != nil {
 		return fmt.Errorf("open the socket to allowed peers: %w", err)
 	}
-	dir := filepath.Dir(addr)
-	fi, err := os.Stat(dir)
+	di, err := os.Stat(real)
 	if err != nil {
-		return fmt.Errorf("inspect %s: %w", dir, err)
+		return fmt.Errorf("inspect %s: %w", real, err)
 	}
-	if perm := fi.Mode().Perm(); perm&0o011 != 0o011 {
-		if err := os.Chmod(dir, fi.Mode()&os.ModePerm|os.ModeSticky&fi.Mode()|0o011); err != nil {
-			return fmt.Errorf("let allowed peers search %s: %w", dir, err)
+	search := os.FileMode(0o011)
+	if st, ok := di.Sys().(*syscall.Stat_t); ok && oneGID && int(st.Gid) == p.AllowGIDs[0] {
+		search = 0o010
+	}
+	if perm := di.Mode().Perm(); perm&search != search {
+		keep := di.Mode() & (os.ModePerm | os.ModeSetgid | os.ModeSticky)
+		if err := os.Chmod(real, keep|search); err != nil {
+			return fmt.Errorf("let allowed peers search %s: %w", real, err)
 		}
 		if p.Log != nil {
-			p.Log("socket directory made searchable by other users (--allow-uid/--allow-gid)", "dir", dir, "mode", fmt.Sprintf("%o", perm|0o011))
+			p.Log("socket directory made searchable by other users (--allow-uid/--allow-gid)", "dir", real, "mode", fmt.Sprintf("%o", perm|search))
 		}
 	}
-	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
 		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 && p.Log != nil {
 			p.Log("allowed peers (--allow-uid/--allow-gid) cannot reach the socket: a directory above it is closed to other users", "socket", addr, "dir", d, "mode", fmt.Sprintf("%o", fi.Mode().Perm()))
 			break

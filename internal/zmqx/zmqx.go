@@ -244,7 +244,21 @@ func CheckPeerDir(dir string) error {
 	if !ok || int(st.Uid) == os.Geteuid() || st.Uid == 0 {
 		return err // (refused for another reason)
 	}
-	if perr := CheckDir(filepath.Dir(dir), false); perr != nil {
+	// The way to it must be beyond anyone else's reach too (a directory
+	// others can rename things in could hold a look-alike), symlinks
+	// resolved: the parent without the sticky exception, the rest with.
+	real, rerr := filepath.EvalSymlinks(filepath.Dir(dir))
+	perr := rerr
+	if rerr == nil {
+		perr = CheckDir(real, false)
+		for d := filepath.Dir(real); perr == nil; d = filepath.Dir(d) {
+			perr = CheckDir(d, true)
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
+	if perr != nil {
 		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d) or root, and anyone could have made it there (%w): refusing to use it; a supervisor shared with other users keeps its sockets in a directory of its own under a root-owned one, e.g. /run/exec-supervisor", dir, st.Uid, os.Geteuid(), perr)
 	}
 	return nil

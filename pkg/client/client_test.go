@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -526,6 +527,33 @@ func TestFollowSlowHeartbeats(t *testing.T) {
 	if at != "exec_supervisor_subscriber_disconnects_total 0" {
 		t.Fatalf("the follower's event connection was dropped while the job was quiet: %s", at)
 	}
+	// Nor did it ask the supervisor four times a second meanwhile (its
+	// safety-net backfills back off while the job is quiet).
+	if n := backfills(t, s); n > 8 {
+		t.Fatalf("%v subscribe requests while following a job quiet for 4.5 s", n)
+	}
+}
+
+// backfills reads the supervisor's count of subscribe requests.
+func backfills(t *testing.T, s *supervisor) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + s.MetricsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	m, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(m), "\n") {
+		if v, ok := strings.CutPrefix(l, "exec_supervisor_backfill_requests_total "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no exec_supervisor_backfill_requests_total")
+	return 0
 }
 
 // TestLostOutputIsCounted: output evicted from the supervisor's ring

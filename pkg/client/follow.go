@@ -68,6 +68,11 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	quietSince := time.Now()
+	// check is how long the job may be quiet before the safety-net
+	// backfill below; it doubles while the job stays quiet (up to
+	// maxQuietCheck), so that a follower of a quiet job does not ask the
+	// supervisor four times a second for hours.
+	check := 2 * period
 	for {
 		select {
 		case <-ctx.Done():
@@ -94,7 +99,7 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 			if ev.JobID != jobID {
 				continue
 			}
-			quietSince = time.Now()
+			quietSince, check = time.Now(), 2*period
 			switch {
 			case c.opts.NoAutoBackfill && (ev.Kind == protocol.KindGap || ev.Seq > f.next):
 				// Report the hole instead of filling it.
@@ -133,17 +138,28 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 			// backfill what was missed.
 			if sub.silentFor() > sub.silenceLimit() {
 				sub.reconnect(ctx)
+				check = 2 * period // (a new subscription: a new window to cover)
 			}
 			// Safety net for an event lost between subscription and
-			// backfill: check for news when the job has been quiet.
-			if time.Since(quietSince) >= 2*period || !sub.ok() {
+			// backfill: check for news when the job has been quiet (and
+			// at every tick while there is no event connection).
+			if quiet := time.Since(quietSince) >= check; quiet || !sub.ok() {
 				if done, err := f.backfill(ctx); done || err != nil {
 					return err
+				}
+				if quiet {
+					quietSince, check = time.Now(), min(2*check, maxQuietCheck)
 				}
 			}
 		}
 	}
 }
+
+// maxQuietCheck bounds the interval of a follower's safety-net backfills
+// while its job is quiet and its event connection live (events are not
+// lost silently then: a dropped one comes with a job.gap, a cut
+// connection is reconnected and backfilled).
+const maxQuietCheck = 30 * time.Second
 
 // subSilence is how long an event connection may stay silent (heartbeats
 // come every second by default) before it is reconnected; a supervisor
