@@ -94,28 +94,43 @@ func (g *globals) oneJob(ctx context.Context, fs *pflag.FlagSet) (string, error)
 // unambiguous prefix of one (with or without its "j-"), as the ids execctl
 // list shows. A whole id is taken as it is (no round trip).
 func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
-	ids, err := g.resolveJobs(ctx, []string{arg})
+	ids, err := g.resolveJobs(ctx, []string{arg}, false)
 	if err != nil {
 		return "", err
 	}
 	return ids[0], nil
 }
 
-// resolveJobs is resolveJob for several (one listing for all).
-func (g *globals) resolveJobs(ctx context.Context, args []string) ([]string, error) {
+// resolveJobs is resolveJob for several (one listing for all). patient
+// commands (wait, logs) give a supervisor that does not answer yet (one
+// restarting) as long as they would for a whole id (firstReachFor).
+func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) ([]string, error) {
 	out := slices.Clone(args)
 	var jobs []protocol.JobInfo
 	listed := false
 	for i, arg := range args {
-		if fullJobID(arg) || arg == "" {
-			continue
+		if fullJobID(arg) || arg == "" || !hexDigits(strings.ToLower(strings.TrimPrefix(arg, "j-"))) {
+			continue // (not an id: the op says so)
 		}
-		if !listed {
+		if len(strings.TrimPrefix(arg, "j-")) < minPrefix {
+			return nil, &usageError{msg: fmt.Sprintf("job %q: give at least %d characters of the id", arg, minPrefix), hint: "job ids are shown by: execctl list"}
+		}
+		for start := time.Now(); !listed; {
 			var err error
-			if jobs, err = g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true}); err != nil {
+			jobs, err = g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true})
+			var ce *client.ConnectError
+			switch {
+			case err == nil:
+				listed = true
+			case !patient || !errors.As(err, &ce) || ctx.Err() != nil || time.Since(start) > firstReachFor:
 				return nil, err
+			default:
+				select { // the supervisor may be restarting: ask again shortly
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
 			}
-			listed = true
 		}
 		id, err := matchJob(arg, jobs)
 		if err != nil {
@@ -126,9 +141,14 @@ func (g *globals) resolveJobs(ctx context.Context, args []string) ([]string, err
 	return out, nil
 }
 
-// matchJob finds the one job of jobs whose id is arg or starts with it.
+// minPrefix is the shortest job id prefix taken (after "j-"): a shorter
+// one is too easily someone else's job, for kill and remove.
+const minPrefix = 4
+
+// matchJob finds the one job of jobs whose id is arg or starts with it
+// (hex digits in any case).
 func matchJob(arg string, jobs []protocol.JobInfo) (string, error) {
-	prefix := arg
+	prefix := strings.ToLower(arg)
 	if !strings.HasPrefix(prefix, "j-") {
 		prefix = "j-" + prefix
 	}
@@ -158,10 +178,12 @@ func matchJob(arg string, jobs []protocol.JobInfo) (string, error) {
 // fullJobID reports whether id has the shape of a job id ("j-" and 16 hex
 // digits).
 func fullJobID(id string) bool {
-	if len(id) != 18 || !strings.HasPrefix(id, "j-") {
-		return false
-	}
-	for _, c := range id[2:] {
+	return len(id) == 18 && strings.HasPrefix(id, "j-") && hexDigits(id[2:])
+}
+
+// hexDigits reports whether s is lowercase hex digits only.
+func hexDigits(s string) bool {
+	for _, c := range s {
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
@@ -558,7 +580,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	var wg sync.WaitGroup
 	errs := make([]error, fs.NArg())
 	color := isTTY(g.stdout)
-	ids, err := g.resolveJobs(ctx, fs.Args())
+	ids, err := g.resolveJobs(ctx, fs.Args(), true)
 	if err != nil {
 		return 0, err
 	}
@@ -1161,7 +1183,7 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		return 0, &usageError{msg: "want at least one JOB", hint: "execctl wait JOB1 JOB2"}
 	}
 	code, reached := exitOK, false
-	ids, err := g.resolveJobs(ctx, fs.Args())
+	ids, err := g.resolveJobs(ctx, fs.Args(), true)
 	if err != nil {
 		return 0, err
 	}

@@ -3,9 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/exec-supervisor/exec-supervisor/internal/limits"
-	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -14,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/limits"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // TestMain fails the run when a test left a live child process behind
@@ -331,7 +333,7 @@ func TestUnreachableSupervisor(t *testing.T) {
 	dir := shortTempDir(t)
 	control := "ipc://" + filepath.Join(dir, "nobody.sock")
 	// (wait too: it rides out a supervisor restart only once it reached one)
-	for _, args := range [][]string{{"health"}, {"list"}, {"spawn", "--", "true"}, {"wait", "j-1"}} {
+	for _, args := range [][]string{{"health"}, {"list"}, {"spawn", "--", "true"}, {"wait", "j-0000000000000001"}} {
 		start := time.Now()
 		code, out, errs := execctl(t, append([]string{"--control", control, "--event", "ipc://" + filepath.Join(dir, "nobody-e.sock")}, args...)...)
 		if code != 3 {
@@ -791,8 +793,9 @@ func TestWaitStoppedServiceExitCode(t *testing.T) {
 }
 
 // TestJobIDPrefixes: commands take an unambiguous prefix of a job id (with
-// or without its "j-"), as list shows them; an ambiguous one is a usage
-// error naming the candidates, an unknown one is not-found.
+// or without its "j-", in any case, at least minPrefix digits), as list
+// shows them; one too short is a usage error, an unknown one is not-found
+// (ambiguity: TestMatchJob).
 func TestJobIDPrefixes(t *testing.T) {
 	t.Parallel()
 	s := startSupervisor(t)
@@ -800,23 +803,23 @@ func TestJobIDPrefixes(t *testing.T) {
 	b := s.spawnID(t, "--shell", "echo from-b")
 	s.waitExited(t, a)
 	s.waitExited(t, b)
-	// The shortest prefixes that tell them apart.
-	n := 3
+	// The shortest prefixes that tell them apart (and are long enough).
+	n := 2 + minPrefix - 1
 	for a[:n] == b[:n] {
 		n++
 	}
 	if got := jobOf(t, jsonObject(t, s.mustCtl(t, "--json", "status", a[:n+1])))["jobId"]; got != a {
 		t.Fatalf("status %s: job %v, want %s", a[:n+1], got, a)
 	}
-	if out := s.mustCtl(t, "poll", strings.TrimPrefix(b[:n+1], "j-")); out != "from-b\n" {
+	if out := s.mustCtl(t, "poll", strings.ToUpper(strings.TrimPrefix(b[:n+1], "j-"))); out != "from-b\n" {
 		t.Fatalf("poll by a prefix without j-: %q", out)
 	}
 	if out := s.mustCtl(t, "wait", a[:n+1], b[:n+1]); out != "" {
 		t.Logf("wait printed %q", out)
 	}
-	code, _, errs := s.ctl(t, "status", "j-")
-	if code != exitUsage || !strings.Contains(errs, "ambiguous") || !strings.Contains(errs, a) || !strings.Contains(errs, b) {
-		t.Fatalf("ambiguous prefix: exit %d stderr %q", code, errs)
+	code, _, errs := s.ctl(t, "kill", "j-"+a[2:4])
+	if code != exitUsage || !strings.Contains(errs, "at least 4 characters") {
+		t.Fatalf("too short a prefix: exit %d stderr %q", code, errs)
 	}
 	code, _, errs = s.ctl(t, "status", "j-zzzz")
 	if code != exitNotFound || !strings.Contains(errs, "not-found") {
@@ -824,5 +827,22 @@ func TestJobIDPrefixes(t *testing.T) {
 	}
 	if out := s.mustCtl(t, "remove", a[:n+1]); out != a+" removed\n" {
 		t.Fatalf("remove by prefix printed %q", out)
+	}
+}
+
+// TestMatchJob: a prefix matching several jobs is a usage error naming
+// them; an exact id wins over prefixes of others.
+func TestMatchJob(t *testing.T) {
+	jobs := []protocol.JobInfo{{JobID: "j-abcd000000000001"}, {JobID: "j-abcd000000000002"}, {JobID: "j-abce000000000003"}}
+	_, err := matchJob("abcd", jobs)
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(ue.msg, "ambiguous") || !strings.Contains(ue.msg, "j-abcd000000000001") || !strings.Contains(ue.msg, "j-abcd000000000002") {
+		t.Fatalf("ambiguous: %v", err)
+	}
+	if id, err := matchJob("ABCE", jobs); err != nil || id != "j-abce000000000003" {
+		t.Fatalf("unique: %q %v", id, err)
+	}
+	if id, err := matchJob("j-zzzz", jobs); err != nil || id != "j-zzzz" {
+		t.Fatalf("unknown: %q %v (want it passed on, for not-found)", id, err)
 	}
 }

@@ -808,3 +808,26 @@ func TestServiceRunJournaledFirst(t *testing.T) {
 		t.Fatalf("BeforeServiceRun saw %+v, want %+v", calls, want)
 	}
 }
+
+// TestMissingBytesAcrossSkip: the output of a missing seq range is exact
+// (and given per range) unless the range spans skipped offsets, where a
+// dead supervisor may have published output nobody knows the size of.
+func TestMissingBytesAcrossSkip(t *testing.T) {
+	r := newRing(300) // (room for about one chunk: older ones are evicted)
+	add := func(seq uint64, n int) {
+		r.add(chunk{Chunk: protocol.Chunk{Seq: seq, Stream: protocol.Stdout, Offset: r.end, Data: make([]byte, n)}})
+	}
+	add(1, 100)
+	add(2, 100)
+	r.skipTo(r.end + 1000)
+	add(100003, 100)
+	add(100004, 100)
+	before := []protocol.SeqRange{{From: 1, To: 1}}
+	if n, exact := r.missingBytes(before); !exact || n != 100 || before[0].Bytes != 100 {
+		t.Fatalf("a range before the skip: %d bytes, exact %v, range %+v", n, exact, before[0])
+	}
+	across := []protocol.SeqRange{{From: 1, To: 100003}}
+	if _, exact := r.missingBytes(across); exact || across[0].Bytes != 0 {
+		t.Fatalf("a range across the skip was counted exactly: %+v", across[0])
+	}
+}

@@ -90,6 +90,16 @@ func (r *ring) span(a, b int64) int64 {
 	return max(n, 0)
 }
 
+// skipsIn reports whether skipped offsets lie in [a, b).
+func (r *ring) skipsIn(a, b int64) bool {
+	for _, s := range r.skips {
+		if s.At < b && s.At+s.N > a {
+			return true
+		}
+	}
+	return false
+}
+
 // add stores c. c.Offset must equal r.end.
 func (r *ring) add(c chunk) {
 	r.chunks = append(r.chunks, c)
@@ -158,7 +168,9 @@ func (r *ring) missingBytes(rs []protocol.SeqRange) (int64, bool) {
 	for i, m := range rs {
 		from, ok1 := r.offsetFrom(m.From)
 		to, ok2 := r.offsetFrom(m.To + 1)
-		if !ok1 || !ok2 {
+		if !ok1 || !ok2 || r.skipsIn(from, to) {
+			// (across skipped offsets: what the dead supervisor published
+			// there is not known)
 			exact = false
 			continue
 		}

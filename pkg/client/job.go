@@ -165,6 +165,10 @@ func (j *Job) Stdout() io.Reader { return j.out[0] }
 func (j *Job) Stderr() io.Reader { return j.out[1] }
 
 // Lost returns every loss reported so far.
+//
+// Output lost from events no longer retained is reported to both streams
+// (which one the events carried is not known), each with the whole
+// range's Bytes: do not add up the two.
 func (j *Job) Lost() []*OutputLostError {
 	j.mu.Lock()
 	defer j.mu.Unlock()
