@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -43,7 +45,7 @@ func TestLocalCgroupEndsEscapes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no pid printed: %q", out)
 	}
-	if alive(pid) {
+	if proctest.Alive(pid) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Fatalf("the job's setsid descendant %d outlived it", pid)
 	}
@@ -101,15 +103,6 @@ func TestLocalSweepsDeadLocalsCgroups(t *testing.T) {
 	}
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	return !strings.HasPrefix(strings.Fields(s[strings.LastIndex(s, ")")+1:])[0], "Z")
-}
-
 // localBase is this process's Local cgroup base (the one NewLocal made).
 func localBase(t *testing.T) string {
 	t.Helper()
@@ -135,13 +128,7 @@ func localBase(t *testing.T) string {
 
 func startTicks(t *testing.T, pid int) uint64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndex(s, ")")+2:])
-	v, err := strconv.ParseUint(f[19], 10, 64)
+	v, err := jobs.ProcStartTicks(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
