@@ -106,8 +106,6 @@ func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
 // restarting) as long as they would for a whole id (firstReachFor).
 func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) ([]string, error) {
 	out := slices.Clone(args)
-	var jobs []protocol.JobInfo
-	listed := false
 	for i, arg := range args {
 		if fullJobID(arg) || arg == "" || !hexDigits(strings.ToLower(strings.TrimPrefix(arg, "j-"))) {
 			continue // (not an id: the op says so)
@@ -115,9 +113,12 @@ func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) 
 		if len(strings.TrimPrefix(arg, "j-")) < minPrefix {
 			return nil, &usageError{msg: fmt.Sprintf("job %q: give at least %d characters of the id", arg, minPrefix), hint: "job ids are shown by: execctl list"}
 		}
-		for start := time.Now(); !listed; {
+		// (the supervisor lists only the jobs with that prefix; one that
+		// does not know idPrefix lists them all: matchJob filters anyway)
+		var jobs []protocol.JobInfo
+		for start, listed := time.Now(), false; !listed; {
 			var err error
-			jobs, err = g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true})
+			jobs, err = g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true, IDPrefix: jobPrefix(arg)})
 			var ce *client.ConnectError
 			switch {
 			case err == nil:
@@ -145,13 +146,19 @@ func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) 
 // one is too easily someone else's job, for kill and remove.
 const minPrefix = 4
 
-// matchJob finds the one job of jobs whose id is arg or starts with it
-// (hex digits in any case).
-func matchJob(arg string, jobs []protocol.JobInfo) (string, error) {
+// jobPrefix is the id prefix arg stands for: "j-" and hex digits, lower case.
+func jobPrefix(arg string) string {
 	prefix := strings.ToLower(arg)
 	if !strings.HasPrefix(prefix, "j-") {
 		prefix = "j-" + prefix
 	}
+	return prefix
+}
+
+// matchJob finds the one job of jobs whose id is arg or starts with it
+// (hex digits in any case).
+func matchJob(arg string, jobs []protocol.JobInfo) (string, error) {
+	prefix := jobPrefix(arg)
 	var found []string
 	for _, j := range jobs {
 		if j.JobID == arg {

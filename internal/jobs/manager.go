@@ -481,7 +481,7 @@ func (m *Manager) Get(id string) (*Job, error) {
 // List returns every job's info, oldest first, filtered by state and
 // session when they are non-empty.
 func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo {
-	out, _ := m.ListAfter(state, session, 0, 0, "")
+	out, _ := m.ListAfter(state, session, "", 0, 0, "")
 	m.attachUsage(out)
 	return out
 }
@@ -490,12 +490,15 @@ func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo 
 // after the cursor job (createdAt, createN, id) in List's order
 // (createdAt, then creation order), with each job's place in the creation
 // order (for the next cursor): that job itself need not exist any more.
-// id "" means from the first.
-func (m *Manager) ListAfter(state protocol.State, session string, createdAt int64, createN uint64, id string) ([]protocol.JobInfo, []uint64) {
+// id "" means from the first. idPrefix, when not empty, keeps the jobs
+// whose id starts with it.
+func (m *Manager) ListAfter(state protocol.State, session, idPrefix string, createdAt int64, createN uint64, id string) ([]protocol.JobInfo, []uint64) {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))
 	for _, j := range m.jobs {
-		js = append(js, j)
+		if strings.HasPrefix(j.id, idPrefix) {
+			js = append(js, j)
+		}
 	}
 	// Jobs created in the same millisecond go in the order they were
 	// created (createN; by job id they came in random order). The cursor

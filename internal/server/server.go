@@ -792,7 +792,7 @@ func (s *Server) listJobs(a protocol.ListJobsArgs) (protocol.ListJobsResult, err
 			return protocol.ListJobsResult{}, err
 		}
 	}
-	jobs, ns := s.jobs.ListAfter(a.State, a.SessionID, created, afterN, after)
+	jobs, ns := s.jobs.ListAfter(a.State, a.SessionID, a.IDPrefix, created, afterN, after)
 	budget := s.cfg.ListPageBytes
 	if budget <= 0 || budget > protocol.MaxListBytes {
 		budget = protocol.MaxListBytes

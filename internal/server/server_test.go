@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -763,5 +764,41 @@ func TestFailedStartLeavesNoCgroup(t *testing.T) {
 	}
 	if _, err := os.Stat(s.cgroupBase.Dir); !os.IsNotExist(err) {
 		t.Fatalf("cgroup base %s left behind: %v", s.cgroupBase.Dir, err)
+	}
+}
+
+// TestListJobsIDPrefix: list-jobs filters by the start of the job id (as
+// execctl resolves abbreviated ids); an over-long prefix is refused.
+func TestListJobsIDPrefix(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 10*time.Second)
+	var ids []string
+	for range 3 {
+		j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.JobID)
+	}
+	for _, id := range ids {
+		r, err := ts.client.ListJobsPage(ctx, protocol.ListJobsArgs{IDPrefix: id[:10], Brief: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range r.Jobs {
+			if !strings.HasPrefix(j.JobID, id[:10]) {
+				t.Fatalf("prefix %s listed %s", id[:10], j.JobID)
+			}
+		}
+		if !slices.ContainsFunc(r.Jobs, func(j protocol.JobInfo) bool { return j.JobID == id }) {
+			t.Fatalf("prefix %s did not list %s: %+v", id[:10], id, r.Jobs)
+		}
+	}
+	if r, err := ts.client.ListJobsPage(ctx, protocol.ListJobsArgs{IDPrefix: "j-zzzz"}); err != nil || len(r.Jobs) != 0 {
+		t.Fatalf("a prefix of no job: %+v %v", r.Jobs, err)
+	}
+	if _, err := ts.client.ListJobsPage(ctx, protocol.ListJobsArgs{IDPrefix: strings.Repeat("a", 200)}); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("an over-long prefix: %v", err)
 	}
 }

@@ -496,6 +496,9 @@ func (a *ListJobsArgs) Validate() error {
 	if a.Limit < 0 {
 		return Errorf(CodeInvalidArgument, "limit is negative (%d)", a.Limit)
 	}
+	if len(a.IDPrefix) > MaxIDBytes {
+		return Errorf(CodeInvalidArgument, "idPrefix longer than %d bytes", MaxIDBytes)
+	}
 	if a.After != "" {
 		if _, _, _, err := ParseListCursor(a.After); err != nil {
 			return err

@@ -202,6 +202,9 @@ type ListJobsArgs struct {
 	After string `msgpack:"after,omitempty" json:"after,omitempty"`
 	// Brief leaves each job's argv, shell, cwd and labels out.
 	Brief bool `msgpack:"brief,omitempty" json:"brief,omitempty"`
+	// IDPrefix filters by the start of the job id (as a client resolving
+	// an abbreviated id asks); empty means all.
+	IDPrefix string `msgpack:"idPrefix,omitempty" json:"idPrefix,omitempty"`
 }
 
 // ListJobsResult is the result of OpListJobs.
