@@ -68,12 +68,9 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	defer cancel()
 	// Recent output first, then everything new from the seq after it.
 	if *tail > 0 {
-		cur := max(0, info.OutputEnd-*tail)
-		if res, err := g.client.Poll(ctx, id, cur, *tail); err == nil {
-			for _, c := range res.Chunks {
-				g.stdout.Write(c.Data)
-			}
-			info = res.Job
+		if recent, job, err := lastOutput(ctx, g, info, *tail); err == nil {
+			g.stdout.Write(recent)
+			info = job
 		}
 	}
 	// Forward the terminal size now and on every SIGWINCH.
@@ -210,4 +207,37 @@ func makeRaw(fd int) (func(), error) {
 	}
 	var once sync.Once
 	return func() { once.Do(func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }) }, nil
+}
+
+// lastOutput returns the last n bytes of info's job's retained output (and
+// the job as the last poll saw it). They are usually the n offsets before
+// its end; a service resumed after a supervisor crash has skipped offsets
+// in between (see docs/protocol.md), and then the retained output is read
+// from its start to find them.
+func lastOutput(ctx context.Context, g *globals, info protocol.JobInfo, n int64) ([]byte, protocol.JobInfo, error) {
+	read := func(from int64) ([]byte, protocol.JobInfo, error) {
+		var out []byte
+		for cur := from; ; {
+			res, err := g.client.Poll(ctx, info.JobID, cur, 0)
+			if err != nil {
+				return nil, info, err
+			}
+			for _, c := range res.Chunks {
+				out = append(out, c.Data...)
+			}
+			if int64(len(out)) > n {
+				out = out[int64(len(out))-n:]
+			}
+			if !res.More {
+				return out, res.Job, nil
+			}
+			cur = res.Next
+		}
+	}
+	from := max(info.RetainedFrom, info.OutputEnd-n)
+	out, job, err := read(from)
+	if err == nil && int64(len(out)) < n && job.RetainedFrom < from {
+		return read(job.RetainedFrom) // (skipped offsets in the way)
+	}
+	return out, job, err
 }

@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -44,6 +46,14 @@ type supervisor struct {
 	control, event string
 	dir            string
 	srv            *server.Server
+}
+
+// client returns a pkg/client Client of s, closed when t ends.
+func (s *supervisor) client(t *testing.T) *client.Client {
+	t.Helper()
+	c := client.New(client.Options{ControlAddress: s.control, EventAddress: s.event, RequestTimeout: 10 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // globals returns the global flags that point execctl at s.
@@ -844,5 +854,52 @@ func TestMatchJob(t *testing.T) {
 	}
 	if id, err := matchJob("j-zzzz", jobs); err != nil || id != "j-zzzz" {
 		t.Fatalf("unknown: %q %v (want it passed on, for not-found)", id, err)
+	}
+}
+
+// TestLastOutputAcrossSkippedOffsets: attach's recent output (lastOutput)
+// is the last bytes printed even when a service resumed after its
+// supervisor crashed skipped offsets between its runs' output (it showed
+// the new run's bytes only).
+func TestLastOutputAcrossSkippedOffsets(t *testing.T) {
+	state := filepath.Join(shortTempDir(t), "state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	doc := &journal.File{Version: journal.Version, InstanceID: "dead", Jobs: []journal.Record{{
+		JobID: "j-0123456789abcdef", Shell: "echo new", State: "running", Pid: 4194300, Pgid: 4194300,
+		CreatedAt: now - 1000, StartedAt: now - 1000, UpdatedAt: now - 500, LastOutputAt: now - 500,
+		InstanceID: "dead", StdoutBytes: 4, OutputEnd: 4, LastSeq: 2,
+		OutputTail: []byte("old\n"), OutputTailSeq: 2,
+		Service: &journal.Service{Spec: protocol.SpawnArgs{Shell: "echo new", Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}}, Attempt: 1},
+	}}}
+	if err := journal.New(filepath.Join(state, "journal.json")).Save(doc); err != nil {
+		t.Fatal(err)
+	}
+	s := startSupervisorWith(t, func(c *server.Config) { c.StateDir = state })
+	c := s.client(t)
+	var info protocol.JobInfo
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		info, err = c.Status(context.Background(), "j-0123456789abcdef")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Attempt == 2 && info.State == protocol.StateExited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed run did not end: %+v", info)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's state
+	}
+	if info.OutputEnd < 1<<30 {
+		t.Fatalf("no offsets were skipped (output end %d): the test needs them", info.OutputEnd)
+	}
+	g := &globals{client: c}
+	got, _, err := lastOutput(context.Background(), g, info, 100)
+	if err != nil || string(got) != "old\nnew\n" {
+		t.Fatalf("last output %q (%v), want both runs' output", got, err)
 	}
 }
