@@ -42,6 +42,19 @@ func (r *rejections) count(reason string) int {
 	return r.n[reason]
 }
 
+// countIs waits (up to 5 s) until reason was counted want times and
+// reports whether it was: the client may see a refusal a moment before
+// the listener counts it.
+func (r *rejections) countIs(reason string, want int) bool {
+	for deadline := time.Now().Add(5 * time.Second); r.count(reason) < want; {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond) // polling a counter: nothing to block on
+	}
+	return r.count(reason) == want
+}
+
 // waitFor waits until want of the reasons have been seen.
 func (r *rejections) waitFor(t *testing.T, want int, d time.Duration, reasons ...string) {
 	t.Helper()
@@ -273,8 +286,8 @@ func TestIdleEviction(t *testing.T) {
 	if _, err := idle.Recv(); err == nil || !strings.Contains(err.Error(), IdleEvicted) {
 		t.Fatalf("the idle connection: %v; want closed with %q", err, IdleEvicted)
 	}
-	if n := rej.count("evicted-idle"); n != 1 {
-		t.Fatalf("evicted-idle counted %d times", n)
+	if !rej.countIs("evicted-idle", 1) {
+		t.Fatalf("evicted-idle counted %d times", rej.count("evicted-idle"))
 	}
 	// Keep c4 busy too: now nothing is idle, and the next is refused.
 	if err := c4.Send([]byte("block")); err != nil {
@@ -285,8 +298,8 @@ func TestIdleEviction(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), TooManyConnections) {
 		t.Fatalf("newcomer with nothing idle: %v; want %q", err, TooManyConnections)
 	}
-	if n := rej.count("too-many-connections"); n != 1 {
-		t.Fatalf("too-many-connections counted %d times", n)
+	if !rej.countIs("too-many-connections", 1) {
+		t.Fatalf("too-many-connections counted %d times", rej.count("too-many-connections"))
 	}
 	// The busy and holding ones are still served.
 	if err := roundTrip(holder, "ping"); err != nil {
@@ -359,8 +372,8 @@ func TestSubscriberEviction(t *testing.T) {
 	if _, err := subs[1].Recv(); err == nil {
 		t.Fatal("the oldest subscriber was not the one given up for another peer")
 	}
-	if n := rej.count("evicted-busiest-peer"); n != 2 {
-		t.Fatalf("evicted-busiest-peer counted %d times", n)
+	if !rej.countIs("evicted-busiest-peer", 2) {
+		t.Fatalf("evicted-busiest-peer counted %d times", rej.count("evicted-busiest-peer"))
 	}
 }
 
