@@ -54,15 +54,26 @@ func Detect(parent, name string) (*Base, error) {
 	if err != nil {
 		return nil, err
 	}
+	own, err := ownCgroup()
+	if err != nil {
+		return nil, err
+	}
+	ownDir := filepath.Join(mnt, own)
 	dir := parent
 	if dir == "" {
-		own, err := ownCgroup()
-		if err != nil {
-			return nil, err
-		}
-		dir = filepath.Join(mnt, own)
+		dir = ownDir
 	} else if !strings.HasPrefix(dir, mnt) {
 		dir = filepath.Join(mnt, dir)
+	}
+	// A process is cloned into a job cgroup only by one who may write
+	// cgroup.procs of the cgroup above both ours and it: made but not
+	// usable, every spawn would fail.
+	common := ownDir
+	for common != mnt && !strings.HasPrefix(dir+"/", common+"/") {
+		common = filepath.Dir(common)
+	}
+	if err := unix.Access(filepath.Join(common, "cgroup.procs"), unix.W_OK); err != nil {
+		return nil, fmt.Errorf("cannot move processes into cgroups under %s: no write access to %s: %w", dir, filepath.Join(common, "cgroup.procs"), err)
 	}
 	base := filepath.Join(dir, name)
 	if err := os.Mkdir(base, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
@@ -331,8 +342,30 @@ func (c *Cgroup) Remove(d time.Duration) error {
 		time.Sleep(5 * time.Millisecond) // no cheaper notification than polling cgroup.events here
 	}
 	c.closeFiles()
-	if err := os.Remove(c.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := removeTree(c.Path); err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", c.Path, err)
+	}
+	return nil
+}
+
+// removeTree removes the empty cgroup dir and the cgroups below it,
+// deepest first: a job may have made cgroups of its own (a supervisor or a
+// pkg/client.Local run as a job), and a cgroup with children cannot be
+// removed. Everything in it is the job's, so ours.
+func removeTree(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	return nil
 }

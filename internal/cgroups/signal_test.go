@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -72,5 +73,41 @@ func TestOpenRecordedRefusesOtherPaths(t *testing.T) {
 		if got := OpenRecorded(p, "exec-supervisor-"); got != nil {
 			t.Errorf("OpenRecorded(%q) = %v, want nil", p, got.Path)
 		}
+	}
+}
+
+// TestRemoveNested: a job cgroup in which the job made cgroups of its own
+// (a supervisor or a pkg/client.Local run as a job) is removed with them,
+// deepest first, once its processes are gone (it stayed behind, and its
+// base with it).
+func TestRemoveNested(t *testing.T) {
+	base := testBase(t)
+	cg, fd, err := base.Create("nest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd.Close()
+	inner := filepath.Join(cg.Path, "exec-supervisor-local-x", "c-1")
+	if err := os.MkdirAll(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := exec.Command("sleep", "30")
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inner, "cgroup.procs"), []byte(strconv.Itoa(p.Process.Pid)), 0); err != nil {
+		p.Process.Kill()
+		p.Wait()
+		t.Fatal(err)
+	}
+	if err := cg.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	if err := cg.Remove(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cg.Path); !os.IsNotExist(err) {
+		t.Fatalf("the job cgroup is still there: %v", err)
 	}
 }

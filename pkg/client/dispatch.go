@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -111,10 +113,12 @@ func (d *Dispatcher) Start(ctx context.Context, args protocol.SpawnArgs, bufferB
 // Like the supervisor, it gives each job a cgroup of its own where this
 // process may make them (cgroup v2, under its own cgroup or
 // LocalOptions.CgroupParent: see Cgroups): a descendant that leaves its
-// process group (setsid, daemonizing tools) is terminated with its job,
-// and cgroup limits apply. Without, it falls back to process groups (such
-// a descendant escapes the kill; strictOwnership and cgroup limits do
-// nothing). Unlike the supervisor it has no notify socket and no rlimits
+// process group (setsid, daemonizing tools) is terminated with its job.
+// Cgroup limits (memory.max, cpu.weight) need a CgroupParent with no
+// processes of its own whose controllers this process may enable: under
+// its own cgroup they are reported unavailable. Without cgroups it falls
+// back to process groups (such a descendant escapes the kill;
+// strictOwnership does nothing). Unlike the supervisor it has no notify socket and no rlimits
 // helper (spawns asking for them fail), and it reaps no orphans: in a
 // gateway that is PID 1 or a subreaper, descendants orphaned by its jobs
 // stay zombies unless the gateway reaps them.
@@ -143,10 +147,27 @@ type LocalOptions struct {
 // the supervisor's other defaults.
 func NewLocal(maxJobs int) *Local { return NewLocalWith(LocalOptions{MaxJobs: maxJobs}) }
 
-// localCgroupPrefix starts the name of a Local's cgroup base, followed by
-// its process's pid and start time: "exec-supervisor-local-<pid>-<ticks>".
-// (Supervisors never touch these: theirs are named by state directory.)
+// localCgroupPrefix starts the name of a Local's cgroup base:
+// "exec-supervisor-local-<pid namespace>-<pid>-<start ticks>-<n>", n
+// random (each Local of a process has a base of its own). (Supervisors
+// never touch these: theirs are named by state directory.)
 const localCgroupPrefix = "exec-supervisor-local-"
+
+// localBaseName is the cgroup base name of a Local of process pid (start
+// ticks) in pid namespace ns.
+func localBaseName(ns uint64, pid int, ticks, n uint64) string {
+	return fmt.Sprintf("%s%d-%d-%d-%d", localCgroupPrefix, ns, pid, ticks, n)
+}
+
+// pidNamespace is the inode of this process's pid namespace: pids and
+// start ticks mean something only within one.
+func pidNamespace() (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/pid", &st); err != nil {
+		return 0, fmt.Errorf("pid namespace: %w", err)
+	}
+	return st.Ino, nil
+}
 
 // NewLocalWith returns a Local configured by o.
 func NewLocalWith(o LocalOptions) *Local {
@@ -159,11 +180,17 @@ func NewLocalWith(o LocalOptions) *Local {
 	var opts []jobs.Option
 	if !o.NoCgroups {
 		pid := os.Getpid()
-		ticks, err := jobs.ProcStartTicks(pid)
+		ns, err := pidNamespace()
+		var ticks uint64
+		if err == nil {
+			ticks, err = jobs.ProcStartTicks(pid)
+		}
 		if err == nil {
 			var base *cgroups.Base
-			if base, err = cgroups.Detect(o.CgroupParent, fmt.Sprintf("%s%d-%d", localCgroupPrefix, pid, ticks)); err == nil {
-				sweepLocalCgroups(filepath.Dir(base.Dir), base.Dir)
+			var n [4]byte
+			_, _ = rand.Read(n[:]) // (never fails)
+			if base, err = cgroups.Detect(o.CgroupParent, localBaseName(ns, pid, ticks, uint64(binary.BigEndian.Uint32(n[:])))); err == nil {
+				sweepLocalCgroups(filepath.Dir(base.Dir), ns)
 				l.cg, l.cgNote = base, ""
 				opts = append(opts, jobs.WithCgroups(base))
 			}
@@ -176,27 +203,29 @@ func NewLocalWith(o LocalOptions) *Local {
 	return l
 }
 
-// sweepLocalCgroups removes the cgroup bases in dir of Locals whose
-// process is gone (not ours, which is own): their jobs were orphaned
-// when it died, and nothing else would ever end them. A base of a live
-// process is left alone.
-func sweepLocalCgroups(dir, own string) {
+// sweepLocalCgroups removes the cgroup bases in dir of Locals of pid
+// namespace ns whose process is gone: their jobs were orphaned when it
+// died, and nothing else would ever end them. A base of a live process,
+// of another pid namespace (its pids are not ours to look up) or of an
+// unexpected name is left alone.
+func sweepLocalCgroups(dir string, ns uint64) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if !e.IsDir() || !strings.HasPrefix(name, localCgroupPrefix) || filepath.Join(dir, name) == own {
+		if !e.IsDir() || !strings.HasPrefix(name, localCgroupPrefix) {
 			continue
 		}
+		var bns, ticks, n uint64
 		var pid int
-		var ticks uint64
-		if n, err := fmt.Sscanf(strings.TrimPrefix(name, localCgroupPrefix), "%d-%d", &pid, &ticks); n != 2 || err != nil {
+		if _, err := fmt.Sscanf(name, localCgroupPrefix+"%d-%d-%d-%d", &bns, &pid, &ticks, &n); err != nil ||
+			pid <= 0 || bns != ns || name != localBaseName(bns, pid, ticks, n) {
 			continue
 		}
 		if t, err := jobs.ProcStartTicks(pid); err == nil && t == ticks {
-			continue // its Local's process lives
+			continue // its Local's process lives (ours among them)
 		}
 		dead := &cgroups.Base{Dir: filepath.Join(dir, name)}
 		for _, c := range dead.Leftovers() {
@@ -217,8 +246,12 @@ func (l *Local) Close(ctx context.Context) error {
 	err := l.m.Close(ctx)
 	if l.cg != nil {
 		// The last job cgroups are removed by their waiters a moment
-		// after their jobs end: give them that moment.
-		for deadline := time.Now().Add(2 * time.Second); ; {
+		// after their jobs end: give them that moment (within ctx).
+		deadline := time.Now().Add(2 * time.Second)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		for {
 			cerr := l.cg.Close()
 			if cerr == nil {
 				break

@@ -72,16 +72,22 @@ func TestLocalSweepsDeadLocalsCgroups(t *testing.T) {
 	if !ok {
 		t.Skipf("no cgroup per job here (%s): nothing to test", why)
 	}
-	// A dead process's base (no such pid) with an orphan in a job cgroup,
-	// and a live process's (ours: pid 1's start time is not 1) with none.
-	dead := filepath.Join(dir, "exec-supervisor-local-4194301-1")
-	live := filepath.Join(dir, fmt.Sprintf("exec-supervisor-local-1-%d", startTicks(t, 1)))
-	for _, d := range []string{filepath.Join(dead, "c-x-1"), live} {
+	// A dead process's base (no such pid) with an orphan in a job cgroup
+	// that has a cgroup of its own (a nested Local's, say); a live
+	// process's (pid 1, its start time); and a base of another pid
+	// namespace (its pids are not ours to look up). Unique names: other
+	// test runs may share this cgroup.
+	ns := pidNS(t)
+	tag := time.Now().UnixNano()
+	dead := filepath.Join(dir, fmt.Sprintf("exec-supervisor-local-%d-4194301-%d-1", ns, tag))
+	live := filepath.Join(dir, fmt.Sprintf("exec-supervisor-local-%d-1-%d-%d", ns, startTicks(t, 1), tag))
+	other := filepath.Join(dir, fmt.Sprintf("exec-supervisor-local-%d-4194301-%d-1", ns+1, tag))
+	for _, d := range []string{filepath.Join(dead, "c-x-1", "nested"), live, other} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { os.Remove(live) })
+	t.Cleanup(func() { os.Remove(live); os.Remove(other) })
 	orphan := exec.Command("sleep", "300")
 	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
@@ -101,6 +107,9 @@ func TestLocalSweepsDeadLocalsCgroups(t *testing.T) {
 	if _, err := os.Stat(live); err != nil {
 		t.Fatalf("a live process's base was touched: %v", err)
 	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("another pid namespace's base was touched: %v", err)
+	}
 }
 
 // localBase is this process's Local cgroup base (the one NewLocal made).
@@ -116,14 +125,26 @@ func localBase(t *testing.T) string {
 			own = strings.TrimPrefix(l, "0::")
 		}
 	}
+	prefix := fmt.Sprintf("exec-supervisor-local-%d-%d-%d-", pidNS(t), os.Getpid(), startTicks(t, os.Getpid()))
 	for _, mnt := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
-		d := filepath.Join(mnt, own, fmt.Sprintf("exec-supervisor-local-%d-%d", os.Getpid(), startTicks(t, os.Getpid())))
-		if _, err := os.Stat(d); err == nil {
-			return d
+		ents, _ := os.ReadDir(filepath.Join(mnt, own))
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), prefix) {
+				return filepath.Join(mnt, own, e.Name())
+			}
 		}
 	}
 	t.Fatal("no Local cgroup base found")
 	return ""
+}
+
+func pidNS(t *testing.T) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/pid", &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }
 
 func startTicks(t *testing.T, pid int) uint64 {
@@ -133,4 +154,33 @@ func startTicks(t *testing.T, pid int) uint64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestTwoLocalsInOneProcess: each Local of a process has a cgroup base of
+// its own: closing one leaves the other's jobs alone and able to start.
+func TestTwoLocalsInOneProcess(t *testing.T) {
+	a, b := client.NewLocal(0), client.NewLocal(0)
+	defer a.Close(context.Background())
+	if ok, why := a.Cgroups(); !ok {
+		b.Close(context.Background())
+		t.Skipf("no cgroup per job here (%s): nothing to test", why)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	jb, err := b.Start(ctx, protocol.SpawnArgs{Argv: []string{"true"}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jb.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("close the second Local: %v", err)
+	}
+	ja, err := a.Start(ctx, protocol.SpawnArgs{Shell: "echo still"}, 0)
+	if err != nil {
+		t.Fatalf("the first Local after the second closed: %v", err)
+	}
+	if out, err := readAll(t, ja.Stdout()); err != nil || out != "still\n" {
+		t.Fatalf("output %q %v", out, err)
+	}
 }
