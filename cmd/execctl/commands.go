@@ -101,7 +101,8 @@ func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
 	return ids[0], nil
 }
 
-// resolveJobs is resolveJob for several (one listing for all). patient
+// resolveJobs is resolveJob for several (a listing of the ids with that
+// prefix for each that is not a whole id). patient
 // commands (wait, logs) give a supervisor that does not answer yet (one
 // restarting) as long as they would for a whole id (firstReachFor).
 func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) ([]string, error) {
