@@ -541,3 +541,37 @@ func TestServiceBetweenRunsAudit(t *testing.T) {
 		t.Fatalf("write between runs: %v", err)
 	}
 }
+
+// TestServiceRunsJournaledWhenNeeded: a service started by hand after its
+// supervision ended is journaled (as running) before its run starts; runs
+// restarted by policy are not journaled one by one (their record says
+// running or restarting already): a crash-looping service does not write
+// the journal at every restart.
+func TestServiceRunsJournaledWhenNeeded(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.JournalFlushInterval = time.Hour
+	ts := startServer(t, cfg)
+	c := ts.client
+	ctx := ctxT(t, 30*time.Second)
+	writes := func() float64 {
+		return value(scrape2(t, ts), "exec_supervisor_journal_writes_total")
+	}
+	// 40 quick runs, restarted 5 ms apart (no backoff), then the limit.
+	info, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: "exit 1", Restart: &protocol.RestartPolicy{
+		Policy: protocol.RestartOnFailure, RestartDelayMs: 5, MaxDelayMs: 5, BackoffMultiplier: 1, MaxRestarts: ptrInt(40), RestartWindowMs: 60000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, start := writes(), time.Now()
+	_, _, exit, _ := waitDone(t, c, info.JobID, 20*time.Second)
+	if exit.Reason != protocol.ReasonRestartLimit {
+		t.Fatalf("end: %+v", exit)
+	}
+	// State changes are journaled at most every 100 ms (with cgroups; 25
+	// ms without); one write per run would be 40 more.
+	allowed := float64(time.Since(start)/(25*time.Millisecond)) + 12
+	if n := writes() - before; n > allowed {
+		t.Fatalf("%v journal writes for 40 runs restarted by policy in %v (coalescing allows %v)", n, time.Since(start), allowed)
+	}
+}
