@@ -590,3 +590,109 @@ func TestLostOutputIsCounted(t *testing.T) {
 		t.Fatalf("lost %d bytes and read %d: want them to add up to %d", lost.Bytes, len(got), total)
 	}
 }
+
+// TestPollFollowServiceAcrossGracefulRestart: a follower that learns of a
+// service's end by a backfill (poll mode always does; the safety net may)
+// follows it under the next supervisor when that end was its
+// supervisor's shutdown, as one that gets the end as an event does (the
+// follow ended with supervisor-shutdown while the service went on).
+func TestPollFollowServiceAcrossGracefulRestart(t *testing.T) {
+	dir, err := os.MkdirTemp("", "cl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg := server.DefaultConfig()
+	cfg.Control, cfg.Event = "ipc://"+filepath.Join(dir, "c.sock"), "ipc://"+filepath.Join(dir, "e.sock")
+	cfg.StateDir, cfg.MetricsAddr = filepath.Join(dir, "state"), ""
+	cfg.Jobs.MergeInterval = 10 * time.Millisecond
+	cfg.Subreaper = false
+	startSrv := func() *server.Server {
+		s, err := server.New(cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s1 := startSrv()
+	c := client.New(client.Options{ControlAddress: cfg.Control, EventAddress: cfg.Event, RequestTimeout: 5 * time.Second,
+		SubscribeMode: client.SubscribePoll, PollInterval: 20 * time.Millisecond})
+	defer c.Close()
+	ctx := ctxT(t, 60*time.Second)
+	marker := filepath.Join(dir, "second-run")
+	j, err := c.Spawn(ctx, protocol.SpawnArgs{
+		Shell:   "if [ -e " + marker + " ]; then echo second; exit 7; fi; echo first; touch " + marker + "; exec sleep 300",
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, MaxRestarts: ptr(1)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	var end protocol.ExitPayload
+	firstSeen := make(chan struct{})
+	first := false // (the follow's goroutine's)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
+			switch {
+			case ev.Kind == protocol.KindStdout:
+				p, _ := ev.Output()
+				out.Write(p.Data)
+				if !first && strings.Contains(out.String(), "first") {
+					first = true
+					close(firstSeen)
+				}
+			case ev.Kind.Terminal():
+				end = protocol.ExitPayload{}
+				_ = ev.DecodePayload(&end)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-firstSeen:
+	case err := <-done:
+		t.Fatalf("follow ended before the first run's output: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no output from the first run")
+	}
+	// A job slow to end keeps the stopping supervisor answering for a
+	// while after the service's end: the follower's backfills get that
+	// end (supervisor-shutdown) from it.
+	slow, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: `trap "sleep 0.5; exit 0" TERM; echo up; sleep 300 & wait`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for { // (its trap is set once it said so)
+		p, err := c.Poll(ctx, slow.JobID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Chunks) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the slow job never started")
+		case <-time.After(5 * time.Millisecond): // polling its output
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	s1.Close(cctx)
+	cancel()
+	s2 := startSrv()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s2.Close(cctx)
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "second") || end.Reason != protocol.ReasonRestartLimit {
+		t.Fatalf("output %q, end %+v: want the resumed run's output and its end (restart-limit)", out.String(), end)
+	}
+}

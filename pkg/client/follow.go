@@ -513,14 +513,30 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 		if f.sub != nil {
 			f.sub.heartbeatEvery(res.HeartbeatIntervalMs)
 		}
+		var end protocol.Event
 		stop, err := f.apply(res.Missing, res.Events, time.Now().UnixMilli(), func(ev protocol.Event, done bool) bool {
 			// (a terminal event below LastSeq ends an earlier supervision
 			// period of a service that was started again; its later
 			// events follow)
-			return done && res.Job.LastSeq <= ev.Seq
+			if done && res.Job.LastSeq <= ev.Seq {
+				end = ev
+				return true
+			}
+			return false
 		})
-		if stop || err != nil {
+		if err != nil {
 			return true, err
+		}
+		if stop {
+			// The job's end as this supervisor knows it; a service its
+			// supervisor's shutdown ended goes on under the next one, as
+			// when the end comes as an event (it ended the follow when a
+			// backfill brought it, say the safety net's while the
+			// supervisor shut down).
+			if more, err := f.continues(ctx, end); !more || err != nil {
+				return true, err
+			}
+			continue
 		}
 		if !res.More {
 			if res.Job.Finished() && res.Job.LastSeq < f.next {
