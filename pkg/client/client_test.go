@@ -27,7 +27,9 @@ type supervisor struct {
 	c   *client.Client
 }
 
-func start(t testing.TB, tweak func(*server.Config)) *supervisor {
+// testConfig is a supervisor configuration for tests, its sockets and
+// state in a fresh directory (removed when t ends), which it returns too.
+func testConfig(t testing.TB) (server.Config, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cl-")
 	if err != nil {
@@ -40,6 +42,12 @@ func start(t testing.TB, tweak func(*server.Config)) *supervisor {
 	cfg.Jobs.MergeInterval = 10 * time.Millisecond
 	cfg.HeartbeatInterval = 200 * time.Millisecond
 	cfg.Subreaper = false // the test process waits for children of its own
+	return cfg, dir
+}
+
+func start(t testing.TB, tweak func(*server.Config)) *supervisor {
+	t.Helper()
+	cfg, _ := testConfig(t)
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -597,16 +605,7 @@ func TestLostOutputIsCounted(t *testing.T) {
 // supervisor's shutdown, as one that gets the end as an event does (the
 // follow ended with supervisor-shutdown while the service went on).
 func TestPollFollowServiceAcrossGracefulRestart(t *testing.T) {
-	dir, err := os.MkdirTemp("", "cl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg := server.DefaultConfig()
-	cfg.Control, cfg.Event = "ipc://"+filepath.Join(dir, "c.sock"), "ipc://"+filepath.Join(dir, "e.sock")
-	cfg.StateDir, cfg.MetricsAddr = filepath.Join(dir, "state"), ""
-	cfg.Jobs.MergeInterval = 10 * time.Millisecond
-	cfg.Subreaper = false
+	cfg, dir := testConfig(t)
 	startSrv := func() *server.Server {
 		s, err := server.New(cfg, slog.New(slog.DiscardHandler))
 		if err != nil {
