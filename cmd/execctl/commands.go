@@ -108,10 +108,11 @@ func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
 func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) ([]string, error) {
 	out := slices.Clone(args)
 	for i, arg := range args {
-		if fullJobID(arg) || arg == "" || !hexDigits(strings.ToLower(strings.TrimPrefix(arg, "j-"))) {
+		digits := strings.TrimPrefix(jobPrefix(arg), "j-")
+		if fullJobID(arg) || arg == "" || !hexDigits(digits) {
 			continue // (not an id: the op says so)
 		}
-		if len(strings.TrimPrefix(arg, "j-")) < minPrefix {
+		if len(digits) < minPrefix {
 			return nil, &usageError{msg: fmt.Sprintf("job %q: give at least %d characters of the id", arg, minPrefix), hint: "job ids are shown by: execctl list"}
 		}
 		// (the supervisor lists only the jobs with that prefix; one that
@@ -175,11 +176,11 @@ func matchJob(arg string, jobs []protocol.JobInfo) (string, error) {
 	case 1:
 		return found[0], nil
 	}
-	shown := found
-	if len(shown) > 5 {
-		shown = shown[:5]
+	shown := strings.Join(found, ", ")
+	if len(found) > 5 {
+		shown = strings.Join(found[:5], ", ") + ", ..."
 	}
-	return "", &usageError{msg: fmt.Sprintf("job %q is ambiguous: %d jobs start with it (%s%s)", arg, len(found), strings.Join(shown, ", "), map[bool]string{true: ", ...", false: ""}[len(found) > 5]),
+	return "", &usageError{msg: fmt.Sprintf("job %q is ambiguous: %d jobs start with it (%s)", arg, len(found), shown),
 		hint: "give more of the id (execctl list shows them)"}
 }
 

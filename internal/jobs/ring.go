@@ -174,7 +174,7 @@ func (r *ring) missingBytes(rs []protocol.SeqRange) (int64, bool) {
 			exact = false
 			continue
 		}
-		rs[i].Bytes = r.span(from, to)
+		rs[i].Bytes = to - from // (no skipped offsets in it)
 		n += rs[i].Bytes
 	}
 	if !exact {

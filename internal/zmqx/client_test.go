@@ -76,20 +76,28 @@ func TestClientDealerAgainstRouter(t *testing.T) {
 	}
 }
 
-// TestClientSubAgainstPub: our client SUB subscribes to a topic on our PUB
-// and receives only matching messages, in order.
-func TestClientSubAgainstPub(t *testing.T) {
+// pubAndSub listens with a Publisher (policy pol) on an ipc endpoint and
+// connects one of our SUB clients to it, both closed when t ends.
+func pubAndSub(t *testing.T, pol *Policy) (*Publisher, *Client) {
+	t.Helper()
 	endpoint := "ipc://" + filepath.Join(t.TempDir(), "p.sock")
-	p, err := ListenPub(context.Background(), endpoint, &Policy{}, 1<<20)
+	p, err := ListenPub(context.Background(), endpoint, pol, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	c, err := DialClient(context.Background(), "SUB", endpoint, time.Second, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
+// TestClientSubAgainstPub: our client SUB subscribes to a topic on our PUB
+// and receives only matching messages, in order.
+func TestClientSubAgainstPub(t *testing.T) {
+	p, c := pubAndSub(t, &Policy{})
 	if err := c.Subscribe("job/a/"); err != nil {
 		t.Fatal(err)
 	}
@@ -333,18 +341,8 @@ func TestSubscriptionsBounded(t *testing.T) {
 		{"length", []string{"job/a/", strings.Repeat("x", MaxTopicBytes+1)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			endpoint := "ipc://" + filepath.Join(t.TempDir(), "p.sock")
 			rejected := make(chan string, 4)
-			p, err := ListenPub(context.Background(), endpoint, &Policy{OnReject: func(r string) { rejected <- r }}, 1<<20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			s, err := DialClient(context.Background(), "SUB", endpoint, time.Second, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			_, s := pubAndSub(t, &Policy{OnReject: func(r string) { rejected <- r }})
 			for _, topic := range c.topics {
 				if err := s.Subscribe(topic); err != nil {
 					break // (the supervisor may have cut it already)
@@ -364,17 +362,7 @@ func TestSubscriptionsBounded(t *testing.T) {
 		})
 	}
 	// Up to the bound: served.
-	endpoint := "ipc://" + filepath.Join(t.TempDir(), "p.sock")
-	p, err := ListenPub(context.Background(), endpoint, &Policy{}, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	s, err := DialClient(context.Background(), "SUB", endpoint, time.Second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	p, s := pubAndSub(t, &Policy{})
 	last := fmt.Sprintf("job/%d/", MaxSubscriptions-1)
 	for i := 0; i < MaxSubscriptions; i++ {
 		if err := s.Subscribe(fmt.Sprintf("job/%d/", i)); err != nil {

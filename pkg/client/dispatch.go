@@ -2,10 +2,9 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,28 +178,35 @@ func NewLocalWith(o LocalOptions) *Local {
 	l := &Local{sink: s, cgNote: "disabled (LocalOptions.NoCgroups)"}
 	var opts []jobs.Option
 	if !o.NoCgroups {
-		pid := os.Getpid()
-		ns, err := pidNamespace()
-		var ticks uint64
-		if err == nil {
-			ticks, err = jobs.ProcStartTicks(pid)
-		}
-		if err == nil {
-			var base *cgroups.Base
-			var n [4]byte
-			_, _ = rand.Read(n[:]) // (never fails)
-			if base, err = cgroups.Detect(o.CgroupParent, localBaseName(ns, pid, ticks, uint64(binary.BigEndian.Uint32(n[:])))); err == nil {
-				sweepLocalCgroups(filepath.Dir(base.Dir), ns)
-				l.cg, l.cgNote = base, ""
-				opts = append(opts, jobs.WithCgroups(base))
-			}
-		}
-		if err != nil {
+		if base, err := localCgroups(o.CgroupParent); err != nil {
 			l.cgNote = err.Error()
+		} else {
+			l.cg, l.cgNote = base, ""
+			opts = append(opts, jobs.WithCgroups(base))
 		}
 	}
 	l.m = jobs.New(cfg, nil, s, opts...)
 	return l
+}
+
+// localCgroups makes a Local's cgroup base under parent ("": this
+// process's cgroup), after sweeping those of dead Locals beside it.
+func localCgroups(parent string) (*cgroups.Base, error) {
+	ns, err := pidNamespace()
+	if err != nil {
+		return nil, err
+	}
+	pid := os.Getpid()
+	ticks, err := jobs.ProcStartTicks(pid)
+	if err != nil {
+		return nil, err
+	}
+	base, err := cgroups.Detect(parent, localBaseName(ns, pid, ticks, uint64(rand.Uint32())))
+	if err != nil {
+		return nil, err
+	}
+	sweepLocalCgroups(filepath.Dir(base.Dir), ns)
+	return base, nil
 }
 
 // sweepLocalCgroups removes the cgroup bases in dir of Locals of pid
