@@ -832,6 +832,9 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %.2fs (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), u.CPUSeconds, u.CPUPercent))
 	}
 	row("output", fmt.Sprintf("%d bytes stdout, %d bytes stderr (retained from offset %d)", info.StdoutBytes, info.StderrBytes, info.RetainedFrom))
+	if info.OutputHeld {
+		row("output held", "not read until the supervisor's journal can be written (disk full? see its log); the job waits on its output")
+	}
 	row("timeouts", fmt.Sprintf("overall %v, no-output %v", noneIfZero(info.TimeoutMs), noneIfZero(info.NoOutputTimeoutMs)))
 	if len(info.Labels) > 0 {
 		keys := make([]string, 0, len(info.Labels))

@@ -94,10 +94,17 @@ type Job struct {
 	seqSnap      uint64
 	offSnap      int64
 	reserveAsked bool
-	overallT     *time.Timer
-	idleT        *time.Timer
-	startedEv    *protocol.Event
-	exitEv       *protocol.Event
+	// onDisk is set once a record of the job reached the journal (see
+	// Journaled; a restored job came from one): only then does a
+	// successor number past seqSnap and offSnap, and only then is output
+	// held at the reserve gate. gate, while output is held there, is
+	// closed when it may be read again (see awaitGate).
+	onDisk    bool
+	gate      chan struct{}
+	overallT  *time.Timer
+	idleT     *time.Timer
+	startedEv *protocol.Event
+	exitEv    *protocol.Event
 
 	// readersLeft counts the run's output readers still reading; the last
 	// one closes readersDone.
@@ -302,6 +309,69 @@ const seqReserve = 100_000
 // for once a quarter of it was printed since the last one: the rest (768
 // MiB) is what the job may print before that write lands.
 const offsetReserve = 1 << 30
+
+// gateSeq and gateOff are where the reserve gate closes: three quarters
+// of a reserve used since the last journal write that landed. A write
+// was asked for at a quarter; a healthy journal lands it within a
+// fraction of a second, so only a journal that cannot be written (a full
+// disk) lets a job get here.
+const (
+	gateSeq = seqReserve / 4 * 3
+	gateOff = offsetReserve / 4 * 3
+)
+
+// gatedLocked says whether the job's output must not be read now: a
+// successor that finds the job in the journal numbers its later events
+// and output from seqSnap+seqReserve and offSnap+offsetReserve on (see
+// Restore), so the job must never publish that far while the journal
+// cannot be written. Its output is held instead: the child blocks on its
+// full pipe or terminal, as under any slow reader, and nothing is lost.
+// Reading goes on when a journal write lands (Journaled), or once the
+// run's leader has exited (what is left to read then is bounded: the
+// pipes' contents and what the group writes before it is cleared).
+func (j *Job) gatedLocked() bool {
+	return j.onDisk && !j.leaderExited && (j.seq >= j.seqSnap+gateSeq || j.offset >= j.offSnap+gateOff)
+}
+
+// gated is gatedLocked for a caller without the lock.
+func (j *Job) gated() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.gatedLocked()
+}
+
+// awaitGate returns once the job's output may be read (see gatedLocked).
+func (j *Job) awaitGate() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.gatedLocked() {
+		if j.gate == nil {
+			j.gate = make(chan struct{})
+			j.m.log.Warn("job output held: the journal has not been written for too long (disk full?); the job blocks on its output until a write lands",
+				"job", j.id, "seq", j.seq, "journaledSeq", j.seqSnap, "outputEnd", j.offset, "journaledOutputEnd", j.offSnap)
+			if h := j.m.hooks.OutputHeld; h != nil {
+				h(true)
+			}
+		}
+		g := j.gate
+		j.mu.Unlock()
+		<-g
+		j.mu.Lock()
+	}
+}
+
+// openGateLocked lets held output be read again once it may be.
+func (j *Job) openGateLocked() {
+	if j.gate == nil || j.gatedLocked() {
+		return
+	}
+	close(j.gate)
+	j.gate = nil
+	j.m.log.Info("job output read again", "job", j.id, "journaledSeq", j.seqSnap, "leaderExited", j.leaderExited)
+	if h := j.m.hooks.OutputHeld; h != nil {
+		h(false)
+	}
+}
 
 // nextSeqLocked numbers the job's next event.
 func (j *Job) nextSeqLocked() {
@@ -814,6 +884,7 @@ func (j *Job) readLoop(i int, f *os.File, done chan struct{}) {
 		}
 	}()
 	for {
+		j.awaitGate()
 		buf, start := j.readBuf(i)
 		n, err := f.Read(buf[start:cap(buf)])
 		if n > 0 {
@@ -1207,6 +1278,12 @@ func (j *Job) runLoop(p *proc, out [2]int) {
 	}
 	polling := true
 	for polling {
+		if j.gated() {
+			// Output held (see gatedLocked): the readLoops wait at the
+			// gate, the exit is waited for below.
+			handOff()
+			break
+		}
 		if _, err := unix.Poll(fds[:], -1); err != nil {
 			if err == unix.EINTR {
 				continue
@@ -1247,6 +1324,7 @@ func (j *Job) runLoop(p *proc, out [2]int) {
 			// cgroup only: once reaped, the group number may be anyone's.
 			j.mu.Lock()
 			j.leaderExited = true
+			j.openGateLocked()
 			j.mu.Unlock()
 		}
 	}
@@ -1308,6 +1386,7 @@ func (j *Job) afterReap(p *proc, ws syscall.WaitStatus, err error) {
 	}
 	j.mu.Lock()
 	j.leaderExited = true
+	j.openGateLocked()
 	killing, deadline, cg, runDone := j.killing, j.killDeadline, j.cg, j.runDone
 	j.mu.Unlock()
 	p.releaseSlot() // (the pidfd is closed below)
@@ -1602,8 +1681,9 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1],
 		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
 		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
-		Cgroup:    j.cgroupPath(),
-		StdinOpen: j.state != Exited && j.state != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
+		Cgroup:     j.cgroupPath(),
+		StdinOpen:  j.state != Exited && j.state != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
+		OutputHeld: j.gate != nil,
 	}
 	if j.state == Exited {
 		info.Reason = j.reason

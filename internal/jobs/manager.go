@@ -153,6 +153,11 @@ type Hooks struct {
 	// seqReserve, offsetReserve), rather than a finished record from
 	// which the same seqs and offsets would be used again.
 	BeforeServiceRun func(jobID string)
+	// OutputHeld is called with true when a job's output is held because
+	// the journal has not been written for too long (see
+	// Job.gatedLocked), and with false when it is read again. Called
+	// with the job's lock held: it must not block.
+	OutputHeld func(held bool)
 }
 
 // Manager owns every job. Create it with New, stop it with Close.

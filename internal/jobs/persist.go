@@ -275,9 +275,11 @@ func (m *Manager) Journaled(snaps []Snapshot) {
 			continue
 		}
 		j.mu.Lock()
+		j.onDisk = true
 		if sn.Info.LastSeq > j.seqSnap || sn.Info.OutputEnd > j.offSnap {
 			j.seqSnap, j.offSnap = max(j.seqSnap, sn.Info.LastSeq), max(j.offSnap, sn.Info.OutputEnd)
 			j.reserveAsked = false
+			j.openGateLocked()
 		}
 		j.mu.Unlock()
 	}
@@ -325,6 +327,10 @@ func (m *Manager) Restore(s Snapshot) error {
 	j.offset = info.OutputEnd
 	j.out.end = info.OutputEnd
 	j.seq = info.LastSeq
+	// What the journal on disk says of it: a successor numbers from
+	// there (a later run of a service resumed below is held at the
+	// reserve gate until its own record is written).
+	j.onDisk, j.seqSnap, j.offSnap = true, info.LastSeq, info.OutputEnd
 	// The first run's job.started (seq 1), as it was published: the
 	// record's pid is the first run's only for a one-shot job or a
 	// service's first run; a later run's service has it in its history,

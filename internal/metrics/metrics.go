@@ -36,6 +36,7 @@ type Metrics struct {
 	ConnRejected     *prometheus.CounterVec   // reason
 	SubDisconnects   prometheus.Counter
 	OwnershipEscapes prometheus.Counter
+	OutputHeld       prometheus.Gauge
 }
 
 // Gauges are read at scrape time from the running supervisor.
@@ -71,6 +72,8 @@ func New(g Gauges) *Metrics {
 	m.BackfillEvents = c("backfill_events_total", "Events replayed by subscribe requests.")
 	m.Requests = cv("control_requests_total", "Control requests, by op and result code (ok or an error code).", "op", "code")
 	m.OwnershipEscapes = c("ownership_escapes_total", "Jobs whose processes left their process group or session (caught by the job's cgroup).")
+	m.OutputHeld = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "jobs_output_held",
+		Help: "Jobs whose output is not read because the journal has not been written for too long (disk full?): they block on their output until a write lands."})
 	m.SubDisconnects = c("subscriber_disconnects_total", "Event subscribers gone, for any reason (cut off as too slow, closed, network).")
 	m.ConnRejected = cv("connections_rejected_total", "Connections refused or cut off by the hardened transport, by reason.", "reason")
 	m.RequestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -86,7 +89,7 @@ func New(g Gauges) *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.Spawned, m.Restarts, m.Finished, m.Timeouts, m.CleanupKills, m.OutputBytes, m.EventsPublished,
-		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected, m.SubDisconnects, m.OwnershipEscapes,
+		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected, m.SubDisconnects, m.OwnershipEscapes, m.OutputHeld,
 		gf("jobs_active", "Jobs not yet exited.", g.ActiveJobs),
 		gf("jobs_known", "Jobs known (running or finished within retention).", g.KnownJobs),
 		gf("ring_buffer_bytes", "Memory held by all jobs' ring buffers: retained output, its event headers and ~128 bytes per event.", g.RingBytes),

@@ -190,6 +190,13 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		OutputBytes:      func(st protocol.Stream, n int) { s.metrics.OutputBytes.WithLabelValues(string(st)).Add(float64(n)) },
 		CleanupKill:      func(mode string) { s.metrics.CleanupKills.WithLabelValues(mode).Inc() },
 		OwnershipEscape:  s.metrics.OwnershipEscapes.Inc,
+		OutputHeld: func(held bool) {
+			if held {
+				s.metrics.OutputHeld.Inc()
+			} else {
+				s.metrics.OutputHeld.Dec()
+			}
+		},
 	}))...)
 	defer func() {
 		if err != nil {

@@ -213,6 +213,7 @@ func appendJobInfo(b []byte, i *JobInfo) ([]byte, bool) {
 	w.int("cols", int64(i.Cols), true)
 	w.bool("bracketedPaste", i.BracketedPaste, true)
 	w.bool("stdinOpen", i.StdinOpen, true)
+	w.bool("outputHeld", i.OutputHeld, true)
 	w.str("ownership", i.Ownership, true)
 	w.str("cgroup", i.Cgroup, true)
 	w.str("restart", i.Restart, true)
@@ -639,6 +640,8 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 			ok = m.boolTo(&i.BracketedPaste)
 		case "stdinOpen":
 			ok = m.boolTo(&i.StdinOpen)
+		case "outputHeld":
+			ok = m.boolTo(&i.OutputHeld)
 		case "ownership":
 			ok = m.strTo(&i.Ownership)
 		case "cgroup":

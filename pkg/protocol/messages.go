@@ -299,6 +299,10 @@ type JobInfo struct {
 	Cols           uint16 `msgpack:"cols,omitempty" json:"cols,omitempty"`
 	BracketedPaste bool   `msgpack:"bracketedPaste,omitempty" json:"bracketedPaste,omitempty"`
 	StdinOpen      bool   `msgpack:"stdinOpen,omitempty" json:"stdinOpen,omitempty"`
+	// OutputHeld is set while the job's output is not read because the
+	// supervisor's journal has not been written for too long (a full
+	// disk): the job blocks on its output until a write lands.
+	OutputHeld bool `msgpack:"outputHeld,omitempty" json:"outputHeld,omitempty"`
 	// Ownership is how the job's processes are tracked: "cgroup" (a cgroup
 	// of its own) or "pgid" (its process group, or session for PTY jobs).
 	Ownership string `msgpack:"ownership,omitempty" json:"ownership,omitempty"`

@@ -1,0 +1,195 @@
+package jobs
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// heldCounter counts OutputHeld calls (held, released).
+type heldCounter struct {
+	mu             sync.Mutex
+	held, released int
+}
+
+func (c *heldCounter) hook(h bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h {
+		c.held++
+	} else {
+		c.released++
+	}
+}
+
+func (c *heldCounter) get() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held, c.released
+}
+
+// journalAll records every job's current state as written to the journal.
+func journalAll(m *Manager) { m.Journaled(m.Snapshots(0, nil)) }
+
+// blockedWriting waits until pid sleeps in a write to a full pipe or
+// terminal (nothing reads its output any more).
+func blockedWriting(t *testing.T, pid int) {
+	t.Helper()
+	waitFor(t, func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/wchan")
+		w := string(b)
+		return err == nil && (strings.Contains(w, "pipe_write") || strings.Contains(w, "tty_write") ||
+			strings.Contains(w, "n_tty_write") || strings.Contains(w, "wait_woken"))
+	})
+}
+
+// TestOutputHeldAtReserveGate: a job whose journal record is not rewritten
+// (the disk is full) is never let publish past what a successor would
+// number from (its journaled seq plus seqReserve, output end plus
+// offsetReserve): its output is no longer read once three quarters of a
+// reserve is used, the job blocking on its output with nothing lost, and
+// status says so. A journal write that lands lets it go on; a kill ends it
+// while held. Pipe jobs (read by runLoop, handed to readLoops when held)
+// and terminal jobs (readLoop), by seqs and by offsets.
+func TestOutputHeldAtReserveGate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		pty     bool
+		offsets bool
+	}{{"pipe-seqs", false, false}, {"pipe-offsets", false, true}, {"pty-seqs", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hc heldCounter
+			m := New(Config{}, discard(), nil, WithHooks(Hooks{OutputHeld: hc.hook}))
+			defer m.Close(context.Background())
+			args := protocol.SpawnArgs{Argv: []string{"yes"}}
+			if tc.pty {
+				args.Pty = &protocol.PtyArgs{}
+			}
+			j, info, err := m.SpawnJob(args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
+			waitFor(t, func() bool { return j.Info().OutputEnd > 0 })
+			journalAll(m)
+			// Use up three quarters of a reserve but a little (as a job
+			// that printed that much since the last write that landed).
+			limitSeq, limitOff := uint64(0), int64(0)
+			useReserve := func() {
+				j.mu.Lock()
+				defer j.mu.Unlock()
+				if tc.offsets {
+					j.offSnap = j.offset + 1000 - gateOff
+					limitOff = j.offSnap + gateOff
+				} else {
+					j.seq = j.seqSnap + gateSeq - 5
+					limitSeq = j.seqSnap + gateSeq
+				}
+			}
+			useReserve()
+			waitFor(t, func() bool { return j.Info().OutputHeld })
+			blockedWriting(t, info.Pid)
+			// Held: what was read stops within a round of reads of the
+			// limit (without the gate, yes is many MB past it by now).
+			got := j.Info()
+			if tc.offsets && got.OutputEnd > limitOff+1<<20 || !tc.offsets && got.LastSeq > limitSeq+64 {
+				t.Fatalf("held at seq %d (limit %d), output end %d (limit %d)", got.LastSeq, limitSeq, got.OutputEnd, limitOff)
+			}
+			if got.State != protocol.StateRunning {
+				t.Fatalf("state %s while held", got.State)
+			}
+			if h, _ := hc.get(); h != 1 {
+				t.Fatalf("OutputHeld(true) called %d times, want 1", h)
+			}
+			again := j.Info()
+			if again.LastSeq != got.LastSeq || again.OutputEnd != got.OutputEnd {
+				t.Fatalf("output read while held: seq %d -> %d, end %d -> %d", got.LastSeq, again.LastSeq, got.OutputEnd, again.OutputEnd)
+			}
+
+			// The write lands: output is read again.
+			journalAll(m)
+			waitFor(t, func() bool { i := j.Info(); return !i.OutputHeld && i.LastSeq > got.LastSeq+10 })
+			if h, r := hc.get(); h != 1 || r != 1 {
+				t.Fatalf("OutputHeld calls: %d held, %d released; want 1 and 1", h, r)
+			}
+
+			// Held again, then killed: it ends (its exit lets what is
+			// left be read), and nothing stays held.
+			useReserve()
+			waitFor(t, func() bool { return j.Info().OutputHeld })
+			if _, err := j.Kill(protocol.ReasonManualCancel, 0); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-j.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("a job killed while held did not end")
+			}
+			if i := j.Info(); i.OutputHeld || i.Reason != protocol.ReasonManualCancel {
+				t.Fatalf("after the kill: held %v, reason %s", i.OutputHeld, i.Reason)
+			}
+			if h, r := hc.get(); h != 2 || r != 2 {
+				t.Fatalf("OutputHeld calls: %d held, %d released; want 2 and 2", h, r)
+			}
+		})
+	}
+}
+
+// TestNoGateWithoutJournal: a job no journal write ever recorded (no
+// state directory, or every write failed) is not held, however far it
+// numbers: no successor knows it, so none numbers past it.
+func TestNoGateWithoutJournal(t *testing.T) {
+	m := New(Config{}, discard(), nil)
+	defer m.Close(context.Background())
+	j, _, err := m.SpawnJob(protocol.SpawnArgs{Argv: []string{"yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
+	waitFor(t, func() bool { return j.Info().OutputEnd > 0 })
+	j.mu.Lock()
+	from := j.seq + gateSeq
+	j.seq = from
+	j.mu.Unlock()
+	waitFor(t, func() bool { return j.Info().LastSeq > from+100 })
+	if j.Info().OutputHeld {
+		t.Fatal("held without a journal")
+	}
+}
+
+// TestResumedServiceHeldUntilJournaled: a service resumed after its
+// supervisor died numbers its events past the record's reserve; until a
+// record of that reaches the journal, a crash would restore the old record
+// and number over them again, so its output is held from the start (the
+// server's BeforeServiceRun write normally lands before the run starts).
+func TestResumedServiceHeldUntilJournaled(t *testing.T) {
+	m := New(Config{}, discard(), nil)
+	defer m.Close(context.Background())
+	spec := protocol.SpawnArgs{Argv: []string{"yes"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}}
+	snap := Snapshot{
+		Info:    protocol.JobInfo{JobID: "j-held", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2},
+		Service: &ServiceState{Spec: spec, Attempt: 1}, Interrupted: true,
+	}
+	if err := m.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get("j-held")
+	info, err := m.Start("j-held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
+	waitFor(t, func() bool { return j.Info().OutputHeld })
+	blockedWriting(t, info.Pid)
+	if i := j.Info(); i.OutputEnd-i.StdoutBytes > offsetReserve || i.StdoutBytes != 0 {
+		t.Fatalf("read while held: %d bytes (output end %d)", i.StdoutBytes, i.OutputEnd)
+	}
+	journalAll(m)
+	waitFor(t, func() bool { i := j.Info(); return !i.OutputHeld && i.StdoutBytes > 0 })
+}
