@@ -1801,3 +1801,70 @@ func spawnTreeInCgroup(t *testing.T, s *sup, shell string, n int) (protocol.JobI
 	})
 	return j, members
 }
+
+// TestJournalFailureHoldsOutput: with the journal unwritable after a job
+// was recorded (as on a full disk), the job is stopped at its reserve
+// (status says outputHeld, the log says why) instead of publishing seqs
+// and offsets a successor would number over. A crash while it is held,
+// with the disk keeping the record from before the failure, is recovered
+// past every seq published. (That a write which lands lets the job go on
+// is TestOutputHeldAtReserveGate's, in internal/jobs: here each hold
+// costs 768 MiB of output through a -race build.)
+func TestJournalFailureHoldsOutput(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 90*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid := j.Pgid
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
+	jpath := filepath.Join(e.state, "journal.json")
+	waitJournal(t, jpath, "the running job", func(f *journal.File) bool {
+		return slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID && r.State == "running" })
+	})
+	// Every later write fails: a non-empty directory cannot be renamed over.
+	old, err := os.ReadFile(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var st protocol.JobInfo
+	for deadline := time.Now().Add(60 * time.Second); !st.OutputHeld; {
+		if st, err = s.client.Status(ctx, j.JobID); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not held after 60 s: seq %d, %d bytes", st.LastSeq, st.OutputEnd)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's progress
+	}
+	waitLog(t, s, "job output held")
+	s.kill9()
+	if err := os.RemoveAll(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jpath, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.start(t)
+	res, err := s2.client.Subscribe(ctx, j.JobID, st.LastSeq, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range res.Events {
+		if ev.Kind.Terminal() {
+			if ev.Seq <= st.LastSeq {
+				t.Fatalf("the terminal event has seq %d, already published before the crash (up to %d)", ev.Seq, st.LastSeq)
+			}
+			return
+		}
+	}
+	t.Fatalf("no terminal event past seq %d after the restart: %+v", st.LastSeq, res.Events)
+}
