@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -234,7 +235,21 @@ func eventJSON(ev protocol.Event) jsonEvent {
 func gapNotice(g *globals, id string, ev protocol.Event) {
 	var p protocol.GapPayload
 	_ = ev.DecodePayload(&p)
+	if p.Bytes > 0 {
+		fmt.Fprintf(g.stderr, "execctl: [%s of %s's output lost: events %d..%d are no longer retained (the job printed faster than this follower read, past --ring-buffer)]\n", humanBytes(p.Bytes), id, p.From, p.To)
+		return
+	}
 	fmt.Fprintf(g.stderr, "execctl: [events %d..%d of %s are missing (no longer retained, or not recorded before a supervisor crash): any output in them is lost]\n", p.From, p.To, id)
+}
+
+// lostExit is the exit code of a follow that ended with code but could
+// not show all of the output: code, unless it says success.
+func lostExit(g *globals, code int, lost bool) int {
+	if code != exitOK || !lost {
+		return code
+	}
+	fmt.Fprintf(g.stderr, "execctl: exit code %d: the job succeeded, but part of its output was lost (see above)\n", exitOutputLost)
+	return exitOutputLost
 }
 
 // millis converts a duration flag to ms, refusing what would round to 0
@@ -404,10 +419,12 @@ func kvs(list []string, flag string) (map[string]string, error) {
 func followJob(ctx context.Context, g *globals, id string) (int, error) {
 	var final protocol.ExitPayload
 	var mu sync.Mutex
+	lost := false
 	next := uint64(1)
 	err := followOn(ctx, g, id, &next, func(ev protocol.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
+		lost = lost || ev.Kind == protocol.KindGap
 		if ev.Kind.Terminal() {
 			if err := ev.DecodePayload(&final); err != nil {
 				return err
@@ -443,7 +460,7 @@ func followJob(ctx context.Context, g *globals, id string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("following job %s: %w", id, err)
 	}
-	return exitCodeOf(final, g, id), nil
+	return lostExit(g, exitCodeOf(final, g, id), lost), nil
 }
 
 // followOn is client.Follow from *next on (advanced past every event
@@ -593,6 +610,22 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err != nil {
 		return 0, err
 	}
+	// Each job once, and every one of them known before any is shown.
+	var seen map[string]bool
+	ids = slices.DeleteFunc(ids, func(id string) bool {
+		dup := seen[id]
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[id] = true
+		return dup
+	})
+	for _, id := range ids {
+		if _, err := g.client.Status(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+	var lost atomic.Bool
 	for i, id := range ids {
 		wg.Add(1)
 		go func() {
@@ -615,7 +648,9 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 					}
 					for _, c := range res.Chunks {
 						if g.json {
-							_ = printJSON(g.stdout, c)
+							mu.Lock()
+							_ = printJSON(g.stdout, jsonChunk{JobID: id, Chunk: c})
+							mu.Unlock()
 						} else {
 							lw.write(g.stdout, c.Data)
 						}
@@ -629,6 +664,9 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 				return
 			}
 			errs[i] = followPeriods(ctx, g, id, func(ev protocol.Event) error {
+				if ev.Kind == protocol.KindGap {
+					lost.Store(true)
+				}
 				if g.json {
 					mu.Lock()
 					defer mu.Unlock()
@@ -669,7 +707,17 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err := errors.Join(errs...); err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return exitInterrupted, nil // (Ctrl-C: the way to stop following)
 	}
-	return exitOK, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return lostExit(g, exitOK, lost.Load()), nil
+}
+
+// jsonChunk is a chunk of output as logs --json prints it: the wire's
+// fields, and whose it is.
+type jsonChunk struct {
+	JobID string `json:"jobId"`
+	protocol.Chunk
 }
 
 // followPeriods follows a job from its first event like client.Follow,

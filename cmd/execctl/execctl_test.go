@@ -903,3 +903,37 @@ func TestLastOutputAcrossSkippedOffsets(t *testing.T) {
 		t.Fatalf("last output %q (%v), want both runs' output", got, err)
 	}
 }
+
+// TestLogsReportsLostOutput: a follow that could not show all of the
+// output (evicted from the ring before it was read) says how much was
+// lost and exits 5 though the job exited 0; logs takes each job once,
+// refuses an unknown one before showing any, and --json chunks name
+// their job.
+func TestLogsReportsLostOutput(t *testing.T) {
+	t.Parallel()
+	s := startSupervisorWith(t, func(c *server.Config) {
+		c.Jobs.RingBytes = 64 << 10
+		c.Jobs.MergeMaxBytes = 8 << 10
+	})
+	id := s.spawnID(t, "--shell", "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo last")
+	s.waitExited(t, id)
+	code, out, errs := s.ctl(t, "logs", "-f", id)
+	if code != 5 || !strings.Contains(errs, "output lost") || !strings.Contains(errs, "exit code 5") || !strings.HasSuffix(out, id+" | last\n"+id+" | [ended: exit code 0]\n") {
+		t.Fatalf("logs -f of a job whose output was evicted: exit %d (want 5)\nstderr: %s\nstdout ends: %q", code, errs, out[max(0, len(out)-200):])
+	}
+
+	small := s.spawnID(t, "--shell", "echo one")
+	s.waitExited(t, small)
+	code, out, errs = s.ctl(t, "logs", "-f", small, small)
+	if code != 0 || strings.Count(out, "one") != 1 {
+		t.Fatalf("logs -f of one job given twice: exit %d, stdout %q, stderr %s", code, out, errs)
+	}
+	code, out, errs = s.ctl(t, "logs", "-f", small, "j-0000000000000000")
+	if code != 4 || out != "" {
+		t.Fatalf("logs -f with an unknown job: exit %d (want 4), stdout %q, stderr %s", code, out, errs)
+	}
+	out = s.mustCtl(t, "--json", "logs", small)
+	if m := jsonObject(t, out); m["jobId"] != small || m["data"] != "b25lCg==" {
+		t.Fatalf("logs --json chunk: %s", out)
+	}
+}

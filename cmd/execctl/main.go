@@ -27,6 +27,10 @@ const (
 	exitUsage       = 2
 	exitUnreachable = 3
 	exitNotFound    = 4 // no such job
+	// exitOutputLost: a follow (spawn --follow, logs -f) whose job(s)
+	// succeeded but could not show all of their output (it was no longer
+	// retained when this client got to it); stderr says which part.
+	exitOutputLost = 5
 	// exitInterrupted: Ctrl-C while following or waiting (the jobs go on).
 	exitInterrupted = 130
 )
