@@ -24,6 +24,8 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--allow-uid", "-1"}, "--allow-uid"},
 		{[]string{"--allow-gid", "4294967295"}, "--allow-gid"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"--metrics-addr", "notanaddr"}, "--metrics-addr"},
+		{[]string{"--metrics-addr", "127.0.0.1:99999"}, "--metrics-addr"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(tc.args, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {

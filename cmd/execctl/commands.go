@@ -1047,6 +1047,9 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	}
 	fmt.Fprintf(g.stdout, "%s: exec-supervisor %s (protocol %d), instance %s, pid %d, up %s, %d/%d jobs running, %d known\n",
 		status, h.Version, h.Protocol, h.InstanceID, h.Pid, (time.Duration(h.UptimeMs) * time.Millisecond).Round(time.Second), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
+	if !h.Cgroups && h.CgroupsNote != "" {
+		fmt.Fprintf(g.stdout, "no cgroup per job (%s): process groups only\n", h.CgroupsNote)
+	}
 	if !h.OK {
 		return exitFailed, nil
 	}

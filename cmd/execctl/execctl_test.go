@@ -937,3 +937,13 @@ func TestLogsReportsLostOutput(t *testing.T) {
 		t.Fatalf("logs --json chunk: %s", out)
 	}
 }
+
+// TestHealthSaysWithoutCgroups: human health says when jobs get no
+// cgroup of their own, and why.
+func TestHealthSaysWithoutCgroups(t *testing.T) {
+	t.Parallel()
+	s := startSupervisorWith(t, func(c *server.Config) { c.NoCgroups = true })
+	if out := s.mustCtl(t, "health"); !strings.Contains(out, "no cgroup per job (disabled with --no-cgroups)") {
+		t.Fatalf("health without cgroups: %q", out)
+	}
+}

@@ -2,7 +2,9 @@ package server
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -208,6 +210,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Control == c.Event {
 		return fmt.Errorf("--control and --event are both %s; they must differ", c.Control)
+	}
+	if c.MetricsAddr != "" {
+		host, port, err := net.SplitHostPort(c.MetricsAddr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 || strings.ContainsAny(host, "/ ") {
+			return fmt.Errorf("--metrics-addr %q: want HOST:PORT (e.g. 127.0.0.1:18792; port 0 picks a free one, logged at start) or empty to disable", c.MetricsAddr)
+		}
 	}
 	checks := []struct {
 		ok   bool

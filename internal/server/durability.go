@@ -201,8 +201,10 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 		s.log.Warn("reconcile: orphan found alive and terminated", append(attrs, "signal", how)...)
 		return "orphaned process found alive after the restart and terminated (" + how + ")"
 	case jobs.Reused:
-		s.log.Info("reconcile: pid now belongs to another process; not touched", attrs...)
-		return "process was gone (its pid now belongs to an unrelated process, left untouched)"
+		ticks, _ := jobs.ProcStartTicks(r.Pid)
+		s.log.Info("reconcile: pid reused: the job's process is gone and its pid belongs to another process (other start time or boot); not touched",
+			append(attrs, "recordedStartTicks", r.StartTicks, "liveStartTicks", ticks)...)
+		return "pid reused: the job's process was gone and its pid belonged to an unrelated process (other start time or boot), left untouched"
 	default:
 		if r.Pgid > 1 && jobs.ScopeAlive(r.Pgid, r.Pty) && live == jobs.Gone {
 			members := make([]jobs.ProcID, len(r.Members))

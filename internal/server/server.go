@@ -179,6 +179,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 	} else {
 		s.cgroupNote = "disabled with --no-cgroups"
+		s.log.Info("no cgroup per job (--no-cgroups): process groups only (a child that leaves its process group can escape)")
 	}
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
 		Changed:          s.markDirty,
@@ -275,8 +276,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			}
 		}()
 	}
+	metrics := s.cfg.MetricsAddr
+	if s.httpL != nil {
+		metrics = s.httpL.Addr().String() // (the port bound, when :0 asked for any)
+	}
 	s.log.Info("supervisor started", "instance", s.instanceID, "control", s.cfg.Control, "event", s.cfg.Event,
-		"metrics", s.cfg.MetricsAddr, "stateDir", s.cfg.StateDir, "journal", s.journal.Path(), "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
+		"metrics", metrics, "stateDir", s.cfg.StateDir, "journal", s.journal.Path(), "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
 	return nil
 }
 
