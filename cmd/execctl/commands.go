@@ -49,8 +49,8 @@ func newFlags(name string, g *globals) *pflag.FlagSet {
 	fs.Usage = func() {
 		// A synopsis is "what it does: how to call it".
 		what, how, ok := strings.Cut(commands[name].Synopsis(), ": ")
-		if !ok {
-			what, how = "", what
+		if !ok { // (no arguments: the synopsis says what it does)
+			how = name
 		}
 		fmt.Fprintf(g.stderr, "usage: execctl [global flags] %s\n", how)
 		if what != "" {
@@ -294,6 +294,9 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	svc := serviceFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return 0, err
+	}
+	if *wait && *follow {
+		return 0, &usageError{msg: "--wait and --follow do not go together", hint: "--follow streams the output and waits; --wait waits without it"}
 	}
 	a := protocol.SpawnArgs{Argv: fs.Args(), Shell: *shell, Cwd: *cwd, SessionID: *session}
 	var err error
@@ -556,6 +559,9 @@ func (*PollCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	maxB := fs.Int64("max-bytes", 0, "most bytes to fetch (default: the protocol maximum)")
 	if err := parse(fs, args); err != nil {
 		return 0, err
+	}
+	if *cursor < 0 || *maxB < 0 {
+		return 0, &usageError{msg: "--cursor and --max-bytes must not be negative", hint: "a cursor is a byte offset, from 0 (the next one is printed after each poll)"}
 	}
 	id, err := g.oneJob(ctx, fs)
 	if err != nil {
@@ -952,6 +958,11 @@ func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	brief := fs.Bool("brief", false, "without the jobs' commands, cwd and labels (much less to transfer when commands are long)")
 	if err := parse(fs, args); err != nil {
 		return 0, err
+	}
+	switch protocol.State(*state) {
+	case "", protocol.StateStarting, protocol.StateRunning, protocol.StateExiting, protocol.StateRestarting, protocol.StateExited:
+	default:
+		return 0, &usageError{msg: fmt.Sprintf("--state %q: want starting, running, exiting, restarting or exited", *state)}
 	}
 	return listJobs(ctx, g, protocol.ListJobsArgs{State: protocol.State(*state), SessionID: *session, Brief: *brief})
 }

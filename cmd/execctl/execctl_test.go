@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -674,7 +675,9 @@ func TestTokenHints(t *testing.T) {
 // ignored, and accepted).
 func TestMoreUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"status", ""}, {"spawn", "--rows", "40", "--", "true"}, {"--request-timeout", "-1s", "health"},
-		{"resize", "j-1", "40abc", "100"}, {"resize", "j-1", "40", "0x20"}, {"resize", "j-1", "40", "1e2"}} { // (resize: fmt.Sscan took these)
+		{"resize", "j-1", "40abc", "100"}, {"resize", "j-1", "40", "0x20"}, {"resize", "j-1", "40", "1e2"}, // (resize: fmt.Sscan took these)
+		{"--control", "bogus", "health"}, {"--event", "ipc:/", "health"}, {"spawn", "--wait", "--follow", "--", "true"},
+		{"poll", "--cursor", "-5", "j-1"}, {"list", "--state", "bogus"}} {
 		if code, _, errs := execctl(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, %s", args, code, errs)
 		}
@@ -945,5 +948,34 @@ func TestHealthSaysWithoutCgroups(t *testing.T) {
 	s := startSupervisorWith(t, func(c *server.Config) { c.NoCgroups = true })
 	if out := s.mustCtl(t, "health"); !strings.Contains(out, "no cgroup per job (disabled with --no-cgroups)") {
 		t.Fatalf("health without cgroups: %q", out)
+	}
+}
+
+// TestVersionAndCommandHelp: execctl --version names the version and
+// protocol; a command without arguments shows its name in its usage.
+func TestVersionAndCommandHelp(t *testing.T) {
+	if code, out, _ := execctl(t, "--version"); code != 0 || !strings.HasPrefix(out, "execctl ") || !strings.Contains(out, "protocol 2") {
+		t.Fatalf("--version: exit %d, %q", code, out)
+	}
+	if code, _, errs := execctl(t, "health", "--help"); code != 0 || !strings.Contains(errs, "usage: execctl [global flags] health\n") {
+		t.Fatalf("health --help: exit %d, %q", code, errs)
+	}
+}
+
+// TestSilentSupervisorHint: a socket that accepts but never answers (a
+// stopped or hung supervisor) is reported as not answering, not as
+// missing: the hint must not say to start another one.
+func TestSilentSupervisorHint(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	path := filepath.Join(dir, "silent.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	code, _, errs := execctl(t, "--control", "ipc://"+path, "health")
+	if code != 3 || !strings.Contains(errs, "did not answer in time") || strings.Contains(errs, "start one with") {
+		t.Fatalf("silent supervisor: exit %d, stderr:\n%s", code, errs)
 	}
 }

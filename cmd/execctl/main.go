@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/buildinfo"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -105,6 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&g.event, "event", envOr("EXEC_SUPERVISOR_EVENT", ""), "event endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_EVENT)")
 	fs.BoolVar(&g.json, "json", false, "print JSON objects with the wire protocol's field names")
 	fs.DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each request to the supervisor")
+	version := fs.Bool("version", false, "print execctl's version and exit")
 	tokenFile := fs.String("token-file", envOr("EXEC_SUPERVISOR_TOKEN_FILE", ""), "token for tcp endpoints (default: env EXEC_SUPERVISOR_TOKEN, else the supervisor's default token file)")
 	fs.Usage = func() { usage(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
@@ -114,6 +117,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// (pflag prints nothing itself with ContinueOnError)
 		fmt.Fprintf(stderr, "execctl: %v\n  hint: see: execctl --help\n", err)
 		return exitUsage
+	}
+	if *version {
+		fmt.Fprintf(stdout, "execctl %s (protocol %d)\n", buildinfo.Version, protocol.Version)
+		return exitOK
+	}
+	for _, ep := range []struct{ flag, v string }{{"--control", g.control}, {"--event", g.event}} {
+		if ep.v == "" {
+			continue
+		}
+		if _, _, err := zmqx.Split(ep.v); err != nil {
+			fmt.Fprintf(stderr, "execctl: %s: %v\n  hint: an endpoint is ipc:///path/to.sock or tcp://host:port\n", ep.flag, err)
+			return exitUsage
+		}
 	}
 	if g.timeout <= 0 {
 		fmt.Fprintf(stderr, "execctl: --request-timeout %v must be positive\n", g.timeout)
@@ -149,6 +165,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return report(g, rest[0], err)
 	}
 	return code
+}
+
+// isTimeout says whether err is a network timeout (an i/o deadline that
+// ran out), not a refusal.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func envOr(k, def string) string {
@@ -188,7 +211,13 @@ func report(g *globals, name string, err error) int {
 		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: a supervisor is listening at %s but closed the connection at once: it may be at its connection limit (exec-supervisor --max-connections), or not accept this user (--allow-uid); its log says why (\"connection rejected\")\n",
 			name, err, g.client.Options().ControlAddress)
 		return exitUnreachable
-	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &ce) && isTimeout(err), errors.Is(err, context.DeadlineExceeded):
+		// Something is listening (a connection was made, or a request
+		// went out) but did not answer in time.
+		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: the supervisor at %s did not answer in time: it may be stopped (SIGSTOP), hung or overloaded; check its process and log (starting another would find its state directory in use); a slow one may need a longer --request-timeout\n",
+			name, err, g.client.Options().ControlAddress)
+		return exitUnreachable
+	case errors.As(err, &ce):
 		addr := g.client.Options().ControlAddress
 		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: is the supervisor running? start one with: exec-supervisor --control %s --event %s\n",
 			name, err, addr, g.client.Options().EventAddress)

@@ -404,6 +404,9 @@ func lookPath(file, path string) (string, error) {
 			return p, nil
 		}
 	}
+	if path == "" {
+		return "", fmt.Errorf("executable %s not found: the job's environment has no PATH (replaced without one?); give its full path, or set PATH", quoteClip(file))
+	}
 	return "", fmt.Errorf("executable %s not found in PATH", quoteClip(file))
 }
 

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/buildinfo"
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
@@ -31,7 +32,7 @@ import (
 )
 
 // Version is the supervisor's software version, reported by health.
-var Version = "0.1.0-dev"
+const Version = buildinfo.Version
 
 // Server is a running supervisor. Lifecycle: New -> Start -> Close.
 type Server struct {
