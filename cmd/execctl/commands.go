@@ -291,6 +291,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	rows := fs.Int("rows", 0, "terminal rows with --pty (default 24)")
 	cols := fs.Int("cols", 0, "terminal columns with --pty (default 80)")
 	stdin := fs.Bool("stdin", false, "keep the job's stdin open for 'execctl write' (default: /dev/null)")
+	noPace := fs.Bool("no-pace", false, "with --follow: do not hold the job to execctl's pace (output it prints faster than execctl shows it may be lost)")
 	svc := serviceFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return 0, err
@@ -335,6 +336,9 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		a.EnvMode = protocol.EnvReplace
 	}
 	a.Stdin = *stdin
+	// Following, the job waits for execctl as a command waits for its
+	// terminal: nothing it prints is lost to the ring buffer.
+	a.Pace = *follow && !*noPace
 	if *usePty {
 		a.Pty = &protocol.PtyArgs{Rows: *rows, Cols: *cols}
 	} else if fs.Changed("rows") || fs.Changed("cols") {
@@ -361,7 +365,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		case ctx.Err() != nil: // (interrupted during the spawn)
 			err = ctx.Err()
 		case *follow:
-			code, err = followJob(ctx, g, job.JobID)
+			code, err = followJob(ctx, g, job.JobID, a.Pace)
 		default: // (through the wait op: no event socket needed)
 			code, err = waitEnd(ctx, g, job.JobID, true)
 			if protocol.CodeOf(err) == protocol.CodeNotFound {
@@ -419,12 +423,12 @@ func kvs(list []string, flag string) (map[string]string, error) {
 
 // followJob streams a job's events, printing its output, and returns the
 // exit code that mirrors the job's end.
-func followJob(ctx context.Context, g *globals, id string) (int, error) {
+func followJob(ctx context.Context, g *globals, id string, paced bool) (int, error) {
 	var final protocol.ExitPayload
 	var mu sync.Mutex
 	lost := false
 	next := uint64(1)
-	err := followOn(ctx, g, id, &next, func(ev protocol.Event) error {
+	err := followOn(ctx, g, id, &next, paced, func(ev protocol.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		lost = lost || ev.Kind == protocol.KindGap
@@ -470,7 +474,11 @@ func followJob(ctx context.Context, g *globals, id string) (int, error) {
 // delivered), going on across a supervisor that is restarting: execctl's
 // client gives up on a connection at once (a missing supervisor is
 // reported quickly), so the follow is resumed for up to reconnectFor.
-func followOn(ctx context.Context, g *globals, id string, next *uint64, fn client.FollowFunc) error {
+func followOn(ctx context.Context, g *globals, id string, next *uint64, paced bool, fn client.FollowFunc) error {
+	var opts []client.FollowOption
+	if paced {
+		opts = append(opts, client.Paced())
+	}
 	var lost time.Time
 	// Output is shown once per offset: a restarted supervisor publishes
 	// again, under new seqs, output its journal held as not yet published
@@ -491,7 +499,7 @@ func followOn(ctx context.Context, g *globals, id string, next *uint64, fn clien
 				*next = ev.Seq + 1
 			}
 			return nil
-		})
+		}, opts...)
 		var ce *client.ConnectError
 		switch {
 		case err == nil || !errors.As(err, &ce) || ctx.Err() != nil:
@@ -602,6 +610,7 @@ func (*LogsCommand) Synopsis() string {
 func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("logs", g)
 	follow := fs.BoolP("follow", "f", false, "keep streaming until every job ended")
+	pace := fs.Bool("pace", false, "with -f: hold the jobs to this follower's pace, so that none of their output is lost to the ring buffer (they wait for it)")
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
@@ -669,7 +678,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 				lw.flush(g.stdout)
 				return
 			}
-			errs[i] = followPeriods(ctx, g, id, func(ev protocol.Event) error {
+			errs[i] = followPeriods(ctx, g, id, *pace, func(ev protocol.Event) error {
 				if ev.Kind == protocol.KindGap {
 					lost.Store(true)
 				}
@@ -729,11 +738,11 @@ type jsonChunk struct {
 // followPeriods follows a job from its first event like client.Follow,
 // and on past a terminal event when the job went on after it: a service
 // started again once its supervision ended has several in its sequence.
-func followPeriods(ctx context.Context, g *globals, id string, fn client.FollowFunc) error {
+func followPeriods(ctx context.Context, g *globals, id string, paced bool, fn client.FollowFunc) error {
 	from := uint64(1)
 	for {
 		var end uint64
-		err := followOn(ctx, g, id, &from, func(ev protocol.Event) error {
+		err := followOn(ctx, g, id, &from, paced, func(ev protocol.Event) error {
 			if ev.Kind.Terminal() {
 				end = ev.Seq
 			}

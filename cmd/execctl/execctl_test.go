@@ -979,3 +979,46 @@ func TestSilentSupervisorHint(t *testing.T) {
 		t.Fatalf("silent supervisor: exit %d, stderr:\n%s", code, errs)
 	}
 }
+
+// slowWriter is a terminal that takes its time.
+type slowWriter struct{ proctest.Buffer }
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(time.Millisecond) // (a slow reader, not a wait for anything)
+	return w.Buffer.Write(p)
+}
+
+// TestSpawnFollowPaced: spawn --follow holds the job to execctl's pace,
+// so a job printing far more than the ring buffer and event queue hold,
+// faster than execctl shows it, loses nothing; --no-pace loses output
+// (exit 5), which is what makes the first half mean something.
+func TestSpawnFollowPaced(t *testing.T) {
+	t.Parallel()
+	s := startSupervisorWith(t, func(c *server.Config) {
+		c.Jobs.RingBytes = 256 << 10
+		c.Jobs.MergeMaxBytes = 16 << 10
+		c.SubscriberQueueBytes = 64 << 10
+	})
+	want, err := exec.Command("seq", "1", "3000000").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, noPace := range []bool{false, true} {
+		args := append(s.globals(), "spawn", "--follow")
+		if noPace {
+			args = append(args, "--no-pace")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		var out slowWriter
+		var errb proctest.Buffer
+		code := run(ctx, append(args, "--", "seq", "1", "3000000"), &out, &errb)
+		cancel()
+		got := out.String()
+		switch {
+		case !noPace && (code != 0 || got != string(want)):
+			t.Fatalf("spawn --follow: exit %d, %d of %d bytes\n%s", code, len(got), len(want), errb.String())
+		case noPace && (code != 5 || len(got) >= len(want)):
+			t.Fatalf("spawn --follow --no-pace: exit %d, %d of %d bytes: nothing lost, so the paced half shows nothing\n%s", code, len(got), len(want), errb.String())
+		}
+	}
+}

@@ -193,3 +193,72 @@ func TestResumedServiceHeldUntilJournaled(t *testing.T) {
 	journalAll(m)
 	waitFor(t, func() bool { i := j.Info(); return !i.OutputHeld && i.StdoutBytes > 0 })
 }
+
+// TestPacedOutput: a paced job's output is read no further than the pace
+// window past what its slowest pacer took (the child waits, nothing is
+// lost), goes on as pacers take more, and runs free once released (by
+// Unpace, or the release its watch was given, as when a connection goes
+// away). The no-output watchdog does not count time spent held.
+func TestPacedOutput(t *testing.T) {
+	m := New(Config{}, discard(), nil)
+	defer m.Close(context.Background())
+	win := m.PaceWindow()
+	var release func()
+	stopped := 0
+	watch := func(r func()) func() bool { release = r; return func() bool { stopped++; return true } }
+	j, info, err := m.SpawnJobWith(protocol.SpawnArgs{Argv: []string{"yes"}, NoOutputTimeoutMs: 200}, SpawnOptions{Pacer: "a", PaceWatch: watch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
+	const slack = 256 << 10 // (a read or two past the window, and what the merge buffers hold)
+	paced := func(acked int64) protocol.JobInfo {
+		t.Helper()
+		waitFor(t, func() bool {
+			i := j.Info()
+			return i.OutputPaced && i.OutputEnd >= acked+win || i.State != protocol.StateRunning
+		})
+		blockedWriting(t, info.Pid)
+		i := j.Info()
+		if i.OutputEnd > acked+win+slack || i.OutputHeld || i.State != protocol.StateRunning {
+			t.Fatalf("paced at %d: output end %d (window %d), held %v, state %s", acked, i.OutputEnd, win, i.OutputHeld, i.State)
+		}
+		return i
+	}
+	paced(0)
+	// Held longer than the no-output timeout: not killed for it. (Time
+	// passing is the point here, not a wait for an event.)
+	time.Sleep(600 * time.Millisecond)
+	if i := j.Info(); i.State != protocol.StateRunning {
+		t.Fatalf("a paced job was ended while held: %s %s", i.State, i.Reason)
+	}
+	if err := j.Pace("a", win/2, watch); err != nil {
+		t.Fatal(err)
+	}
+	paced(win / 2)
+	// A second pacer behind the first holds the job where it is.
+	if err := j.Pace("b", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Pace("a", 4*win, nil); err != nil {
+		t.Fatal(err)
+	}
+	held := j.Info().OutputEnd
+	blockedWriting(t, info.Pid)
+	if i := j.Info(); !i.OutputPaced || i.OutputEnd > held+slack {
+		t.Fatalf("behind pacer b: paced %v, output end %d (was %d)", i.OutputPaced, i.OutputEnd, held)
+	}
+	j.Unpace("b")
+	paced(4 * win)
+	// a goes away: the job runs free.
+	release()
+	waitFor(t, func() bool { i := j.Info(); return !i.OutputPaced && i.OutputEnd > 20*win })
+	if stopped != 1 {
+		t.Fatalf("watch stopped %d times, want 1", stopped)
+	}
+	_, _ = j.Kill(protocol.ReasonManualCancel, 0)
+	<-j.Done()
+	if err := j.Pace("c", 0, watch); err != nil || j.Info().OutputPaced {
+		t.Fatalf("pace of a finished job: %v", err)
+	}
+}

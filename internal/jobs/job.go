@@ -99,8 +99,16 @@ type Job struct {
 	// successor number past seqSnap and offSnap, and only then is output
 	// held at the reserve gate. gate, while output is held there, is
 	// closed when it may be read again (see awaitGate).
-	onDisk    bool
-	gate      chan struct{}
+	onDisk bool
+	gate   chan struct{}
+	// heldJournal: output is held for the journal (gatedLocked), as
+	// reported (OutputHeld hook, outputHeld in status). pacers are the
+	// clients that pace the job's output (see Pace).
+	heldJournal bool
+	pacers      map[any]*pacer
+	// unheldAt is when held output was last let go: the no-output
+	// watchdog counts from it too (a held job was not quiet).
+	unheldAt  time.Time
 	overallT  *time.Timer
 	idleT     *time.Timer
 	startedEv *protocol.Event
@@ -320,17 +328,110 @@ const (
 	gateOff = offsetReserve / 4 * 3
 )
 
-// gatedLocked says whether the job's output must not be read now: a
+// gatedLocked says whether the job's output must not be read now: the
+// journal lags too far behind (journalHeldLocked), or a client pacing
+// the job has not taken its output that far (pacedLocked). Reading goes
+// on once neither holds, or once the run's leader has exited (what is
+// left to read then is bounded: the pipes' contents and what the group
+// writes before it is cleared).
+func (j *Job) gatedLocked() bool {
+	return !j.leaderExited && (j.journalHeldLocked() || j.pacedLocked())
+}
+
+// journalHeldLocked says whether output must wait for the journal: a
 // successor that finds the job in the journal numbers its later events
 // and output from seqSnap+seqReserve and offSnap+offsetReserve on (see
 // Restore), so the job must never publish that far while the journal
 // cannot be written. Its output is held instead: the child blocks on its
 // full pipe or terminal, as under any slow reader, and nothing is lost.
-// Reading goes on when a journal write lands (Journaled), or once the
-// run's leader has exited (what is left to read then is bounded: the
-// pipes' contents and what the group writes before it is cleared).
-func (j *Job) gatedLocked() bool {
-	return j.onDisk && !j.leaderExited && (j.seq >= j.seqSnap+gateSeq || j.offset >= j.offSnap+gateOff)
+// Reading goes on when a journal write lands (Journaled).
+func (j *Job) journalHeldLocked() bool {
+	return j.onDisk && (j.seq >= j.seqSnap+gateSeq || j.offset >= j.offSnap+gateOff)
+}
+
+// pacer is a client pacing a job's output: it has taken the output up to
+// acked, and the job's output is read no further than acked + the pace
+// window (see Pace). stop ends the watch that releases it.
+type pacer struct {
+	acked int64
+	stop  func() bool
+}
+
+// PaceWindow is how far past what its slowest pacer took a paced job's
+// output is read: half the ring buffer, so that all of it is still
+// retained for a pacer that missed it live (its event connection cut,
+// say) and backfills.
+func (m *Manager) PaceWindow() int64 { return int64(m.cfg.RingBytes / 2) }
+
+// pacedLocked says whether a pacer holds the job's output.
+func (j *Job) pacedLocked() bool {
+	for _, p := range j.pacers {
+		if j.offset >= p.acked+j.m.PaceWindow() {
+			return true
+		}
+	}
+	return false
+}
+
+// Pace makes owner (a client connection, say) pace the job's output, or
+// moves its pace on: owner has taken the output up to offset, and the
+// job's output is read no further than offset + PaceWindow until owner
+// takes more, as a pipe's writer waits for its reader (nothing is lost,
+// the child waits). When owner is new, watch (if not nil) is called with
+// a function that releases owner, for when owner goes away; it returns
+// a function that ends that watch (called when owner is released). A
+// finished job has nothing to pace (no error). Release with Unpace.
+func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop func() bool)) error {
+	if offset < 0 {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "offset %d is negative", offset)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state == Exited {
+		return nil
+	}
+	p := j.pacers[owner]
+	if p == nil {
+		if j.pacers == nil {
+			j.pacers = map[any]*pacer{}
+		}
+		p = &pacer{acked: offset}
+		j.pacers[owner] = p
+		if watch != nil {
+			p.stop = watch(func() { j.Unpace(owner) })
+		}
+	}
+	// (offsets a resumed service skipped hold nothing to take)
+	if n := len(j.out.skips); n > 0 {
+		offset = max(offset, j.out.skips[n-1].At+j.out.skips[n-1].N)
+	}
+	p.acked = max(p.acked, offset)
+	j.openGateLocked()
+	return nil
+}
+
+// Unpace releases owner's pace of the job (a no-op when it has none).
+func (j *Job) Unpace(owner any) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if p := j.pacers[owner]; p != nil {
+		delete(j.pacers, owner)
+		if p.stop != nil {
+			p.stop()
+		}
+		j.openGateLocked()
+	}
+}
+
+// clearPacersLocked releases every pacer (the job is over).
+func (j *Job) clearPacersLocked() {
+	for owner, p := range j.pacers {
+		delete(j.pacers, owner)
+		if p.stop != nil {
+			p.stop()
+		}
+	}
+	j.openGateLocked()
 }
 
 // gated is gatedLocked for a caller without the lock.
@@ -340,6 +441,14 @@ func (j *Job) gated() bool {
 	return j.gatedLocked()
 }
 
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // awaitGate returns once the job's output may be read (see gatedLocked).
 func (j *Job) awaitGate() {
 	j.mu.Lock()
@@ -347,6 +456,9 @@ func (j *Job) awaitGate() {
 	for j.gatedLocked() {
 		if j.gate == nil {
 			j.gate = make(chan struct{})
+		}
+		if !j.heldJournal && j.journalHeldLocked() {
+			j.heldJournal = true
 			j.m.log.Warn("job output held: the journal has not been written for too long (disk full?); the job blocks on its output until a write lands",
 				"job", j.id, "seq", j.seq, "journaledSeq", j.seqSnap, "outputEnd", j.offset, "journaledOutputEnd", j.offSnap)
 			if h := j.m.hooks.OutputHeld; h != nil {
@@ -367,9 +479,13 @@ func (j *Job) openGateLocked() {
 	}
 	close(j.gate)
 	j.gate = nil
-	j.m.log.Info("job output read again", "job", j.id, "journaledSeq", j.seqSnap, "leaderExited", j.leaderExited)
-	if h := j.m.hooks.OutputHeld; h != nil {
-		h(false)
+	j.unheldAt = j.m.now()
+	if j.heldJournal {
+		j.heldJournal = false
+		j.m.log.Info("job output read again", "job", j.id, "journaledSeq", j.seqSnap, "leaderExited", j.leaderExited)
+		if h := j.m.hooks.OutputHeld; h != nil {
+			h(false)
+		}
 	}
 }
 
@@ -1031,7 +1147,14 @@ func (j *Job) idleFired(runDone <-chan struct{}) {
 		j.mu.Unlock()
 		return
 	}
-	if quiet := j.m.now().Sub(j.lastOutputAt); quiet < j.noOutput {
+	if j.gate != nil {
+		// Output held (journal, pacing): the job waits for us, it is not
+		// quiet. Counted again from when it is read.
+		j.idleT.Reset(j.noOutput)
+		j.mu.Unlock()
+		return
+	}
+	if quiet := j.m.now().Sub(laterOf(j.lastOutputAt, j.unheldAt)); quiet < j.noOutput {
 		// Output arrived while the timer fired: re-arm for the rest.
 		j.idleT.Reset(j.noOutput - quiet)
 		j.mu.Unlock()
@@ -1629,6 +1752,7 @@ func (j *Job) finishLocked() {
 // job's final info.
 func (j *Job) closeDoneLocked() {
 	close(j.done)
+	j.clearPacersLocked()
 	if len(j.afterDone) == 0 {
 		return
 	}
@@ -1686,7 +1810,7 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
 		Cgroup:     j.cgroupPath(),
 		StdinOpen:  j.state != Exited && j.state != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
-		OutputHeld: j.gate != nil,
+		OutputHeld: j.heldJournal, OutputPaced: j.gate != nil && !j.heldJournal,
 	}
 	if j.state == Exited {
 		info.Reason = j.reason

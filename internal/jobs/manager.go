@@ -337,10 +337,26 @@ func (m *Manager) Spawn(args protocol.SpawnArgs) (protocol.JobInfo, error) {
 // SpawnJob is Spawn that also returns the job (nil when none was
 // recorded): a caller may hold on to it whatever retention does.
 func (m *Manager) SpawnJob(args protocol.SpawnArgs) (*Job, protocol.JobInfo, error) {
+	return m.SpawnJobWith(args, SpawnOptions{})
+}
+
+// SpawnOptions are what a spawn takes besides the job's own arguments.
+type SpawnOptions struct {
+	// Pacer, if not nil, paces the job's output from its first byte (see
+	// Job.Pace, which PaceWatch is given to).
+	Pacer     any
+	PaceWatch func(release func()) (stop func() bool)
+}
+
+// SpawnJobWith is SpawnJob with options.
+func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, protocol.JobInfo, error) {
 	if err := args.Validate(); err != nil {
 		return nil, protocol.JobInfo{}, err
 	}
 	j := m.newJob(args)
+	if o.Pacer != nil {
+		_ = j.Pace(o.Pacer, 0, o.PaceWatch) // (offset 0 cannot be refused)
+	}
 	m.mu.Lock()
 	switch {
 	case m.closed:

@@ -587,13 +587,29 @@ func (s *Server) reply(p *zmqx.Peer, env [][]byte, body []byte) {
 	}
 }
 
+// spawnOptions takes a spawn's pace (a property of the request, not of
+// the job) out of a: the asking peer p paces the job from its first byte.
+func (s *Server) spawnOptions(p *zmqx.Peer, a *protocol.SpawnArgs) (protocol.SpawnArgs, jobs.SpawnOptions) {
+	var o jobs.SpawnOptions
+	if a.Pace {
+		o = jobs.SpawnOptions{Pacer: p, PaceWatch: paceWatch(p)}
+	}
+	a.Pace = false
+	return *a, o
+}
+
+// paceWatch releases a pace of peer p when p goes away.
+func paceWatch(p *zmqx.Peer) func(release func()) func() bool {
+	return func(release func()) func() bool { return p.OnGone(release) }
+}
+
 // quickOp reports whether op may be handled on the peer's reader (see
 // incoming): it never waits for a job, a pipe or a long encoding. (write
 // may wait 2 s for a job to read its input; list-jobs, subscribe and
 // history may encode large replies; stop and restart end runs.)
 func quickOp(op protocol.Op) bool {
 	switch op {
-	case protocol.OpSpawn, protocol.OpWait, protocol.OpStatus, protocol.OpHealth, protocol.OpKill, protocol.OpPoll, protocol.OpCancel:
+	case protocol.OpSpawn, protocol.OpWait, protocol.OpStatus, protocol.OpHealth, protocol.OpKill, protocol.OpPoll, protocol.OpCancel, protocol.OpPace:
 		return true
 	}
 	return false
@@ -680,13 +696,28 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		if a.WaitMs > 0 {
 			return s.spawnAndWait(p, a)
 		}
-		info, err := s.jobs.Spawn(a)
+		_, info, err := s.jobs.SpawnJobWith(s.spawnOptions(p, &a))
 		if err != nil {
 			return nil, err
 		}
 		return protocol.SpawnResult{JobID: info.JobID, Job: info}, nil
 	case protocol.OpWait:
 		return s.wait(p, req)
+	case protocol.OpPace:
+		var a protocol.PaceArgs
+		if err := protocol.DecodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		j, err := s.jobs.Get(a.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if a.Release {
+			j.Unpace(p)
+		} else if err := j.Pace(p, a.Offset, paceWatch(p)); err != nil {
+			return nil, err
+		}
+		return protocol.PaceResult{WindowBytes: s.jobs.PaceWindow(), Job: j.Info()}, nil
 	case protocol.OpCancel:
 		var a protocol.CancelArgs
 		if err := protocol.DecodeArgs(req, &a); err != nil {

@@ -154,7 +154,7 @@ func (s *Server) spawnAndWait(p *zmqx.Peer, a protocol.SpawnArgs) (_ any, err er
 	}()
 	wait := time.Duration(a.WaitMs) * time.Millisecond
 	a.WaitMs = 0 // (a property of this request, not of the job)
-	j, _, err := s.jobs.SpawnJob(a)
+	j, _, err := s.jobs.SpawnJobWith(s.spawnOptions(p, &a))
 	if err != nil {
 		return nil, err
 	}

@@ -46,11 +46,20 @@ type FollowFunc func(ev protocol.Event) error
 // again (what its journal held as not yet published, which the previous
 // one may have published after all) is delivered once per offset. If it
 // has no record of the job, Follow returns ErrSupervisorRestarted.
-func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn FollowFunc) error {
+//
+// With Paced, the follower also paces the job's output.
+func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn FollowFunc, opts ...FollowOption) error {
 	if from == 0 {
 		from = 1
 	}
-	f := follower{c: c, jobID: jobID, next: from, fn: fn}
+	f := follower{c: c, ctx: ctx, jobID: jobID, next: from, fn: fn}
+	for _, o := range opts {
+		o(&f)
+	}
+	if f.paced {
+		f.pace(true)
+		defer f.unpace()
+	}
 	if c.opts.SubscribeMode == SubscribePoll {
 		return f.poll(ctx)
 	}
@@ -352,6 +361,7 @@ func transient(err error) bool {
 
 type follower struct {
 	c     *Client
+	ctx   context.Context // (Follow's)
 	jobID string
 	next  uint64
 	fn    FollowFunc
@@ -363,6 +373,64 @@ type follower struct {
 	once OutputOnce
 	// sub is the event connection (nil when polling).
 	sub *subscription
+	// paced: the follower paces the job (see Paced), with the
+	// supervisor's window, having told it of output up to acked;
+	// paceOff: the supervisor does not know the pace op.
+	paced, paceOff bool
+	window, acked  int64
+}
+
+// FollowOption configures Follow.
+type FollowOption func(*follower)
+
+// Paced makes Follow pace the job's output (the pace op): the supervisor
+// reads the job's output no further than a window (half its ring buffer)
+// past what fn has been given, so that a job printing faster than the
+// follower takes its output waits for it, as a pipe's writer waits for
+// its reader, and none of it is lost to the ring buffer. The pace is
+// held by the client's control connection and ends when Follow returns
+// (or that connection goes away; after a reconnect it is taken again with
+// the next output delivered). Spawn with SpawnArgs.Pace to pace from the
+// first byte, before Follow starts. A supervisor without the pace op is
+// followed unpaced.
+func Paced() FollowOption { return func(f *follower) { f.paced = true } }
+
+// pace tells the supervisor how far the follower has taken the output
+// (see Paced): at once when force is set, else when a quarter window was
+// taken since it last did.
+func (f *follower) pace(force bool) {
+	if !f.paced || f.paceOff {
+		return
+	}
+	taken := max(f.once.end, 0)
+	if !force && taken < f.acked+max(f.window/4, 1) {
+		return
+	}
+	var res protocol.PaceResult
+	err := f.c.Call(f.ctx, protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Offset: taken}, &res)
+	var pe *protocol.Error
+	switch {
+	case err == nil:
+		f.acked, f.window = taken, res.WindowBytes
+	case errors.As(err, &pe) && pe.Code == protocol.CodeUnknownOp:
+		f.paceOff = true // (an older supervisor)
+	}
+}
+
+// unpace ends the follower's pace of the job (best effort: the
+// connection's end ends it too).
+func (f *follower) unpace() {
+	if f.paceOff || f.window == 0 {
+		return
+	}
+	select {
+	case <-f.c.quit:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = f.c.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Release: true}, nil)
 }
 
 // seen records the instance id of a heartbeat or a reply ("" if it had
@@ -403,6 +471,9 @@ func (f *follower) deliver(ev protocol.Event) (done bool, err error) {
 		return true, err
 	}
 	f.next = ev.Seq + 1
+	if f.paced && (ev.Kind == protocol.KindStdout || ev.Kind == protocol.KindStderr) {
+		f.pace(false)
+	}
 	return ev.Kind.Terminal(), nil
 }
 

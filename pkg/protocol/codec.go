@@ -461,6 +461,17 @@ func (a *CancelArgs) Validate() error {
 	return nil
 }
 
+// Validate checks pace arguments.
+func (a *PaceArgs) Validate() error {
+	if err := validJobID(a.JobID); err != nil {
+		return err
+	}
+	if a.Offset < 0 {
+		return Errorf(CodeInvalidArgument, "offset is negative (%d)", a.Offset)
+	}
+	return nil
+}
+
 // Validate checks write arguments.
 func (a *WriteArgs) Validate() error {
 	if err := validJobID(a.JobID); err != nil {

@@ -175,6 +175,7 @@ func appendSpawnArgs(b []byte, a *SpawnArgs) ([]byte, bool) {
 	w.bool("notify", a.Notify, true)
 	w.int("watchdogIntervalMs", a.WatchdogIntervalMs, true)
 	w.int("waitMs", a.WaitMs, true)
+	w.bool("pace", a.Pace, true)
 	return w.end(), true
 }
 
@@ -214,6 +215,7 @@ func appendJobInfo(b []byte, i *JobInfo) ([]byte, bool) {
 	w.bool("bracketedPaste", i.BracketedPaste, true)
 	w.bool("stdinOpen", i.StdinOpen, true)
 	w.bool("outputHeld", i.OutputHeld, true)
+	w.bool("outputPaced", i.OutputPaced, true)
 	w.str("ownership", i.Ownership, true)
 	w.str("cgroup", i.Cgroup, true)
 	w.str("restart", i.Restart, true)
@@ -554,6 +556,8 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 			ok = m.i64To(&a.WatchdogIntervalMs)
 		case "waitMs":
 			ok = m.i64To(&a.WaitMs)
+		case "pace":
+			ok = m.boolTo(&a.Pace)
 		case "pty", "restart", "limits":
 			return false // nested: the generic decoder
 		default:
@@ -642,6 +646,8 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 			ok = m.boolTo(&i.StdinOpen)
 		case "outputHeld":
 			ok = m.boolTo(&i.OutputHeld)
+		case "outputPaced":
+			ok = m.boolTo(&i.OutputPaced)
 		case "ownership":
 			ok = m.strTo(&i.Ownership)
 		case "cgroup":

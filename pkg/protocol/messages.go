@@ -82,6 +82,9 @@ type SpawnArgs struct {
 	// WaitMs > 0 holds the reply until the job has finished (or WaitMs
 	// passed): spawn and wait in one round trip. Not part of the job.
 	WaitMs int64 `msgpack:"waitMs,omitempty" json:"waitMs,omitempty"`
+	// Pace makes the connection that sends the spawn pace the job's
+	// output from its first byte (see OpPace). Not part of the job.
+	Pace bool `msgpack:"pace,omitempty" json:"pace,omitempty"`
 }
 
 // PtyArgs sizes a job's terminal: Rows and Cols 1..10000, zero meaning
@@ -146,6 +149,26 @@ type CancelArgs struct {
 	// RequestID is the id of the held request (spawn with waitMs, or
 	// wait) sent earlier on the same connection.
 	RequestID string `msgpack:"requestId" json:"requestId"`
+}
+
+// PaceArgs are the arguments of OpPace.
+type PaceArgs struct {
+	JobID string `msgpack:"jobId" json:"jobId"`
+	// Offset is the end of the job's output the connection has taken
+	// (the offset after the last byte it received).
+	Offset int64 `msgpack:"offset" json:"offset"`
+	// Release ends the connection's pacing of the job.
+	Release bool `msgpack:"release,omitempty" json:"release,omitempty"`
+}
+
+// PaceResult is the result of OpPace.
+type PaceResult struct {
+	// WindowBytes is how far past Offset the job's output is read: pace
+	// again well before the output reaches Offset+WindowBytes (say each
+	// quarter window) for the job not to wait.
+	WindowBytes int64 `msgpack:"windowBytes" json:"windowBytes"`
+	// Job is the job as it is now (its outputEnd, outputPaced, state).
+	Job JobInfo `msgpack:"job" json:"job"`
 }
 
 // CancelResult is the result of OpCancel.
@@ -303,6 +326,9 @@ type JobInfo struct {
 	// supervisor's journal has not been written for too long (a full
 	// disk): the job blocks on its output until a write lands.
 	OutputHeld bool `msgpack:"outputHeld,omitempty" json:"outputHeld,omitempty"`
+	// OutputPaced is set while the job's output is not read because a
+	// client pacing it (spawn's pace, the pace op) has not taken it yet.
+	OutputPaced bool `msgpack:"outputPaced,omitempty" json:"outputPaced,omitempty"`
 	// Ownership is how the job's processes are tracked: "cgroup" (a cgroup
 	// of its own) or "pgid" (its process group, or session for PTY jobs).
 	Ownership string `msgpack:"ownership,omitempty" json:"ownership,omitempty"`

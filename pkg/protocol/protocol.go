@@ -36,10 +36,14 @@ const (
 	// wait) that the same connection asked for: the held request is never
 	// answered.
 	OpCancel Op = "cancel"
+	// OpPace paces a job's output by the asking connection: its output
+	// is read no further than a window past what the connection says it
+	// has taken, as a pipe's writer waits for its reader.
+	OpPace Op = "pace"
 )
 
 // Ops lists every operation the server understands, in documentation order.
-var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize, OpStart, OpRestart, OpStop, OpHistory, OpWait, OpCancel}
+var Ops = []Op{OpSpawn, OpPoll, OpKill, OpStatus, OpHealth, OpListJobs, OpRemove, OpSubscribe, OpWrite, OpResize, OpStart, OpRestart, OpStop, OpHistory, OpWait, OpCancel, OpPace}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {

@@ -1,0 +1,129 @@
+package client_test
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/server"
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// TestPacedFollowLosesNothing: a follower slower than its job, with a
+// ring buffer and an event queue far smaller than the output, gets every
+// byte when it paces the job (spawn's pace, Follow's Paced): the job waits
+// for it. The same follower unpaced loses output (a gap), which is what
+// makes the first half mean something. A paced Follow that stops early
+// releases the job.
+func TestPacedFollowLosesNothing(t *testing.T) {
+	s := start(t, func(c *server.Config) {
+		c.Jobs.RingBytes = 256 << 10
+		c.Jobs.MergeMaxBytes = 16 << 10
+		c.SubscriberQueueBytes = 64 << 10
+	})
+	ctx := ctxT(t, 60*time.Second)
+	const cmd = "seq 1 3000000" // (21 MB: more than the follower's socket and event buffers hold)
+	want, err := exec.Command("sh", "-c", cmd).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow := func(paced bool) (out []byte, gaps int) {
+		t.Helper()
+		j, err := s.c.Spawn(ctx, protocol.SpawnArgs{Shell: cmd, Pace: paced})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []client.FollowOption
+		if paced {
+			opts = append(opts, client.Paced())
+		}
+		var buf bytes.Buffer
+		err = s.c.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
+			switch ev.Kind {
+			case protocol.KindGap:
+				gaps++
+			case protocol.KindStdout:
+				var p protocol.OutputPayload
+				if err := ev.DecodePayload(&p); err != nil {
+					return err
+				}
+				buf.Write(p.Data)
+				time.Sleep(time.Millisecond) // a slow reader (not a wait for anything)
+			}
+			return nil
+		}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes(), gaps
+	}
+	if out, gaps := follow(true); gaps != 0 || !bytes.Equal(out, want) {
+		t.Fatalf("paced: %d gaps, %d of %d bytes", gaps, len(out), len(want))
+	}
+	if out, gaps := follow(false); gaps == 0 || len(out) >= len(want) {
+		t.Fatalf("unpaced, the slow follower lost nothing (%d gaps, %d of %d bytes): the test does not show pacing works", gaps, len(out), len(want))
+	}
+
+	// A paced Follow given up early lets the job run on to its end.
+	j, err := s.c.Spawn(ctx, protocol.SpawnArgs{Shell: cmd, Pace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("enough")
+	if err := s.c.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
+		if ev.Kind == protocol.KindStdout {
+			return stop
+		}
+		return nil
+	}, client.Paced()); !errors.Is(err, stop) {
+		t.Fatalf("follow: %v", err)
+	}
+	if _, fin, err := s.c.Wait(ctx, j.JobID, 20*time.Second); err != nil || !fin {
+		t.Fatalf("a job whose paced follower stopped did not end: finished %v (%v)", fin, err)
+	}
+}
+
+// TestPaceEndsWithConnection: a job paced by a connection that goes away
+// (a client that crashed or closed) is not held by it any more; status
+// says when a job waits for its pacer; the pace op checks its arguments.
+func TestPaceEndsWithConnection(t *testing.T) {
+	s := start(t, nil)
+	ctx := ctxT(t, 60*time.Second)
+	c2 := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event, RequestTimeout: 10 * time.Second})
+	j, err := c2.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"seq", "1", "3000000"}, Pace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := s.c.Status(ctx, j.JobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.OutputPaced {
+			break
+		}
+		if time.Now().After(deadline) || info.Finished() {
+			t.Fatalf("never paced: %+v", info)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the job's state
+	}
+	var res protocol.PaceResult
+	if err := c2.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: j.JobID, Offset: 100}, &res); err != nil || res.WindowBytes != 1<<20 || res.Job.JobID != j.JobID {
+		t.Fatalf("pace: %+v (%v)", res, err)
+	}
+	for _, bad := range []protocol.PaceArgs{{JobID: j.JobID, Offset: -1}, {Offset: 5}} {
+		if err := c2.Call(ctx, protocol.OpPace, bad, nil); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+			t.Errorf("pace %+v: %v, want invalid-argument", bad, err)
+		}
+	}
+	if err := c2.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: "j-0000000000000001"}, nil); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Errorf("pace of an unknown job: %v", err)
+	}
+	c2.Close()
+	if info, fin, err := s.c.Wait(ctx, j.JobID, 20*time.Second); err != nil || !fin || info.StdoutBytes < 20<<20 {
+		t.Fatalf("after its pacer's connection closed: finished %v, %d bytes (%v)", fin, info.StdoutBytes, err)
+	}
+}
