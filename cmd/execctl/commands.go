@@ -643,7 +643,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	var lost atomic.Bool
 	for i, id := range ids {
 		wg.Add(1)
-		go func() {
+		show := func() {
 			defer wg.Done()
 			prefix := id + " | "
 			if color {
@@ -716,7 +716,12 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 				}
 				return nil
 			})
-		}()
+		}
+		if *follow {
+			go show() // (jobs followed at once, interleaved)
+		} else {
+			show() // (one job after the other, in the order given)
+		}
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {

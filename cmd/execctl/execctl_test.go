@@ -399,6 +399,9 @@ func TestLogs(t *testing.T) {
 			t.Fatalf("logs: exit %d: %s", code, errs)
 		}
 		got := prefixedLines(t, out, a, b)
+		if strings.Index(out, "b-one") < strings.Index(out, "a-two") {
+			t.Errorf("logs A B: B's output before the end of A's:\n%s", out)
+		}
 		if want := []string{"a-one", "a-two"}; fmt.Sprint(got[a]) != fmt.Sprint(want) {
 			t.Errorf("%s: lines %q, want %q\n%s", a, got[a], want, out)
 		}
@@ -1020,5 +1023,18 @@ func TestSpawnFollowPaced(t *testing.T) {
 		case noPace && (code != 5 || len(got) >= len(want)):
 			t.Fatalf("spawn --follow --no-pace: exit %d, %d of %d bytes: nothing lost, so the paced half shows nothing\n%s", code, len(got), len(want), errb.String())
 		}
+	}
+}
+
+// TestTopNotOnATerminal: top writing to a pipe or file prints one plain
+// snapshot (no screen control) and exits.
+func TestTopNotOnATerminal(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--", "sleep", "30")
+	defer s.ctl(t, "kill", "--signal", "KILL", id)
+	code, out, errs := s.ctl(t, "top")
+	if code != 0 || strings.Contains(out, "\x1b") || strings.Contains(out, "\r") || !strings.Contains(out, id) {
+		t.Fatalf("top to a buffer: exit %d, %q\n%s", code, out, errs)
 	}
 }

@@ -16,7 +16,7 @@ type TopCommand struct{}
 
 // Synopsis implements command.
 func (*TopCommand) Synopsis() string {
-	return "live view of jobs with CPU, RSS, state and age (Ctrl-C quits): top [--interval 2s]"
+	return "live view of jobs with CPU, RSS, state and age (Ctrl-C quits; one snapshot when not on a terminal): top [--interval 2s]"
 }
 
 // Run implements command.
@@ -30,6 +30,9 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 	if *interval < 100*time.Millisecond {
 		return 0, &usageError{msg: "--interval must be at least 100ms"}
 	}
+	// Not a terminal (a pipe, a file): one plain snapshot, no screen
+	// control, as top -b -n 1.
+	live := isTTY(g.stdout)
 	t := time.NewTicker(*interval)
 	defer t.Stop()
 	for {
@@ -46,14 +49,22 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 		}
 		h, _ := g.client.Health(ctx)
 		var b bytes.Buffer
-		b.WriteString("\x1b[H\x1b[2J") // home, clear
-		fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s  (every %v, Ctrl-C quits)\n\n",
-			h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"), *interval)
+		if live {
+			b.WriteString("\x1b[H\x1b[2J") // home, clear
+			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s  (every %v, Ctrl-C quits)\n\n",
+				h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"), *interval)
+		} else {
+			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s\n\n", h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"))
+		}
 		sort.SliceStable(jobs, func(i, j int) bool { return cpuOf(jobs[i]) > cpuOf(jobs[j]) })
 		gg := *g
 		gg.stdout = &b
 		gg.json = false
 		printJobTable(&gg, jobs)
+		if !live {
+			_, err := g.stdout.Write(b.Bytes())
+			return exitOK, err
+		}
 		_, _ = g.stdout.Write(bytes.ReplaceAll(b.Bytes(), []byte("\n"), []byte("\r\n")))
 		select {
 		case <-ctx.Done():
