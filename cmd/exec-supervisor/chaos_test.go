@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -741,6 +742,10 @@ func TestSlowSubscriberRSS(t *testing.T) {
 	}
 	if !strings.Contains(s.log.String(), "slow-subscriber") && !strings.Contains(s.log.String(), "slow-peer-write-timeout") {
 		t.Fatalf("the never-reading subscriber was not cut off:\n%s", s.log)
+	}
+	// Over ipc the peer has no address: the log names its pid.
+	if !regexp.MustCompile(`connection rejected.*remote="pid [0-9]+"`).MatchString(s.log.String()) {
+		t.Fatalf("the rejection does not name the peer's pid:\n%s", s.log)
 	}
 }
 

@@ -539,6 +539,15 @@ type hardenedConn struct {
 	rejected bool
 }
 
+// peer names the peer in logs: its address over tcp, its pid over ipc
+// (where the address is empty, "@").
+func (c *hardenedConn) peer() string {
+	if _, unix := c.Conn.(*net.UnixConn); unix && c.peerKey != "" {
+		return c.peerKey
+	}
+	return c.RemoteAddr().String()
+}
+
 func (c *hardenedConn) Read(p []byte) (int, error) {
 	var n int
 	if len(c.replay) > 0 {
@@ -550,7 +559,7 @@ func (c *hardenedConn) Read(p []byte) (int, error) {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				c.l.policy.reject("handshake-timeout-or-eof", c.RemoteAddr().String(), err)
+				c.l.policy.reject("handshake-timeout-or-eof", c.peer(), err)
 				c.rejected = true
 				c.Close()
 				return 0, io.EOF
@@ -565,7 +574,7 @@ func (c *hardenedConn) Read(p []byte) (int, error) {
 		if v, ok := err.(*violation); ok {
 			reason = v.reason
 		}
-		c.l.policy.reject(reason, c.RemoteAddr().String(), err)
+		c.l.policy.reject(reason, c.peer(), err)
 		c.rejected = true
 		c.Close()
 		return 0, io.EOF
@@ -595,7 +604,7 @@ func (c *hardenedConn) Write(p []byte) (int, error) {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				c.l.policy.reject("slow-peer-write-timeout", c.RemoteAddr().String(), err)
+				c.l.policy.reject("slow-peer-write-timeout", c.peer(), err)
 			}
 			c.Close()
 			return written, io.EOF
@@ -641,7 +650,7 @@ func (c *hardenedConn) writeBuffers(bufs net.Buffers, progress func(int)) error 
 		if _, err := chunk.WriteTo(c.Conn); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				c.l.policy.reject("slow-peer-write-timeout", c.RemoteAddr().String(), err)
+				c.l.policy.reject("slow-peer-write-timeout", c.peer(), err)
 			}
 			c.Close()
 			return err

@@ -95,7 +95,7 @@ func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 	}
 	if len(q.sizes) > 0 && q.queued-q.sizes[0]+size > q.max {
 		q.mu.Unlock()
-		q.c.l.policy.reject(q.reason, q.c.RemoteAddr().String(), fmt.Errorf("more than %d bytes waiting", q.max))
+		q.c.l.policy.reject(q.reason, q.c.peer(), fmt.Errorf("more than %d bytes waiting", q.max))
 		q.close()
 		return false
 	}
@@ -275,7 +275,7 @@ func (b *replyBudget) enforce() {
 		if victim == nil {
 			return // only bytes being queued right now: nobody to cut off
 		}
-		victim.c.l.policy.reject(b.reason, victim.c.RemoteAddr().String(),
+		victim.c.l.policy.reject(b.reason, victim.c.peer(),
 			fmt.Errorf("replies waiting for all connections exceed %d bytes; this one had the most (%d bytes)", b.max, most))
 		victim.close()
 	}

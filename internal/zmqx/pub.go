@@ -93,7 +93,7 @@ func (p *Publisher) evictBusiestPeer(key string) bool {
 		}
 	}
 	p.mu.Unlock()
-	p.policy.reject("evicted-busiest-peer", victim.c.RemoteAddr().String(),
+	p.policy.reject("evicted-busiest-peer", victim.c.peer(),
 		fmt.Errorf("oldest of the %d subscribers of %s, given up for a new connection at the limit of %d", most, busiest, p.policy.MaxConns))
 	victim.close()
 	return true
@@ -141,7 +141,7 @@ func (p *Publisher) serve(c *hardenedConn) {
 	seq := p.seq.Add(1) // (in order of arrival)
 	if err := handshake(c, p.policy, "PUB"); err != nil {
 		if !c.rejected { // (else counted with its reason)
-			p.policy.reject("handshake", c.RemoteAddr().String(), err)
+			p.policy.reject("handshake", c.peer(), err)
 		}
 		c.Close()
 		return
@@ -336,7 +336,7 @@ func (s *subscriber) readLoop() {
 		if sub && (len(s.topics) >= MaxSubscriptions || len(topic) > MaxTopicBytes) {
 			n := len(s.topics)
 			s.tmu.Unlock()
-			s.c.l.policy.reject("too-many-subscriptions", s.c.RemoteAddr().String(),
+			s.c.l.policy.reject("too-many-subscriptions", s.c.peer(),
 				fmt.Errorf("subscription %d of %d bytes (at most %d, of at most %d bytes)", n+1, len(topic), MaxSubscriptions, MaxTopicBytes))
 			return
 		}

@@ -200,7 +200,7 @@ func (r *Router) evictIdle(string) bool {
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.since, b.since) })
 	for _, c := range cands {
 		if p := c.p; p.claimIdle(limit) {
-			r.policy.reject("evicted-idle", p.c.RemoteAddr().String(),
+			r.policy.reject("evicted-idle", p.c.peer(),
 				fmt.Errorf("idle for %v, given up for a new connection at the limit of %d", time.Since(time.Unix(0, p.last.Load())).Round(time.Millisecond), r.policy.MaxConns))
 			// Say so (nothing is being written to it: it was idle), so that
 			// a request it sent meanwhile, which is not handled, can be sent
@@ -270,7 +270,7 @@ func (r *Router) serve(c *hardenedConn) {
 	defer r.wg.Done()
 	if err := handshake(c, r.policy, "ROUTER"); err != nil {
 		if !c.rejected { // (else counted with its reason)
-			r.policy.reject("handshake", c.RemoteAddr().String(), err)
+			r.policy.reject("handshake", c.peer(), err)
 		}
 		c.Close()
 		return
@@ -439,7 +439,7 @@ func (p *Peer) readLoop() {
 		}
 		frames = append(frames, body)
 		if len(frames) > maxMessageFrames {
-			p.r.policy.reject("protocol-violation", p.c.RemoteAddr().String(), fmt.Errorf("message of more than %d frames", maxMessageFrames))
+			p.r.policy.reject("protocol-violation", p.c.peer(), fmt.Errorf("message of more than %d frames", maxMessageFrames))
 			return
 		}
 		if flags&flagMore != 0 {
