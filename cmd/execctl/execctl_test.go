@@ -1038,3 +1038,16 @@ func TestTopNotOnATerminal(t *testing.T) {
 		t.Fatalf("top to a buffer: exit %d, %q\n%s", code, out, errs)
 	}
 }
+
+// TestWriteWithoutStdinHint: writing to a job spawned without --stdin
+// says which execctl flag gives it one (the supervisor's message names
+// the wire field).
+func TestWriteWithoutStdinHint(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--", "sleep", "30")
+	defer s.ctl(t, "kill", "--signal", "KILL", id)
+	if code, _, errs := s.ctl(t, "write", id, "hello"); code != 1 || !strings.Contains(errs, "--stdin") {
+		t.Fatalf("write without stdin: exit %d\n%s", code, errs)
+	}
+}

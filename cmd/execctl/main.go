@@ -224,7 +224,7 @@ func report(g *globals, name string, err error) int {
 		return exitUnreachable
 	case errors.As(err, &pe):
 		fmt.Fprintf(g.stderr, "execctl %s: %s (%s)\n", name, pe.Message, pe.Code)
-		if h := hintFor(name, pe.Code); h != "" {
+		if h := hintFor(name, pe.Code, pe.Message); h != "" {
 			fmt.Fprintf(g.stderr, "  hint: %s\n", h)
 		}
 		if pe.Code == protocol.CodeNotFound {
@@ -236,7 +236,13 @@ func report(g *globals, name string, err error) int {
 	return exitFailed
 }
 
-func hintFor(name string, c protocol.Code) string {
+func hintFor(name string, c protocol.Code, msg string) string {
+	switch {
+	case (name == "write" || name == "send-keys") && strings.Contains(msg, "stdin: true"):
+		return "spawn the job with --stdin (or --pty) to write to it"
+	case name == "spawn" && strings.Contains(msg, "pty.rows and pty.cols"):
+		return "--rows and --cols must be 1..10000"
+	}
 	switch c {
 	case protocol.CodeNotFound:
 		return "list known jobs with: execctl list"
