@@ -262,3 +262,64 @@ func TestPacedOutput(t *testing.T) {
 		t.Fatalf("pace of a finished job: %v", err)
 	}
 }
+
+// TestPaceReasonsAndRefusals: a job held both for the journal and by a
+// pacer reports each reason while it holds (a journal write that lands
+// leaves it paced, not held; the pacer's release then lets it go); a
+// paced spawn that is refused (the job limit) sets no watch (a refused
+// job is nobody's to release); small events shrink the pace window to
+// what the ring can hold of them.
+func TestPaceReasonsAndRefusals(t *testing.T) {
+	var hc heldCounter
+	m := New(Config{MaxJobs: 1}, discard(), nil, WithHooks(Hooks{OutputHeld: hc.hook}))
+	defer m.Close(context.Background())
+	j, info, err := m.SpawnJobWith(protocol.SpawnArgs{Argv: []string{"yes"}}, SpawnOptions{Pacer: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
+	waitFor(t, func() bool { return j.Info().OutputPaced })
+	blockedWriting(t, info.Pid)
+
+	watched := false
+	if _, _, err := m.SpawnJobWith(protocol.SpawnArgs{Argv: []string{"true"}}, SpawnOptions{Pacer: "b", PaceWatch: func(func()) func() bool {
+		watched = true
+		return func() bool { return true }
+	}}); protocol.CodeOf(err) != protocol.CodeTooManyJobs || watched {
+		t.Fatalf("a refused paced spawn: %v, watch set %v", err, watched)
+	}
+
+	// The journal falls behind too (as if written long ago).
+	journalAll(m)
+	j.mu.Lock()
+	j.seq = j.seqSnap + gateSeq
+	j.openGateLocked() // (what any later change of the gate does)
+	j.mu.Unlock()
+	if i := j.Info(); !i.OutputHeld || !i.OutputPaced {
+		t.Fatalf("held for both: outputHeld %v, outputPaced %v", i.OutputHeld, i.OutputPaced)
+	}
+	journalAll(m)
+	if i := j.Info(); i.OutputHeld || !i.OutputPaced {
+		t.Fatalf("journal written, pacer behind: outputHeld %v (want false), outputPaced %v (want true)", i.OutputHeld, i.OutputPaced)
+	}
+	if h, r := hc.get(); h != 1 || r != 1 {
+		t.Fatalf("OutputHeld calls: %d held, %d released; want 1 and 1", h, r)
+	}
+	j.Unpace("a")
+	waitFor(t, func() bool { i := j.Info(); return !i.OutputPaced && i.OutputEnd > 4*m.PaceWindow() })
+
+	// Window: a ring of 1-byte events holds ~1/130 of its budget in output.
+	r := newRing(2 << 20)
+	for i := range 1000 {
+		r.add(chunk{Chunk: protocol.Chunk{Seq: uint64(i + 1), Offset: int64(i), Data: []byte{'x'}}})
+	}
+	small := &Job{m: m, out: r}
+	if w := small.paceWindowLocked(); w > m.PaceWindow()/129+1 || w < minPaceWindow {
+		t.Fatalf("window with 1-byte events: %d, want about %d", w, m.PaceWindow()/129)
+	}
+	big := &Job{m: m, out: newRing(2 << 20)}
+	big.out.add(chunk{Chunk: protocol.Chunk{Seq: 1, Data: make([]byte, 64<<10)}})
+	if w := big.paceWindowLocked(); w < m.PaceWindow()*99/100 {
+		t.Fatalf("window with 64 KiB events: %d, want about %d", w, m.PaceWindow())
+	}
+}

@@ -358,15 +358,35 @@ type pacer struct {
 }
 
 // PaceWindow is how far past what its slowest pacer took a paced job's
-// output is read: half the ring buffer, so that all of it is still
-// retained for a pacer that missed it live (its event connection cut,
-// say) and backfills.
+// output is read, at most: half the ring buffer, so that all of it is
+// still retained for a pacer that missed it live (its event connection
+// cut, say) and backfills. Less for a job whose output comes in small
+// events (see paceWindowLocked).
 func (m *Manager) PaceWindow() int64 { return int64(m.cfg.RingBytes / 2) }
+
+// minPaceWindow is the least a paced job is let run ahead of its pacer.
+const minPaceWindow = 4 << 10
+
+// paceWindowLocked is PaceWindow in output bytes the ring can actually
+// hold: its budget counts each event's encoding and bookkeeping too, so
+// a job printing in small events fits less output in it (a 1-byte event
+// costs ~130 bytes). Scaled by what the retained output costs.
+func (j *Job) paceWindowLocked() int64 {
+	w := j.m.PaceWindow()
+	if r := j.out; r.cost > 0 && r.bytes < r.cost {
+		w = int64(float64(w) * float64(r.bytes) / float64(r.cost))
+	}
+	return max(w, minPaceWindow)
+}
 
 // pacedLocked says whether a pacer holds the job's output.
 func (j *Job) pacedLocked() bool {
+	if len(j.pacers) == 0 {
+		return false
+	}
+	w := j.paceWindowLocked()
 	for _, p := range j.pacers {
-		if j.offset >= p.acked+j.m.PaceWindow() {
+		if j.offset >= p.acked+w {
 			return true
 		}
 	}
@@ -457,14 +477,7 @@ func (j *Job) awaitGate() {
 		if j.gate == nil {
 			j.gate = make(chan struct{})
 		}
-		if !j.heldJournal && j.journalHeldLocked() {
-			j.heldJournal = true
-			j.m.log.Warn("job output held: the journal has not been written for too long (disk full?); the job blocks on its output until a write lands",
-				"job", j.id, "seq", j.seq, "journaledSeq", j.seqSnap, "outputEnd", j.offset, "journaledOutputEnd", j.offSnap)
-			if h := j.m.hooks.OutputHeld; h != nil {
-				h(true)
-			}
-		}
+		j.noteHeldLocked()
 		g := j.gate
 		j.mu.Unlock()
 		<-g
@@ -472,20 +485,38 @@ func (j *Job) awaitGate() {
 	}
 }
 
-// openGateLocked lets held output be read again once it may be.
+// openGateLocked lets held output be read again once it may be (and
+// otherwise keeps what is reported of why it is held right).
 func (j *Job) openGateLocked() {
-	if j.gate == nil || j.gatedLocked() {
+	if j.gate == nil {
+		return
+	}
+	if j.gatedLocked() {
+		j.noteHeldLocked()
 		return
 	}
 	close(j.gate)
 	j.gate = nil
 	j.unheldAt = j.m.now()
-	if j.heldJournal {
-		j.heldJournal = false
+	j.noteHeldLocked()
+}
+
+// noteHeldLocked reports (log, OutputHeld hook, status) whether held
+// output is held for the journal, when that changed.
+func (j *Job) noteHeldLocked() {
+	held := j.gate != nil && j.journalHeldLocked()
+	if held == j.heldJournal {
+		return
+	}
+	j.heldJournal = held
+	if held {
+		j.m.log.Warn("job output held: the journal has not been written for too long (disk full?); the job blocks on its output until a write lands",
+			"job", j.id, "seq", j.seq, "journaledSeq", j.seqSnap, "outputEnd", j.offset, "journaledOutputEnd", j.offSnap)
+	} else {
 		j.m.log.Info("job output read again", "job", j.id, "journaledSeq", j.seqSnap, "leaderExited", j.leaderExited)
-		if h := j.m.hooks.OutputHeld; h != nil {
-			h(false)
-		}
+	}
+	if h := j.m.hooks.OutputHeld; h != nil {
+		h(held)
 	}
 }
 
@@ -1810,7 +1841,7 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
 		Cgroup:     j.cgroupPath(),
 		StdinOpen:  j.state != Exited && j.state != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
-		OutputHeld: j.heldJournal, OutputPaced: j.gate != nil && !j.heldJournal,
+		OutputHeld: j.heldJournal, OutputPaced: j.gate != nil && j.pacedLocked(),
 	}
 	if j.state == Exited {
 		info.Reason = j.reason

@@ -354,9 +354,6 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 		return nil, protocol.JobInfo{}, err
 	}
 	j := m.newJob(args)
-	if o.Pacer != nil {
-		_ = j.Pace(o.Pacer, 0, o.PaceWatch) // (offset 0 cannot be refused)
-	}
 	m.mu.Lock()
 	switch {
 	case m.closed:
@@ -373,6 +370,9 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	m.active++
 	m.mu.Unlock()
 
+	if o.Pacer != nil { // (after the refusals: a refused job is nobody's to pace)
+		_ = j.Pace(o.Pacer, 0, o.PaceWatch) // (offset 0 cannot be refused)
+	}
 	if err := j.start(); err != nil {
 		pe := protocol.Errorf(protocol.CodeSpawnError, "%v", err)
 		pe.Details = map[string]string{"jobId": j.id}

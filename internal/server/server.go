@@ -598,9 +598,17 @@ func (s *Server) spawnOptions(p *zmqx.Peer, a *protocol.SpawnArgs) (protocol.Spa
 	return *a, o
 }
 
-// paceWatch releases a pace of peer p when p goes away.
+// paceWatch releases a pace of peer p when p goes away. While it paces a
+// job, p is not idle (never evicted as such: its job would run unpaced).
 func paceWatch(p *zmqx.Peer) func(release func()) func() bool {
-	return func(release func()) func() bool { return p.OnGone(release) }
+	return func(release func()) func() bool {
+		p.Hold()
+		stop := p.OnGone(release)
+		return func() bool {
+			p.Unhold()
+			return stop()
+		}
+	}
 }
 
 // quickOp reports whether op may be handled on the peer's reader (see

@@ -202,6 +202,14 @@ func (cn *conn) close() {
 }
 
 // connect returns the live connection, dialing one if needed.
+// currentConn is the control connection in use (nil: none yet, or
+// dropped).
+func (c *Client) currentConn() *conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn
+}
+
 func (c *Client) connect(ctx context.Context) (*conn, error) {
 	c.mu.Lock()
 	if c.closed {

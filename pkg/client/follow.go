@@ -57,7 +57,9 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 		o(&f)
 	}
 	if f.paced {
-		f.pace(true)
+		// (the pace is taken once the first backfill says where the
+		// output stands: a job spawned paced is held from its first byte
+		// meanwhile)
 		defer f.unpace()
 	}
 	if c.opts.SubscribeMode == SubscribePoll {
@@ -140,6 +142,9 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 				}
 			}
 			// ev.Seq < f.next: a duplicate, already delivered.
+			if len(sub.events) == 0 {
+				f.pace(true) // (caught up with the event connection)
+			}
 		case <-tick.C:
 			// The event connection may have been cut (a slow subscriber is
 			// disconnected by the supervisor) or never established: after
@@ -374,10 +379,14 @@ type follower struct {
 	// sub is the event connection (nil when polling).
 	sub *subscription
 	// paced: the follower paces the job (see Paced), with the
-	// supervisor's window, having told it of output up to acked;
-	// paceOff: the supervisor does not know the pace op.
-	paced, paceOff bool
-	window, acked  int64
+	// supervisor's window, having told it on connection pacedOn of
+	// output up to acked; seenEnd is the job's output end when a
+	// backfill last brought everything published (all of it delivered
+	// or reported missing: taken); paceOff: the supervisor does not know
+	// the pace op.
+	paced, paceOff         bool
+	window, acked, seenEnd int64
+	pacedOn                *conn
 }
 
 // FollowOption configures Follow.
@@ -396,14 +405,19 @@ type FollowOption func(*follower)
 func Paced() FollowOption { return func(f *follower) { f.paced = true } }
 
 // pace tells the supervisor how far the follower has taken the output
-// (see Paced): at once when force is set, else when a quarter window was
-// taken since it last did.
-func (f *follower) pace(force bool) {
+// (see Paced): when a quarter window was taken since it last did, or,
+// caughtUp (nothing more to deliver for now), whenever it took more; and
+// at once on a connection that has not been told (the first, or a new
+// one after a reconnect: the supervisor ended the old one's pace). The
+// caught-up rule is what keeps a held job from waiting forever: the
+// supervisor may hold it closer than the window (see Job.paceWindowLocked).
+func (f *follower) pace(caughtUp bool) {
 	if !f.paced || f.paceOff {
 		return
 	}
-	taken := max(f.once.end, 0)
-	if !force && taken < f.acked+max(f.window/4, 1) {
+	taken := max(f.once.end, f.seenEnd, 0)
+	fresh := f.pacedOn == nil || f.c.currentConn() != f.pacedOn
+	if !fresh && taken <= f.acked || !fresh && !caughtUp && taken < f.acked+max(f.window/4, 1) {
 		return
 	}
 	var res protocol.PaceResult
@@ -411,7 +425,7 @@ func (f *follower) pace(force bool) {
 	var pe *protocol.Error
 	switch {
 	case err == nil:
-		f.acked, f.window = taken, res.WindowBytes
+		f.acked, f.window, f.pacedOn = taken, res.WindowBytes, f.c.currentConn()
 	case errors.As(err, &pe) && pe.Code == protocol.CodeUnknownOp:
 		f.paceOff = true // (an older supervisor)
 	}
@@ -420,7 +434,7 @@ func (f *follower) pace(force bool) {
 // unpace ends the follower's pace of the job (best effort: the
 // connection's end ends it too).
 func (f *follower) unpace() {
-	if f.paceOff || f.window == 0 {
+	if f.paceOff || f.pacedOn == nil {
 		return
 	}
 	select {
@@ -610,6 +624,9 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 			continue
 		}
 		if !res.More {
+			// Everything published is delivered or reported missing.
+			f.seenEnd = max(f.seenEnd, res.Job.OutputEnd)
+			f.pace(true)
 			if res.Job.Finished() && res.Job.LastSeq < f.next {
 				if !f.restarted {
 					// Asked from past the end: the terminal event was

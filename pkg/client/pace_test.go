@@ -127,3 +127,50 @@ func TestPaceEndsWithConnection(t *testing.T) {
 		t.Fatalf("after its pacer's connection closed: finished %v, %d bytes (%v)", fin, info.StdoutBytes, err)
 	}
 }
+
+// TestPacedFollowFromTheEnd: a paced Follow that starts past the output
+// already printed (from the next seq of a job held by another pacer)
+// takes its pace from where the output stands, not from offset 0: when
+// the other pacer goes away the job goes on, and the follower gets the
+// rest (it held the job forever).
+func TestPacedFollowFromTheEnd(t *testing.T) {
+	s := start(t, nil)
+	ctx := ctxT(t, 60*time.Second)
+	c2 := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event, RequestTimeout: 10 * time.Second})
+	defer c2.Close()
+	j, err := c2.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"seq", "1", "3000000"}, Pace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info protocol.JobInfo
+	for deadline := time.Now().Add(10 * time.Second); !info.OutputPaced; {
+		if info, err = s.c.Status(ctx, j.JobID); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never paced: %+v", info)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the job's state
+	}
+	// The first pacer goes away a little after the follow began (so that
+	// the follower is likely pacing by then; the outcome must be the same
+	// either way).
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		c2.Close()
+	}()
+	var got int64
+	err = s.c.Follow(ctx, j.JobID, info.LastSeq+1, func(ev protocol.Event) error {
+		if ev.Kind == protocol.KindStdout {
+			var p protocol.OutputPayload
+			if err := ev.DecodePayload(&p); err != nil {
+				return err
+			}
+			got = p.Offset + int64(len(p.Data))
+		}
+		return nil
+	}, client.Paced())
+	if err != nil || got != 22888896 {
+		t.Fatalf("follow from the end: %v; output up to %d of 22888896", err, got)
+	}
+}
