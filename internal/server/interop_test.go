@@ -33,7 +33,8 @@ func pythonWithZMQ() (string, []string) {
 // TestPythonClientInterop runs testdata/pyclient.py, a client written from
 // the wire format alone on libzmq (pyzmq) and msgpack, against a server on
 // ipc and on tcp endpoints: REQ and DEALER control, PUB/SUB events, the
-// subscribe op, heartbeats and error replies.
+// subscribe op, heartbeats, error replies, and a paced job (spawn pace,
+// the pace op) followed through subscribe without losing a byte.
 func TestPythonClientInterop(t *testing.T) {
 	py, tried := pythonWithZMQ()
 	if py == "" {

@@ -326,6 +326,37 @@ def main(control, event):
         check(res.get("finished") is True and (res.get("job") or {}).get("reason") == "manual-cancel",
               "wait after kill: %r" % res)
         log("spawn waitMs and wait ok")
+
+        # A paced job, followed through subscribe alone, as protocol.md says:
+        # the job prints more than the ring buffer holds, and waits for us.
+        res = ok_result(req_call(req, request("spawn", "p1", {"argv": ["seq", "1", "500000"], "pace": True}),
+                                 "paced spawn"), "paced spawn", "p1")
+        paced = res["jobId"]
+        want = b"".join(b"%d\n" % i for i in range(1, 500001))
+        out, nxt, acked, window, n, done = [], 1, 0, 0, 0, False
+        deadline = time.monotonic() + 20
+        while not done:
+            check(time.monotonic() < deadline, "paced job not followed to its end in 20 s (%d bytes)" % acked)
+            n += 1
+            rid = "ps-%d" % n
+            r = ok_result(req_call(req, request("subscribe", rid, {"jobId": paced, "fromSeq": nxt}), "paced subscribe"),
+                          "paced subscribe", rid)
+            check(not r.get("missing"), "a paced job lost output: missing %r" % r.get("missing"))
+            for e in r.get("events") or []:
+                if e["kind"] == "job.stdout":
+                    out.append(e["payload"]["data"])
+                done = done or e["kind"] in TERMINAL
+                nxt = e["seq"] + 1
+            if not r.get("more"):  # caught up: everything published is taken
+                n += 1
+                rid = "pp-%d" % n
+                p = ok_result(req_call(req, request("pace", rid, {"jobId": paced, "offset": r["job"]["outputEnd"]}),
+                                       "pace"), "pace", rid)
+                check(isinstance(p.get("windowBytes"), int) and p["windowBytes"] > 0, "pace result %r" % p)
+                acked, window = r["job"]["outputEnd"], p["windowBytes"]
+        got = b"".join(out)
+        check(got == want, "paced output: %d bytes, want %d" % (len(got), len(want)))
+        log("paced follow ok: %d bytes in %d requests, window %d" % (len(got), n, window))
     finally:
         for s in socks:
             s.close(linger=0)
