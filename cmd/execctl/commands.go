@@ -903,6 +903,9 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if info.OutputHeld {
 		row("output held", "not read until the supervisor's journal can be written (disk full? see its log); the job waits on its output")
 	}
+	if info.OutputPaced {
+		row("output paced", "waiting for a client that paces it (spawn --follow, logs -f --pace) to take its output")
+	}
 	row("timeouts", fmt.Sprintf("overall %v, no-output %v", noneIfZero(info.TimeoutMs), noneIfZero(info.NoOutputTimeoutMs)))
 	if len(info.Labels) > 0 {
 		keys := make([]string, 0, len(info.Labels))
