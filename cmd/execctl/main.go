@@ -158,6 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g.client = client.New(client.Options{
 		ControlAddress: g.control, EventAddress: g.event, RequestTimeout: g.timeout,
 		MaxReconnectAttempts: 1, DialTimeout: 2 * time.Second, Token: token,
+		LocalPollJobs: -1, // (one-shot commands: a poll asks the supervisor)
 	})
 	defer g.client.Close()
 	code, err := cmd.Run(ctx, g, rest[1:])

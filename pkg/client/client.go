@@ -50,6 +50,12 @@ type Options struct {
 	// NoAutoBackfill turns off backfilling in push mode: missing events are
 	// then reported as job.gap events to the FollowFunc instead of fetched.
 	NoAutoBackfill bool
+	// LocalPollJobs is how many jobs Poll follows in push mode to answer
+	// their polls locally (see Poll); 0 means 16, negative none.
+	LocalPollJobs int
+	// LocalPollBytes bounds the output kept locally per such job; 0 means
+	// 2 MiB (the supervisor's default ring buffer).
+	LocalPollBytes int
 	// Token authenticates tcp connections (ZMTP PLAIN password). Empty
 	// means: read the supervisor's default token file
 	// (~/.local/state/exec-supervisor/token) when an endpoint is tcp.
@@ -148,6 +154,9 @@ type Client struct {
 	// that many followers catching up at once neither flood this client's
 	// memory nor the supervisor's reply queue for this connection.
 	backfills chan struct{}
+
+	// local answers push-mode polls (see Poll).
+	local *localPolls
 }
 
 // maxConcurrentBackfills bounds subscribe requests in flight per Client.
@@ -168,8 +177,10 @@ func New(opts Options) *Client {
 	opts.fill()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &Client{opts: opts, prefix: hex.EncodeToString(b[:]) + "-", pending: map[string]chan *protocol.Reply{},
+	c := &Client{opts: opts, prefix: hex.EncodeToString(b[:]) + "-", pending: map[string]chan *protocol.Reply{},
 		backfills: make(chan struct{}, maxConcurrentBackfills), quit: make(chan struct{})}
+	c.local = newLocalPolls(c)
+	return c
 }
 
 // Options returns the effective options.
@@ -193,6 +204,7 @@ func (c *Client) Close() error {
 	if cn != nil {
 		cn.close()
 	}
+	c.local.close()
 	return nil
 }
 
@@ -543,7 +555,21 @@ func untilDeadline(ctx context.Context, wait time.Duration) time.Duration {
 }
 
 // Poll reads retained output of a job from a byte cursor.
+//
+// In push mode (the default) a job polled is then followed on the event
+// socket, in the background, into a local buffer (up to LocalPollBytes
+// of its newest output; LocalPollJobs jobs at once, the least recently
+// polled one making room, one not polled for a minute let go), and its
+// later polls are answered from there without asking the supervisor,
+// when the cursor is within what is held: the same chunks, next and more
+// as the supervisor's, its job info as of the last event received (so
+// at most the event socket's latency behind; usage is not sampled). A
+// cursor outside what is held, a job whose following failed, and poll
+// mode ask the supervisor.
 func (c *Client) Poll(ctx context.Context, jobID string, cursor, maxBytes int64) (protocol.PollResult, error) {
+	if r, ok := c.local.poll(jobID, cursor, maxBytes); ok {
+		return r, nil
+	}
 	var r protocol.PollResult
 	err := c.Call(ctx, protocol.OpPoll, &protocol.PollArgs{JobID: jobID, Cursor: cursor, MaxBytes: maxBytes}, &r)
 	return r, err

@@ -387,6 +387,9 @@ type follower struct {
 	paced, paceOff         bool
 	window, acked, seenEnd int64
 	pacedOn                *conn
+	// onCaughtUp, if set, is given each subscribe result that brought
+	// everything published (after its events were delivered).
+	onCaughtUp func(protocol.SubscribeResult)
 }
 
 // FollowOption configures Follow.
@@ -434,7 +437,9 @@ func (f *follower) pace(caughtUp bool) {
 // unpace ends the follower's pace of the job (best effort: the
 // connection's end ends it too).
 func (f *follower) unpace() {
-	if f.paceOff || f.pacedOn == nil {
+	// (also when this follower never paced: a spawn with Pace set the
+	// pace on this connection, and it ends here too)
+	if f.paceOff {
 		return
 	}
 	select {
@@ -611,6 +616,9 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 		})
 		if err != nil {
 			return true, err
+		}
+		if !res.More && f.onCaughtUp != nil {
+			f.onCaughtUp(res) // (everything published is delivered or reported missing)
 		}
 		if stop {
 			// The job's end as this supervisor knows it; a service its
