@@ -53,8 +53,9 @@ type Options struct {
 	// LocalPollJobs is how many jobs Poll follows in push mode to answer
 	// their polls locally (see Poll); 0 means 16, negative none.
 	LocalPollJobs int
-	// LocalPollBytes bounds the output kept locally per such job; 0 means
-	// 2 MiB (the supervisor's default ring buffer).
+	// LocalPollBytes bounds the output kept locally per such job (its
+	// bytes, and 128 per event held); 0 or negative means 2 MiB (the
+	// supervisor's default ring buffer).
 	LocalPollBytes int
 	// Token authenticates tcp connections (ZMTP PLAIN password). Empty
 	// means: read the supervisor's default token file
@@ -556,22 +557,32 @@ func untilDeadline(ctx context.Context, wait time.Duration) time.Duration {
 
 // Poll reads retained output of a job from a byte cursor.
 //
-// In push mode (the default) a job polled is then followed on the event
-// socket, in the background, into a local buffer (up to LocalPollBytes
-// of its newest output; LocalPollJobs jobs at once, the least recently
-// polled one making room, one not polled for a minute let go), and its
-// later polls are answered from there without asking the supervisor,
-// when the cursor is within what is held: the same chunks, next and more
-// as the supervisor's, its job info as of the last event received (so
-// at most the event socket's latency behind; usage is not sampled). A
-// cursor outside what is held, a job whose following failed, and poll
-// mode ask the supervisor.
+// In push mode (the default) a running job polled is then followed on
+// the event socket, in the background, into a local buffer (up to
+// LocalPollBytes of its newest output, from the poll's cursor on), and
+// its later polls are answered from there without asking the
+// supervisor when the cursor is within what is held: the same chunks,
+// next and more as the supervisor's, at most the event socket's latency
+// behind. LocalPollJobs jobs are followed at once: the least recently
+// polled one makes room if it was not polled for 5 s (else the new one
+// is not followed), and one not polled for a minute is let go. The job
+// info of a local answer follows the job's events: state, pid, attempt,
+// start, end (reason, exit code, signal, error: only once all of the
+// output is there), output end, byte counts, last seq; other fields are
+// as when following began (a resize, a kill's exiting state, readiness
+// and usage are not seen: ask Status). A job that ended is answered
+// locally until it is let go (also after a remove). A finished job, a
+// cursor outside what is held, a job whose following failed (a service,
+// once its supervision ended) and poll mode ask the supervisor.
 func (c *Client) Poll(ctx context.Context, jobID string, cursor, maxBytes int64) (protocol.PollResult, error) {
-	if r, ok := c.local.poll(jobID, cursor, maxBytes); ok {
+	if r, ok := c.local.answer(jobID, cursor, maxBytes); ok {
 		return r, nil
 	}
 	var r protocol.PollResult
 	err := c.Call(ctx, protocol.OpPoll, &protocol.PollArgs{JobID: jobID, Cursor: cursor, MaxBytes: maxBytes}, &r)
+	if err == nil {
+		c.local.follow(jobID, r)
+	}
 	return r, err
 }
 

@@ -2,6 +2,9 @@ package client
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -18,18 +21,22 @@ type localPolls struct {
 	max   int // jobs followed at once (0: none, Poll always asks)
 	bytes int // output kept per job
 
-	mu     sync.Mutex
-	w      map[string]*watch
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	w       map[string]*watch
+	closed  bool
+	janitor bool          // sweep runs
+	quit    chan struct{} // closed by close
+	wg      sync.WaitGroup
 }
 
 // watchIdle is how long a job followed for Poll is kept without a poll;
 // watchRetry how long a job whose following failed is polled remotely
-// before it is followed again.
+// before it is followed again; watchBusy how recently the least recently
+// polled job followed may have been polled for it to keep its place.
 const (
 	watchIdle  = time.Minute
 	watchRetry = 5 * time.Second
+	watchBusy  = 5 * time.Second
 )
 
 // watch is one job followed for Poll: its output as delivered (a
@@ -74,26 +81,30 @@ func newLocalPolls(c *Client) *localPolls {
 	if b <= 0 {
 		b = 2 << 20
 	}
-	return &localPolls{c: c, max: max(n, 0), bytes: b, w: map[string]*watch{}}
+	return &localPolls{c: c, max: max(n, 0), bytes: b, w: map[string]*watch{}, quit: make(chan struct{})}
 }
 
-// poll answers a poll from the local buffer of jobID when it can; it
-// reports false when the supervisor must be asked (the job is not
-// followed yet, which this starts, or the cursor is outside what is
-// held locally).
-func (lp *localPolls) poll(jobID string, cursor, maxBytes int64) (protocol.PollResult, bool) {
-	w := lp.watchFor(jobID)
+// answer answers a poll of jobID from what is held locally, when it can.
+func (lp *localPolls) answer(jobID string, cursor, maxBytes int64) (protocol.PollResult, bool) {
+	lp.mu.Lock()
+	w := lp.w[jobID]
+	lp.mu.Unlock()
 	if w == nil {
 		return protocol.PollResult{}, false
 	}
 	return w.poll(cursor, maxBytes)
 }
 
-// watchFor returns the watch of jobID, starting one (making room as
-// needed), or nil when local polling is off or the client closed.
-func (lp *localPolls) watchFor(jobID string) *watch {
-	if lp.max == 0 || jobID == "" {
-		return nil
+// follow starts following jobID for its later polls, after a poll the
+// supervisor answered with r: from r's first event on (what later polls
+// from its cursor on need), or from the next event when r had no
+// output. Not for a job that is over (its output no longer changes: the
+// supervisor answers), one already followed, or when no room can be made
+// (every job followed was polled within watchBusy: rotating polls over
+// more jobs than LocalPollJobs must not make each poll a new follow).
+func (lp *localPolls) follow(jobID string, r protocol.PollResult) {
+	if lp.max == 0 || jobID == "" || r.Job.Finished() {
+		return
 	}
 	var stop []*watch
 	defer func() {
@@ -105,60 +116,102 @@ func (lp *localPolls) watchFor(jobID string) *watch {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	if lp.closed {
-		return nil
+		return
 	}
 	now := time.Now()
 	if w := lp.w[jobID]; w != nil {
 		w.mu.Lock()
 		retry := w.failed && now.Sub(w.failedAt) > watchRetry
-		w.used = now
 		w.mu.Unlock()
 		if !retry {
-			return w
+			return
 		}
 		delete(lp.w, jobID)
 		stop = append(stop, w)
 	}
-	var lru *watch
-	var lruUsed time.Time
-	for id, w := range lp.w {
-		w.mu.Lock()
-		used := w.used
-		w.mu.Unlock()
-		if now.Sub(used) > watchIdle {
-			delete(lp.w, id)
-			stop = append(stop, w)
-			continue
+	if len(lp.w) >= lp.max {
+		var lru *watch
+		var lruUsed time.Time
+		for _, w := range lp.w {
+			w.mu.Lock()
+			used := w.used
+			w.mu.Unlock()
+			if lru == nil || used.Before(lruUsed) {
+				lru, lruUsed = w, used
+			}
 		}
-		if lru == nil || used.Before(lruUsed) {
-			lru, lruUsed = w, used
+		if now.Sub(lruUsed) < watchBusy {
+			return
 		}
-	}
-	if len(lp.w) >= lp.max && lru != nil {
 		delete(lp.w, lru.id)
 		stop = append(stop, lru)
 	}
+	from, at := r.Job.LastSeq+1, r.Job.OutputEnd
+	if len(r.Chunks) > 0 {
+		from, at = r.Chunks[0].Seq, r.Chunks[0].Offset
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watch{id: jobID, cancel: cancel, done: make(chan struct{}), used: now, max: lp.bytes}
+	w := &watch{id: jobID, cancel: cancel, done: make(chan struct{}), used: now, max: lp.bytes, from: at, end: at}
 	lp.w[jobID] = w
+	if !lp.janitor {
+		lp.janitor = true
+		lp.wg.Add(1)
+		go lp.sweep()
+	}
 	lp.wg.Add(1)
 	go func() {
 		defer lp.wg.Done()
 		defer close(w.done)
-		err := lp.c.Follow(ctx, jobID, 1, w.deliver, func(f *follower) { f.onCaughtUp = w.caughtUp })
+		err := lp.c.Follow(ctx, jobID, from, w.deliver, func(f *follower) { f.onCaughtUp = w.caughtUp })
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if !w.final || err != nil && ctx.Err() == nil {
+		// (a service may be started again: the supervisor answers for it
+		// once its supervision ended)
+		if !w.final || w.info.Restart != "" || err != nil && ctx.Err() == nil {
 			w.failed, w.failedAt = true, time.Now()
 		}
 	}()
-	return w
+}
+
+// sweep lets go of the jobs not polled for watchIdle, until close.
+func (lp *localPolls) sweep() {
+	defer lp.wg.Done()
+	t := time.NewTicker(watchIdle / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-lp.quit:
+			return
+		case <-t.C:
+		}
+		var stop []*watch
+		lp.mu.Lock()
+		for id, w := range lp.w {
+			w.mu.Lock()
+			idle := time.Since(w.used) > watchIdle
+			w.mu.Unlock()
+			if idle {
+				delete(lp.w, id)
+				stop = append(stop, w)
+			}
+		}
+		lp.mu.Unlock()
+		for _, w := range stop {
+			w.cancel()
+			<-w.done
+		}
+	}
 }
 
 // close stops every watch and waits for them.
 func (lp *localPolls) close() {
 	lp.mu.Lock()
+	if lp.closed {
+		lp.mu.Unlock()
+		return
+	}
 	lp.closed = true
+	close(lp.quit)
 	ws := lp.w
 	lp.w = nil
 	lp.mu.Unlock()
@@ -226,8 +279,13 @@ func (w *watch) deliver(ev protocol.Event) error {
 		var p protocol.StartedPayload
 		if ev.DecodePayload(&p) == nil {
 			w.info.Pid, w.info.Pgid = p.Pid, p.Pgid
+			if p.Attempt > 0 {
+				w.info.Attempt = p.Attempt
+			}
 		}
-		w.info.State = protocol.StateRunning
+		// (a service's new run: the last one's end is history)
+		w.info.State, w.info.StartedAt = protocol.StateRunning, ev.Ts
+		w.info.Reason, w.info.ExitCode, w.info.Signal, w.info.Error, w.info.EndedAt = "", nil, "", "", 0
 	case protocol.KindRestarting:
 		w.info.State = protocol.StateRestarting
 	default:
@@ -240,6 +298,7 @@ func (w *watch) deliver(ev protocol.Event) error {
 				}
 			}
 			w.info.State, w.info.EndedAt = protocol.StateExited, ev.Ts
+			w.info.StdinOpen, w.info.OutputPaced, w.info.OutputHeld = false, false, false
 			w.final = true
 		}
 	}
@@ -255,10 +314,10 @@ func (w *watch) add(c protocol.Chunk) {
 	}
 	c.Data = append([]byte(nil), c.Data...) // (the event's buffer is Follow's)
 	w.chunks = append(w.chunks, c)
-	w.held += len(c.Data)
+	w.held += len(c.Data) + chunkCost
 	w.end = c.Offset + int64(len(c.Data))
 	for w.held > w.max && len(w.chunks)-w.head > 1 {
-		w.held -= len(w.chunks[w.head].Data)
+		w.held -= len(w.chunks[w.head].Data) + chunkCost
 		w.chunks[w.head] = protocol.Chunk{}
 		w.head++
 		w.from = w.chunks[w.head].Offset
@@ -269,11 +328,17 @@ func (w *watch) add(c protocol.Chunk) {
 	}
 }
 
+// chunkCost is what holding a chunk costs beyond its bytes (its record;
+// the supervisor's ring counts the same), so that output in tiny events
+// cannot hold a hundred times LocalPollBytes.
+const chunkCost = 128
+
 // poll serves a poll from what is held, as the supervisor's ring does
 // (see jobs ring.read), or reports false.
 func (w *watch) poll(cursor, maxBytes int64) (protocol.PollResult, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.used = time.Now()
 	if !w.ready || w.failed || w.hole || cursor < w.from || cursor > w.end {
 		return protocol.PollResult{}, false
 	}
@@ -282,7 +347,9 @@ func (w *watch) poll(cursor, maxBytes int64) (protocol.PollResult, bool) {
 	}
 	res := protocol.PollResult{Chunks: []protocol.Chunk{}, Next: cursor, InstanceID: w.instance}
 	var n int64
-	for _, c := range w.chunks[w.head:] {
+	live := w.chunks[w.head:]
+	first := sort.Search(len(live), func(i int) bool { return live[i].Offset+int64(len(live[i].Data)) > cursor })
+	for _, c := range live[first:] {
 		end := c.Offset + int64(len(c.Data))
 		if end <= res.Next {
 			continue
@@ -305,5 +372,10 @@ func (w *watch) poll(cursor, maxBytes int64) (protocol.PollResult, bool) {
 	}
 	res.Job = w.info
 	res.Job.OutputEnd, res.Job.RetainedFrom = w.end, w.from
+	// (the caller's own copies)
+	res.Job.Argv, res.Job.Labels = slices.Clone(res.Job.Argv), maps.Clone(res.Job.Labels)
+	if c := res.Job.ExitCode; c != nil {
+		res.Job.ExitCode = &[]int{*c}[0]
+	}
 	return res, true
 }

@@ -120,33 +120,45 @@ func TestPushPollReadsLocally(t *testing.T) {
 }
 
 // TestLocalPollBounds: at most LocalPollJobs jobs are followed for polls
-// (the least recently polled makes room: its polls ask the supervisor
-// again), a job printing more than LocalPollBytes keeps its newest output
-// locally and polls below it ask the supervisor, and Close stops every
-// follower (the test's leak check).
+// (one more, polled while they all were polled recently, is answered by
+// the supervisor rather than taking a place: no churn), a job printing
+// more than LocalPollBytes keeps its newest output locally and polls
+// below it ask the supervisor, and Close stops every follower (the
+// test's leak check).
 func TestLocalPollBounds(t *testing.T) {
 	s := start(t, func(c *server.Config) { c.MetricsAddr = "127.0.0.1:0" })
 	ctx := ctxT(t, 30*time.Second)
 	c := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event, LocalPollJobs: 2, LocalPollBytes: 64 << 10})
 	defer c.Close()
+	gate := filepath.Join(t.TempDir(), "go")
 	var ids []string
 	for range 3 {
-		j, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: "head -c 300000 /dev/zero", WaitMs: 10000})
+		j, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: "head -c 300000 /dev/zero; while [ ! -e " + gate + " ]; do sleep 0.01; done"})
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer c.Kill(ctx, j.JobID, "KILL")
 		ids = append(ids, j.JobID)
 	}
-	// Polled until answered locally (its end is all there).
-	settle := func(id string, cursor int64) {
+	// Polled until answered locally, all of the output there.
+	settle := func(id string) {
 		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; { // (all printed first)
+			if info, err := c.Status(ctx, id); err != nil || info.OutputEnd == 300000 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never printed its output", id)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the job's progress
+		}
 		for deadline := time.Now().Add(10 * time.Second); ; {
 			n := remotePolls(t, s)
-			r, err := c.Poll(ctx, id, cursor, 0)
+			r, err := c.Poll(ctx, id, 300000-1000, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if remotePolls(t, s) == n && r.Job.Finished() {
+			if remotePolls(t, s) == n && r.Next == 300000 {
 				return
 			}
 			if time.Now().After(deadline) {
@@ -155,18 +167,71 @@ func TestLocalPollBounds(t *testing.T) {
 			time.Sleep(5 * time.Millisecond) // polling, as a gateway does
 		}
 	}
-	settle(ids[0], 300000-1000)
-	settle(ids[1], 300000-1000)
+	settle(ids[0])
+	settle(ids[1])
 	// Below the 64 KiB held locally: asked remotely (the ring has it).
 	n := remotePolls(t, s)
 	if r, err := c.Poll(ctx, ids[0], 0, 1000); err != nil || remotePolls(t, s) != n+1 || len(r.Chunks) == 0 {
 		t.Fatalf("poll below the local buffer: %d remote polls (want 1), %v", remotePolls(t, s)-n, err)
 	}
-	// A third job makes room: the least recently polled one (ids[1]:
-	// ids[0] was polled just now) is let go, and asks the supervisor.
-	settle(ids[2], 300000-1000)
-	n = remotePolls(t, s)
-	if _, err := c.Poll(ctx, ids[1], 300000-1000, 0); err != nil || remotePolls(t, s) != n+1 {
-		t.Fatalf("the job let go: %d remote polls (want 1), %v", remotePolls(t, s)-n, err)
+	// A third job, while the others are polled: asked remotely, every
+	// time, and the two stay followed.
+	for range 5 {
+		n := remotePolls(t, s)
+		if _, err := c.Poll(ctx, ids[2], 300000-1000, 0); err != nil || remotePolls(t, s) != n+1 {
+			t.Fatalf("the third job: %d remote polls (want 1), %v", remotePolls(t, s)-n, err)
+		}
+		for _, id := range ids[:2] {
+			n := remotePolls(t, s)
+			if _, err := c.Poll(ctx, id, 300000-1000, 0); err != nil || remotePolls(t, s) != n {
+				t.Fatalf("%s, followed: %d remote polls (want 0), %v", id, remotePolls(t, s)-n, err)
+			}
+		}
+	}
+}
+
+// TestLocalPollServiceStartedAgain: a service polled locally whose
+// supervision ended and that is started again is answered by the
+// supervisor (not as ended forever by the local copy).
+func TestLocalPollServiceStartedAgain(t *testing.T) {
+	s := start(t, nil)
+	ctx := ctxT(t, 30*time.Second)
+	gate := filepath.Join(t.TempDir(), "go")
+	j, err := s.c.Spawn(ctx, protocol.SpawnArgs{Shell: "echo run; while [ ! -e " + gate + " ]; do sleep 0.01; done",
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.c.Stop(ctx, j.JobID)
+	poll := func(cursor int64, cond func(protocol.PollResult) bool) protocol.PollResult {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			r, err := s.c.Poll(ctx, j.JobID, cursor, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cond(r) {
+				return r
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("poll from %d: %+v", cursor, r)
+			}
+			time.Sleep(5 * time.Millisecond) // polling, as a gateway does
+		}
+	}
+	poll(0, func(r protocol.PollResult) bool { return r.Next == 4 && r.Job.State == protocol.StateRunning })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	poll(4, func(r protocol.PollResult) bool { return r.Job.Finished() }) // (exit 0: supervision ends)
+	if err := os.Remove(gate); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.StartService(ctx, j.JobID); err != nil {
+		t.Fatal(err)
+	}
+	r := poll(4, func(r protocol.PollResult) bool { return !r.Job.Finished() && len(r.Chunks) > 0 })
+	if string(r.Chunks[0].Data) != "run\n" || r.Job.Attempt != 2 {
+		t.Fatalf("after the start: %+v", r)
 	}
 }
