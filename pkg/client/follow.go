@@ -404,7 +404,8 @@ type FollowOption func(*follower)
 // (or that connection goes away; after a reconnect it is taken again with
 // the next output delivered). Spawn with SpawnArgs.Pace to pace from the
 // first byte, before Follow starts. A supervisor without the pace op is
-// followed unpaced.
+// followed unpaced. The pace is the connection's: two paced Follows of
+// one job on one Client share it, and the first to return ends it.
 func Paced() FollowOption { return func(f *follower) { f.paced = true } }
 
 // pace tells the supervisor how far the follower has taken the output
