@@ -216,7 +216,7 @@ func TestPacedOutput(t *testing.T) {
 		t.Helper()
 		waitFor(t, func() bool {
 			i := j.Info()
-			return i.OutputPaced && i.OutputEnd >= acked+win || i.State != protocol.StateRunning
+			return i.OutputPaced && i.OutputEnd >= acked+win/2 || i.State != protocol.StateRunning // (the window shrinks a little with what events cost the ring)
 		})
 		blockedWriting(t, info.Pid)
 		i := j.Info()
