@@ -542,16 +542,25 @@ func TestFollowSlowHeartbeats(t *testing.T) {
 	}
 }
 
-// backfills reads the supervisor's count of subscribe requests.
-func backfills(t *testing.T, s *supervisor) float64 {
+// metricsText is what the supervisor's metrics endpoint serves.
+func metricsText(t *testing.T, s *supervisor) []byte {
 	t.Helper()
 	resp, err := http.Get("http://" + s.MetricsAddr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	m, _ := io.ReadAll(resp.Body)
-	for _, l := range strings.Split(string(m), "\n") {
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// backfills reads the supervisor's count of subscribe requests.
+func backfills(t *testing.T, s *supervisor) float64 {
+	t.Helper()
+	for _, l := range strings.Split(string(metricsText(t, s)), "\n") {
 		if v, ok := strings.CutPrefix(l, "exec_supervisor_backfill_requests_total "); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {

@@ -2,8 +2,6 @@ package client_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,12 +17,7 @@ import (
 // remotePolls is how many poll requests the supervisor answered.
 func remotePolls(t *testing.T, s *supervisor) int {
 	t.Helper()
-	resp, err := http.Get("http://" + s.MetricsAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b := metricsText(t, s)
 	n := 0
 	for _, m := range regexp.MustCompile(`exec_supervisor_control_requests_total\{code="[a-z-]+",op="poll"\} (\d+)`).FindAllSubmatch(b, -1) {
 		v, _ := strconv.Atoi(string(m[1]))

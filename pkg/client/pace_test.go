@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os/exec"
 	"testing"
@@ -97,19 +98,7 @@ func TestPaceEndsWithConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		info, err := s.c.Status(ctx, j.JobID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.OutputPaced {
-			break
-		}
-		if time.Now().After(deadline) || info.Finished() {
-			t.Fatalf("never paced: %+v", info)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the job's state
-	}
+	waitPaced(t, s, j.JobID)
 	var res protocol.PaceResult
 	if err := c2.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: j.JobID, Offset: 100}, &res); err != nil || res.WindowBytes != 1<<20 || res.Job.JobID != j.JobID {
 		t.Fatalf("pace: %+v (%v)", res, err)
@@ -142,16 +131,7 @@ func TestPacedFollowFromTheEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info protocol.JobInfo
-	for deadline := time.Now().Add(10 * time.Second); !info.OutputPaced; {
-		if info, err = s.c.Status(ctx, j.JobID); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never paced: %+v", info)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the job's state
-	}
+	info := waitPaced(t, s, j.JobID)
 	// The first pacer goes away a little after the follow began (so that
 	// the follower is likely pacing by then; the outcome must be the same
 	// either way).
@@ -172,5 +152,23 @@ func TestPacedFollowFromTheEnd(t *testing.T) {
 	}, client.Paced())
 	if err != nil || got != 22888896 {
 		t.Fatalf("follow from the end: %v; output up to %d of 22888896", err, got)
+	}
+}
+
+// waitPaced waits until job id waits for its pacer, and returns its info.
+func waitPaced(t *testing.T, s *supervisor, id string) protocol.JobInfo {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := s.c.Status(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.OutputPaced {
+			return info
+		}
+		if time.Now().After(deadline) || info.Finished() {
+			t.Fatalf("never paced: %+v", info)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the job's state
 	}
 }
