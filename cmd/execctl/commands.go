@@ -299,6 +299,9 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	if *wait && *follow {
 		return 0, &usageError{msg: "--wait and --follow do not go together", hint: "--follow streams the output and waits; --wait waits without it"}
 	}
+	if *noPace && !*follow {
+		return 0, &usageError{msg: "--no-pace is for --follow"}
+	}
 	a := protocol.SpawnArgs{Argv: fs.Args(), Shell: *shell, Cwd: *cwd, SessionID: *session}
 	var err error
 	if a.TimeoutMs, err = millis(*timeout, "--timeout"); err != nil {
@@ -610,12 +613,15 @@ func (*LogsCommand) Synopsis() string {
 func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("logs", g)
 	follow := fs.BoolP("follow", "f", false, "keep streaming until every job ended")
-	pace := fs.Bool("pace", false, "with -f: hold the jobs to this follower's pace, so that none of their output is lost to the ring buffer (they wait for it)")
+	pace := fs.Bool("pace", false, "with -f: hold the jobs to this follower's pace, so that none of their output is lost to the ring buffer (they wait for it: do not suspend this terminal)")
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() == 0 {
 		return 0, &usageError{msg: "want at least one JOB", hint: "execctl logs -f JOB1 JOB2"}
+	}
+	if *pace && !*follow {
+		return 0, &usageError{msg: "--pace is for -f"}
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -636,7 +642,10 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		return dup
 	})
 	for _, id := range ids {
-		if _, err := g.client.Status(ctx, id); err != nil {
+		// (a supervisor not answering now is waited for by the follow,
+		// which rides out a restart)
+		var ce *client.ConnectError
+		if _, err := g.client.Status(ctx, id); err != nil && !errors.As(err, &ce) {
 			return 0, err
 		}
 	}

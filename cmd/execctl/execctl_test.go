@@ -680,7 +680,7 @@ func TestMoreUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"status", ""}, {"spawn", "--rows", "40", "--", "true"}, {"--request-timeout", "-1s", "health"},
 		{"resize", "j-1", "40abc", "100"}, {"resize", "j-1", "40", "0x20"}, {"resize", "j-1", "40", "1e2"}, // (resize: fmt.Sscan took these)
 		{"--control", "bogus", "health"}, {"--event", "ipc:/", "health"}, {"spawn", "--wait", "--follow", "--", "true"},
-		{"poll", "--cursor", "-5", "j-1"}, {"list", "--state", "bogus"}} {
+		{"poll", "--cursor", "-5", "j-1"}, {"list", "--state", "bogus"}, {"spawn", "--no-pace", "--", "true"}, {"logs", "--pace", "j-1"}} {
 		if code, _, errs := execctl(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, %s", args, code, errs)
 		}

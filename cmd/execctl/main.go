@@ -39,6 +39,10 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// After the first signal, a second one ends execctl at once (its
+	// connections close, which also ends any pace it held), should the
+	// first not get it out: stuck writing to a stopped pipe, say.
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

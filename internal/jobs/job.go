@@ -376,7 +376,7 @@ func (j *Job) paceWindowLocked() int64 {
 	if r := j.out; r.cost > 0 && r.bytes < r.cost {
 		w = int64(float64(w) * float64(r.bytes) / float64(r.cost))
 	}
-	return max(w, minPaceWindow)
+	return max(w, min(minPaceWindow, j.m.PaceWindow()/2))
 }
 
 // pacedLocked says whether a pacer holds the job's output.

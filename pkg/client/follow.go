@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
@@ -59,8 +60,13 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 	if f.paced {
 		// (the pace is taken once the first backfill says where the
 		// output stands: a job spawned paced is held from its first byte
-		// meanwhile)
-		defer f.unpace()
+		// meanwhile.) It ends when Follow does, or as soon as ctx is done
+		// (fn may be stuck: the job must not wait for it).
+		stop := context.AfterFunc(ctx, f.unpace)
+		defer func() {
+			stop()
+			f.unpace() // (again if ctx's ran: a pace that crossed it)
+		}()
 	}
 	if c.opts.SubscribeMode == SubscribePoll {
 		return f.poll(ctx)
@@ -384,7 +390,8 @@ type follower struct {
 	// backfill last brought everything published (all of it delivered
 	// or reported missing: taken); paceOff: the supervisor does not know
 	// the pace op.
-	paced, paceOff         bool
+	paced                  bool
+	paceOff                atomic.Bool // (read by unpace, on ctx's end)
 	window, acked, seenEnd int64
 	pacedOn                *conn
 	// onCaughtUp, if set, is given each subscribe result that brought
@@ -416,7 +423,7 @@ func Paced() FollowOption { return func(f *follower) { f.paced = true } }
 // caught-up rule is what keeps a held job from waiting forever: the
 // supervisor may hold it closer than the window (see Job.paceWindowLocked).
 func (f *follower) pace(caughtUp bool) {
-	if !f.paced || f.paceOff {
+	if !f.paced || f.paceOff.Load() {
 		return
 	}
 	taken := max(f.once.end, f.seenEnd, 0)
@@ -431,7 +438,7 @@ func (f *follower) pace(caughtUp bool) {
 	case err == nil:
 		f.acked, f.window, f.pacedOn = taken, res.WindowBytes, f.c.currentConn()
 	case errors.As(err, &pe) && pe.Code == protocol.CodeUnknownOp:
-		f.paceOff = true // (an older supervisor)
+		f.paceOff.Store(true) // (an older supervisor)
 	}
 }
 
@@ -440,7 +447,7 @@ func (f *follower) pace(caughtUp bool) {
 func (f *follower) unpace() {
 	// (also when this follower never paced: a spawn with Pace set the
 	// pace on this connection, and it ends here too)
-	if f.paceOff {
+	if f.paceOff.Load() {
 		return
 	}
 	select {

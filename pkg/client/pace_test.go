@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,5 +171,40 @@ func waitPaced(t *testing.T, s *supervisor, id string) protocol.JobInfo {
 			t.Fatalf("never paced: %+v", info)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the job's state
+	}
+}
+
+// TestPacedFollowCancelledWhileStuck: a paced Follow whose fn is stuck
+// (writing to a pipe nobody reads, say) releases the job as soon as its
+// context is done, not when fn returns: the job must not wait for it.
+func TestPacedFollowCancelledWhileStuck(t *testing.T) {
+	s := start(t, nil)
+	ctx := ctxT(t, 60*time.Second)
+	j, err := s.c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"seq", "1", "3000000"}, Pace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	stuck, unstick := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		done <- s.c.Follow(fctx, j.JobID, 1, func(ev protocol.Event) error {
+			if ev.Kind == protocol.KindStdout {
+				once.Do(func() { close(stuck) })
+				<-unstick
+			}
+			return nil
+		}, client.Paced())
+	}()
+	<-stuck
+	waitPaced(t, s, j.JobID)
+	cancel()
+	if _, fin, err := s.c.Wait(ctx, j.JobID, 20*time.Second); err != nil || !fin {
+		t.Fatalf("a job whose paced follower was cancelled while stuck did not end: finished %v (%v)", fin, err)
+	}
+	close(unstick)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("follow: %v", err)
 	}
 }
