@@ -569,6 +569,25 @@ func (m *Manager) Counts() (active, total int) {
 	return m.active, len(m.jobs)
 }
 
+// Paced counts the jobs whose output waits for a client pacing them.
+func (m *Manager) Paced() int {
+	m.mu.Lock()
+	live := make([]*Job, 0, len(m.live))
+	for _, j := range m.live {
+		live = append(live, j)
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, j := range live {
+		j.mu.Lock()
+		if j.gate != nil && j.pacedLocked() {
+			n++
+		}
+		j.mu.Unlock()
+	}
+	return n
+}
+
 // Remove forgets a finished job. A job still running gets CodeJobRunning.
 func (m *Manager) Remove(id string) error {
 	j, err := m.Get(id)

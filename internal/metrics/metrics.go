@@ -49,6 +49,7 @@ type Gauges struct {
 	FinishedBytes                                  func() float64
 	Subscribers                                    func() float64
 	HeldWaits                                      func() float64
+	PacedJobs                                      func() float64
 }
 
 // New builds the collectors and registers them, with the Go and process
@@ -97,6 +98,7 @@ func New(g Gauges) *Metrics {
 		gf("event_queue_length", "Events waiting for the event socket.", g.QueueLength),
 		gf("event_subscribers", "Connections subscribed to the event socket.", g.Subscribers),
 		gf("held_waits", "Replies held for waits (spawn with waitMs, the wait op).", g.HeldWaits),
+		gf("jobs_output_paced", "Jobs whose output waits for a client pacing them (the pace op) to take what they printed.", g.PacedJobs),
 		cf("events_dropped_total", "Events dropped at the high water mark (each announced by a job.gap event).", g.EventsDropped),
 		cf("gap_events_total", "job.gap events published.", g.GapEvents),
 		cf("journal_writes_total", "Successful journal writes.", g.JournalWrites),

@@ -951,6 +951,7 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		FinishedBytes:     func() float64 { _, b := s.jobs.FinishedRetained(); return float64(b) },
 		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },
 		HeldWaits:         func() float64 { return float64(s.heldWaits()) },
+		PacedJobs:         func() float64 { return float64(s.jobs.Paced()) },
 	})
 }
 

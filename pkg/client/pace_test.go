@@ -90,9 +90,10 @@ func TestPacedFollowLosesNothing(t *testing.T) {
 
 // TestPaceEndsWithConnection: a job paced by a connection that goes away
 // (a client that crashed or closed) is not held by it any more; status
-// says when a job waits for its pacer; the pace op checks its arguments.
+// says when a job waits for its pacer, and jobs_output_paced counts it;
+// the pace op checks its arguments.
 func TestPaceEndsWithConnection(t *testing.T) {
-	s := start(t, nil)
+	s := start(t, func(c *server.Config) { c.MetricsAddr = "127.0.0.1:0" })
 	ctx := ctxT(t, 60*time.Second)
 	c2 := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event, RequestTimeout: 10 * time.Second})
 	j, err := c2.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"seq", "1", "3000000"}, Pace: true})
@@ -100,6 +101,9 @@ func TestPaceEndsWithConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPaced(t, s, j.JobID)
+	if m := metricsText(t, s); !bytes.Contains(m, []byte("\nexec_supervisor_jobs_output_paced 1\n")) {
+		t.Fatalf("the paced job is not counted:\n%s", m)
+	}
 	var res protocol.PaceResult
 	if err := c2.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: j.JobID, Offset: 100}, &res); err != nil || res.WindowBytes != 1<<20 || res.Job.JobID != j.JobID {
 		t.Fatalf("pace: %+v (%v)", res, err)
@@ -115,6 +119,9 @@ func TestPaceEndsWithConnection(t *testing.T) {
 	c2.Close()
 	if info, fin, err := s.c.Wait(ctx, j.JobID, 20*time.Second); err != nil || !fin || info.StdoutBytes < 20<<20 {
 		t.Fatalf("after its pacer's connection closed: finished %v, %d bytes (%v)", fin, info.StdoutBytes, err)
+	}
+	if m := metricsText(t, s); !bytes.Contains(m, []byte("\nexec_supervisor_jobs_output_paced 0\n")) {
+		t.Fatal("a job no longer paced is still counted")
 	}
 }
 
