@@ -210,6 +210,21 @@ func TestSharedSocket(t *testing.T) {
 			if di, _ := os.Stat(dir); di.Mode().Perm() != 0o751 {
 				t.Fatalf("directory mode %o, want 0751 (searchable, nothing more)", di.Mode().Perm())
 			}
+			r.Close()
+			// Started again without allowed peers: the search permission
+			// it added is taken back (what it was before stays).
+			var logged []string
+			r2, err := ListenRouter(context.Background(), "ipc://"+sock, &Policy{Log: func(msg string, _ ...any) { logged = append(logged, msg) }}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2.Close()
+			if di, _ := os.Stat(dir); di.Mode().Perm() != 0o750 || len(logged) != 1 {
+				t.Fatalf("without allowed peers: directory mode %o (want 0750), logged %q", di.Mode().Perm(), logged)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, widenedNote)); !os.IsNotExist(err) {
+				t.Fatalf("the note is still there: %v", err)
+			}
 		})
 	}
 	t.Run("way to it writable by others", func(t *testing.T) {

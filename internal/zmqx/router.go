@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -136,6 +138,7 @@ func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedLi
 			}
 		} else {
 			_ = os.Chmod(addr, 0o600)
+			unshareDir(filepath.Dir(addr), &pol)
 		}
 		// The file is removed at Close only if it is still the one bound
 		// here: a supervisor started on the same endpoint after this one
@@ -476,6 +479,40 @@ func (p *Peer) readLoop() {
 	}
 }
 
+// widenedNote is the file, beside the sockets, in which shareSocket notes
+// the directory's permissions before it made the directory searchable.
+const widenedNote = ".exec-supervisor-widened"
+
+// unshareDir takes back the search permission shareSocket gave dir for
+// allowed peers, now that none are (a start without --allow-*): only the
+// bits it added, as its note says, and only on a directory nobody else
+// can change.
+func unshareDir(dir string, p *Policy) {
+	note := filepath.Join(dir, widenedNote)
+	f, err := os.OpenFile(note, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 64))
+	f.Close()
+	orig, err := strconv.ParseUint(strings.TrimSpace(string(b)), 8, 32)
+	di, serr := os.Stat(dir)
+	if err != nil || serr != nil || CheckDir(dir, true) != nil {
+		return
+	}
+	perm := di.Mode().Perm()
+	if added := perm & 0o011 &^ os.FileMode(orig); added != 0 {
+		keep := di.Mode() & (os.ModePerm | os.ModeSetgid | os.ModeSticky)
+		if err := os.Chmod(dir, keep&^added); err != nil {
+			return
+		}
+		if p.Log != nil {
+			p.Log("socket directory closed to other users again (no --allow-uid/--allow-gid)", "dir", dir, "mode", fmt.Sprintf("%o", perm&^added))
+		}
+	}
+	_ = os.Remove(note)
+}
+
 // shareSocket opens the ipc socket at addr (and the way to it) to the
 // policy's allowed uids and gids; who actually gets in is still decided
 // per connection (SO_PEERCRED, checkPeer). One allowed gid and no uid:
@@ -528,6 +565,13 @@ func shareSocket(addr string, p *Policy) error {
 	}
 	if perm := di.Mode().Perm(); perm&search != search {
 		keep := di.Mode() & (os.ModePerm | os.ModeSetgid | os.ModeSticky)
+		// What it was is noted beside the sockets, so that a start
+		// without --allow-* can take back what this added (see
+		// unshareDir); an earlier note (its first widening) is kept.
+		if f, err := os.OpenFile(filepath.Join(real, widenedNote), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600); err == nil {
+			_, _ = fmt.Fprintf(f, "%o\n", perm)
+			f.Close()
+		}
 		if err := os.Chmod(real, keep|search); err != nil {
 			return fmt.Errorf("let allowed peers search %s: %w", real, err)
 		}
