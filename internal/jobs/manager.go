@@ -571,14 +571,8 @@ func (m *Manager) Counts() (active, total int) {
 
 // Paced counts the jobs whose output waits for a client pacing them.
 func (m *Manager) Paced() int {
-	m.mu.Lock()
-	live := make([]*Job, 0, len(m.live))
-	for _, j := range m.live {
-		live = append(live, j)
-	}
-	m.mu.Unlock()
 	n := 0
-	for _, j := range live {
+	for _, j := range m.snapshotOf(func() map[string]*Job { return m.live }) {
 		j.mu.Lock()
 		if j.gate != nil && j.pacedLocked() {
 			n++
@@ -586,6 +580,18 @@ func (m *Manager) Paced() int {
 		j.mu.Unlock()
 	}
 	return n
+}
+
+// snapshotOf lists the jobs of the set (m.jobs, m.live) set returns,
+// taken under m.mu, to be looked at one by one without it.
+func (m *Manager) snapshotOf(set func() map[string]*Job) []*Job {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	js := make([]*Job, 0, len(set()))
+	for _, j := range set() {
+		js = append(js, j)
+	}
+	return js
 }
 
 // Remove forgets a finished job. A job still running gets CodeJobRunning.
@@ -806,14 +812,8 @@ func waitJobs(js []*Job, d time.Duration) int {
 // RetainedBytes sums the memory held by every job's ring buffer (output
 // and its encoded events, plus a small cost per chunk: see ring).
 func (m *Manager) RetainedBytes() int64 {
-	m.mu.Lock()
-	js := make([]*Job, 0, len(m.jobs))
-	for _, j := range m.jobs {
-		js = append(js, j)
-	}
-	m.mu.Unlock()
 	var n int64
-	for _, j := range js {
+	for _, j := range m.snapshotOf(func() map[string]*Job { return m.jobs }) {
 		j.mu.Lock()
 		n += int64(j.out.cost)
 		j.mu.Unlock()
