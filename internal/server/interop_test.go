@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,49 @@ func TestPythonClientInterop(t *testing.T) {
 				t.Fatalf("pyclient exited 0 without PYCLIENT OK:\n%s", out)
 			}
 			t.Logf("%s pyclient output:\n%s", py, out)
+		})
+	}
+}
+
+// TestNodeClientInterop runs testdata/node/nodeclient.mjs, a client
+// written from docs/protocol.md alone on zeromq.js (libzmq) and
+// @msgpack/msgpack, as a TypeScript gateway would be, against a server on
+// ipc and on tcp (PLAIN) endpoints. Its modules come from
+// `npm install --prefix internal/server/testdata/node` (.ci/run does it).
+func TestNodeClientInterop(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("no node on PATH; install Node.js (Debian: nodejs npm) to run the zeromq.js interop test")
+	}
+	dir, err := filepath.Abs(filepath.Join("testdata", "node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"zeromq", "@msgpack/msgpack"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", m, "package.json")); err != nil {
+			t.Skipf("zeromq.js modules not installed (%s missing); install them with: npm install --prefix %s (.ci/run does)", m, dir)
+		}
+	}
+	for _, transport := range []string{"ipc", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			cfg := testConfig(t)
+			if transport == "tcp" {
+				cfg.Control, cfg.Event = tcpPair(t)
+			}
+			ts := startServer(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			args := []string{filepath.Join(dir, "nodeclient.mjs"), cfg.Control, cfg.Event}
+			if transport == "tcp" {
+				args = append(args, ts.token)
+			}
+			cmd := exec.CommandContext(ctx, node, args...)
+			cmd.WaitDelay = 5 * time.Second
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "NODECLIENT OK") {
+				t.Fatalf("%s %s: %v (ctx: %v)\n%s", node, strings.Join(args, " "), err, ctx.Err(), out)
+			}
+			t.Logf("nodeclient output:\n%s", out)
 		})
 	}
 }
