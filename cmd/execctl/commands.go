@@ -632,12 +632,9 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		return 0, err
 	}
 	// Each job once, and every one of them known before any is shown.
-	var seen map[string]bool
+	seen := map[string]bool{}
 	ids = slices.DeleteFunc(ids, func(id string) bool {
 		dup := seen[id]
-		if seen == nil {
-			seen = map[string]bool{}
-		}
 		seen[id] = true
 		return dup
 	})

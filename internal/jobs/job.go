@@ -395,8 +395,8 @@ func (j *Job) pacedLocked() bool {
 
 // Pace makes owner (a client connection, say) pace the job's output, or
 // moves its pace on: owner has taken the output up to offset, and the
-// job's output is read no further than offset + PaceWindow until owner
-// takes more, as a pipe's writer waits for its reader (nothing is lost,
+// job's output is read no further than offset + the pace window (see
+// paceWindowLocked) until owner takes more, as a pipe's writer waits for its reader (nothing is lost,
 // the child waits). When owner is new, watch (if not nil) is called with
 // a function that releases owner, for when owner goes away; it returns
 // a function that ends that watch (called when owner is released). A

@@ -59,6 +59,20 @@ func testConfig(t testing.TB) Config {
 	return cfg
 }
 
+// eachTransport runs f in a subtest per transport, ipc and tcp (with its
+// token), each against a server of its own.
+func eachTransport(t *testing.T, f func(t *testing.T, cfg Config, ts *testServer)) {
+	for _, transport := range []string{"ipc", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			cfg := testConfig(t)
+			if transport == "tcp" {
+				cfg.Control, cfg.Event = tcpPair(t)
+			}
+			f(t, cfg, startServer(t, cfg))
+		})
+	}
+}
+
 func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -46,36 +46,29 @@ func TestPythonClientInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, transport := range []string{"ipc", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			cfg := testConfig(t)
-			if transport == "tcp" {
-				cfg.Control, cfg.Event = tcpPair(t)
-			}
-			ts := startServer(t, cfg)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if transport == "tcp" {
-				// libzmq PLAIN clients: no token and a wrong token are refused.
-				for _, tok := range []string{"", "wrong-" + ts.token} {
-					out, err := exec.CommandContext(ctx, py, script, cfg.Control, cfg.Event, tok, "--expect-refused").CombinedOutput()
-					if err != nil || !strings.Contains(string(out), "PYCLIENT REFUSED") {
-						t.Fatalf("token %q: %v\n%s", tok, err, out)
-					}
+	eachTransport(t, func(t *testing.T, cfg Config, ts *testServer) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if strings.HasPrefix(cfg.Control, "tcp://") {
+			// libzmq PLAIN clients: no token and a wrong token are refused.
+			for _, tok := range []string{"", "wrong-" + ts.token} {
+				out, err := exec.CommandContext(ctx, py, script, cfg.Control, cfg.Event, tok, "--expect-refused").CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "PYCLIENT REFUSED") {
+					t.Fatalf("token %q: %v\n%s", tok, err, out)
 				}
 			}
-			cmd := exec.CommandContext(ctx, py, script, cfg.Control, cfg.Event, ts.token)
-			cmd.WaitDelay = 5 * time.Second
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("%s %s %s %s: %v (ctx: %v)\n%s", py, script, cfg.Control, cfg.Event, err, ctx.Err(), out)
-			}
-			if !strings.Contains(string(out), "PYCLIENT OK") {
-				t.Fatalf("pyclient exited 0 without PYCLIENT OK:\n%s", out)
-			}
-			t.Logf("%s pyclient output:\n%s", py, out)
-		})
-	}
+		}
+		cmd := exec.CommandContext(ctx, py, script, cfg.Control, cfg.Event, ts.token)
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s %s %s: %v (ctx: %v)\n%s", py, script, cfg.Control, cfg.Event, err, ctx.Err(), out)
+		}
+		if !strings.Contains(string(out), "PYCLIENT OK") {
+			t.Fatalf("pyclient exited 0 without PYCLIENT OK:\n%s", out)
+		}
+		t.Logf("%s pyclient output:\n%s", py, out)
+	})
 }
 
 // TestNodeClientInterop runs testdata/node/nodeclient.mjs, a client
@@ -97,26 +90,19 @@ func TestNodeClientInterop(t *testing.T) {
 			t.Skipf("zeromq.js modules not installed (%s missing); install them with: npm install --prefix %s (.ci/run does)", m, dir)
 		}
 	}
-	for _, transport := range []string{"ipc", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			cfg := testConfig(t)
-			if transport == "tcp" {
-				cfg.Control, cfg.Event = tcpPair(t)
-			}
-			ts := startServer(t, cfg)
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			args := []string{filepath.Join(dir, "nodeclient.mjs"), cfg.Control, cfg.Event}
-			if transport == "tcp" {
-				args = append(args, ts.token)
-			}
-			cmd := exec.CommandContext(ctx, node, args...)
-			cmd.WaitDelay = 5 * time.Second
-			out, err := cmd.CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "NODECLIENT OK") {
-				t.Fatalf("%s %s: %v (ctx: %v)\n%s", node, strings.Join(args, " "), err, ctx.Err(), out)
-			}
-			t.Logf("nodeclient output:\n%s", out)
-		})
-	}
+	eachTransport(t, func(t *testing.T, cfg Config, ts *testServer) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		args := []string{filepath.Join(dir, "nodeclient.mjs"), cfg.Control, cfg.Event}
+		if strings.HasPrefix(cfg.Control, "tcp://") {
+			args = append(args, ts.token)
+		}
+		cmd := exec.CommandContext(ctx, node, args...)
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "NODECLIENT OK") {
+			t.Fatalf("%s %s: %v (ctx: %v)\n%s", node, strings.Join(args, " "), err, ctx.Err(), out)
+		}
+		t.Logf("nodeclient output:\n%s", out)
+	})
 }

@@ -457,72 +457,66 @@ func TestMalformedRequests(t *testing.T) {
 // TestREQAndDEALERClients serves a plain zmq4 REQ client, a bare DEALER
 // (no delimiter frame) and DEALERs with many requests in flight at once.
 func TestREQAndDEALERClients(t *testing.T) {
-	for _, transport := range []string{"ipc", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			cfg := testConfig(t)
-			if transport == "tcp" {
-				cfg.Control, cfg.Event = tcpPair(t)
-			}
-			ts := startServer(t, cfg)
-			ctx := ctxT(t, 20*time.Second)
+	eachTransport(t, func(t *testing.T, cfg Config, ts *testServer) {
+		transport := strings.SplitN(cfg.Control, ":", 2)[0]
+		ctx := ctxT(t, 20*time.Second)
 
-			// REQ: one request, one reply, with the REQ envelope.
-			sctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			req, err := zmqx.DialToken(sctx, zmqx.Req, cfg.Control, 2*time.Second, ts.token)
+		// REQ: one request, one reply, with the REQ envelope.
+		sctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, err := zmqx.DialToken(sctx, zmqx.Req, cfg.Control, 2*time.Second, ts.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer req.Close()
+		for i := 0; i < 3; i++ {
+			body, _ := protocol.EncodeRequest(fmt.Sprint("req-", i), protocol.OpHealth, nil)
+			if err := req.Send(zmqx.NewMsg(body)); err != nil {
+				t.Fatal(err)
+			}
+			m, err := req.Recv()
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer req.Close()
-			for i := 0; i < 3; i++ {
-				body, _ := protocol.EncodeRequest(fmt.Sprint("req-", i), protocol.OpHealth, nil)
-				if err := req.Send(zmqx.NewMsg(body)); err != nil {
-					t.Fatal(err)
-				}
-				m, err := req.Recv()
-				if err != nil {
-					t.Fatal(err)
-				}
-				rep, err := protocol.DecodeReply(m.Frames[0])
-				if err != nil || !rep.OK || rep.ID != fmt.Sprint("req-", i) {
-					t.Fatalf("REQ reply %d: %+v %v", i, rep, err)
-				}
+			rep, err := protocol.DecodeReply(m.Frames[0])
+			if err != nil || !rep.OK || rep.ID != fmt.Sprint("req-", i) {
+				t.Fatalf("REQ reply %d: %+v %v", i, rep, err)
 			}
-			// Bare DEALER: [body] in, [body] out.
-			body, _ := protocol.EncodeRequest("bare", protocol.OpHealth, nil)
-			if rep := rawCall(t, ts, body); !rep.OK || rep.ID != "bare" {
-				t.Fatalf("bare dealer: %+v", rep)
-			}
-			// DEALER via pkg/client: 3 goroutines x 30 requests in flight.
-			var wg sync.WaitGroup
-			errs := make(chan error, 90)
-			for g := 0; g < 3; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < 30; i++ {
-						if _, err := ts.client.Health(ctx); err != nil {
-							errs <- err
-							return
-						}
+		}
+		// Bare DEALER: [body] in, [body] out.
+		body, _ := protocol.EncodeRequest("bare", protocol.OpHealth, nil)
+		if rep := rawCall(t, ts, body); !rep.OK || rep.ID != "bare" {
+			t.Fatalf("bare dealer: %+v", rep)
+		}
+		// DEALER via pkg/client: 3 goroutines x 30 requests in flight.
+		var wg sync.WaitGroup
+		errs := make(chan error, 90)
+		for g := 0; g < 3; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 30; i++ {
+					if _, err := ts.client.Health(ctx); err != nil {
+						errs <- err
+						return
 					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			// A job end to end over this transport.
-			j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"echo", transport}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out, _, _, _ := waitDone(t, ts.client, j.JobID, 10*time.Second); out != transport+"\n" {
-				t.Fatalf("output %q", out)
-			}
-		})
-	}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		// A job end to end over this transport.
+		j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"echo", transport}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, _, _, _ := waitDone(t, ts.client, j.JobID, 10*time.Second); out != transport+"\n" {
+			t.Fatalf("output %q", out)
+		}
+	})
 }
 
 // tcpPair returns two distinct free tcp endpoints on 127.0.0.1 (both

@@ -428,7 +428,7 @@ func (f *follower) pace(caughtUp bool) {
 	}
 	taken := max(f.once.end, f.seenEnd, 0)
 	fresh := f.pacedOn == nil || f.c.currentConn() != f.pacedOn
-	if !fresh && taken <= f.acked || !fresh && !caughtUp && taken < f.acked+max(f.window/4, 1) {
+	if !fresh && (taken <= f.acked || !caughtUp && taken < f.acked+max(f.window/4, 1)) {
 		return
 	}
 	var res protocol.PaceResult
