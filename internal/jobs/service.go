@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -539,7 +540,7 @@ func (j *Job) wrapLimits(path string, argv []string) (string, []string, error) {
 		return path, argv, nil
 	}
 	if j.m.limitsHelper == "" {
-		return "", nil, fmt.Errorf("resource limits need the limits helper (the supervisor binary); none is configured")
+		return "", nil, errors.New("limits.maxOpenFiles, maxAddressSpaceBytes and nice need a limits helper, and none is configured (the supervisor always has one; pkg/client's Local needs LocalOptions.LimitsHelper)")
 	}
 	cp, ca := limits.Wrap(j.m.limitsHelper, l, path, argv)
 	var applied []string

@@ -704,3 +704,44 @@ func TestPollFollowServiceAcrossGracefulRestart(t *testing.T) {
 		t.Fatalf("output %q, end %+v: want the resumed run's output and its end (restart-limit)", out.String(), end)
 	}
 }
+
+// TestLocalLimits: a Local with a limits helper applies a job's rlimits
+// and niceness before its program runs; without one, such a spawn fails
+// saying what is missing, and nothing runs.
+func TestLocalLimits(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := client.NewLocalWith(client.LocalOptions{NoCgroups: true, LimitsHelper: self})
+	t.Cleanup(func() { local.Close(context.Background()) })
+	nice := 7
+	lim := &protocol.ResourceLimits{MaxOpenFiles: 77, MaxAddressSpaceBytes: 3 << 30, Nice: &nice}
+	j, err := local.Start(ctx, protocol.SpawnArgs{Shell: `echo "$$ $(cut -d' ' -f5,19 /proc/$$/stat) $(ulimit -n) $(ulimit -v)"`, Limits: lim}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := readAll(t, j.Stdout())
+	ex, err := j.Wait(ctx)
+	if err != nil || ex.Reason != protocol.ReasonExit || ex.ExitCode == nil || *ex.ExitCode != 0 {
+		t.Fatalf("job ended %+v, %v; output %q", ex, err, out)
+	}
+	// pid, process group (the program leads the job's group: it kept the
+	// helper's pid), nice, nofile, address space in KiB.
+	f := strings.Fields(out)
+	if len(f) != 5 || f[0] != f[1] || f[2] != "7" || f[3] != "77" || f[4] != strconv.Itoa((3<<30)/1024) {
+		t.Fatalf("output %q, want \"PID PID 7 77 %d\"", out, (3<<30)/1024)
+	}
+
+	plain := client.NewLocalWith(client.LocalOptions{NoCgroups: true})
+	t.Cleanup(func() { plain.Close(context.Background()) })
+	marker := filepath.Join(t.TempDir(), "ran")
+	_, err = plain.Start(ctx, protocol.SpawnArgs{Argv: []string{"touch", marker}, Limits: lim}, 0)
+	if err == nil || !strings.Contains(err.Error(), "LimitsHelper") {
+		t.Fatalf("spawn with limits and no helper: %v, want an error naming LocalOptions.LimitsHelper", err)
+	}
+	if _, serr := os.Stat(marker); serr == nil {
+		t.Fatal("the job ran although its limits could not be applied")
+	}
+}

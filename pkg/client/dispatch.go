@@ -14,6 +14,7 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -117,10 +118,12 @@ func (d *Dispatcher) Start(ctx context.Context, args protocol.SpawnArgs, bufferB
 // processes of its own whose controllers this process may enable: under
 // its own cgroup they are reported unavailable. Without cgroups it falls
 // back to process groups (such a descendant escapes the kill;
-// strictOwnership does nothing). Unlike the supervisor it has no notify socket and no rlimits
-// helper (spawns asking for them fail), and it reaps no orphans: in a
-// gateway that is PID 1 or a subreaper, descendants orphaned by its jobs
-// stay zombies unless the gateway reaps them.
+// strictOwnership does nothing). Rlimits and niceness (SpawnArgs.Limits
+// noFile, addressSpace, nice) need LocalOptions.LimitsHelper (without it
+// spawns asking for them fail). Unlike the supervisor it has no notify
+// socket (notify spawns fail), and it reaps no orphans: in a gateway that
+// is PID 1 or a subreaper, descendants orphaned by its jobs stay zombies
+// unless the gateway reaps them.
 type Local struct {
 	m    *jobs.Manager
 	sink *localSink
@@ -140,7 +143,21 @@ type LocalOptions struct {
 	// mount, or relative to it) under which job cgroups go; "" means this
 	// process's own cgroup.
 	CgroupParent string
+	// LimitsHelper is the executable that applies a job's rlimits and
+	// niceness before it execs the job's program: a program whose main
+	// calls MaybeRunLimitsHelper first thing, usually this one (see
+	// os.Executable). The job's program keeps the helper's pid, process
+	// group and cgroup. "": spawns with such limits fail.
+	LimitsHelper string
 }
+
+// MaybeRunLimitsHelper turns this process into the limits helper when it
+// was started as one (by a Local with LocalOptions.LimitsHelper naming
+// this program): it applies the job's limits and execs the job's program,
+// never returning (exit status 127 if that fails, with the reason on
+// stderr). Otherwise it returns at once. Call it first thing in main,
+// before flags are parsed or goroutines started.
+func MaybeRunLimitsHelper() { limits.MaybeRunHelper() }
 
 // NewLocal returns a Local allowing maxJobs concurrent jobs (0: 50) with
 // the supervisor's other defaults.
@@ -184,6 +201,9 @@ func NewLocalWith(o LocalOptions) *Local {
 			l.cg, l.cgNote = base, ""
 			opts = append(opts, jobs.WithCgroups(base))
 		}
+	}
+	if o.LimitsHelper != "" {
+		opts = append(opts, jobs.WithLimitsHelper(o.LimitsHelper))
 	}
 	l.m = jobs.New(cfg, nil, s, opts...)
 	return l
