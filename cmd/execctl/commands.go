@@ -613,7 +613,7 @@ func (*LogsCommand) Synopsis() string {
 func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("logs", g)
 	follow := fs.BoolP("follow", "f", false, "keep streaming until every job ended")
-	pace := fs.Bool("pace", false, "with -f: hold the jobs to this follower's pace, so that none of their output is lost to the ring buffer (they wait for it: do not suspend this terminal)")
+	pace := fs.Bool("pace", false, "with -f: hold the jobs to this follower's pace, so that none of their output is lost to the ring buffer (they wait for it; a follower that stops reading is let go after the supervisor's --pace-stall-limit, 2m by default)")
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}

@@ -323,3 +323,64 @@ func TestPaceReasonsAndRefusals(t *testing.T) {
 		t.Fatalf("window with 64 KiB events: %d, want about %d", w, m.PaceWindow())
 	}
 }
+
+// TestPaceStallLimit: a pacer that holds a job and takes nothing for
+// PaceStallLimit is let go (its watch stopped, the hook called once) and
+// the job runs on; one that keeps taking output is never let go however
+// long it paces; a let-go pacer that paces again holds the job again.
+func TestPaceStallLimit(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	const limit = 300 * time.Millisecond
+	m := New(Config{PaceStallLimit: limit}, discard(), nil, WithHooks(Hooks{PaceStalled: func() {
+		mu.Lock()
+		n++
+		mu.Unlock()
+	}}))
+	defer m.Close(context.Background())
+	stallCount := func() int { mu.Lock(); defer mu.Unlock(); return n }
+	win := m.PaceWindow()
+	stopped := 0
+	watch := func(func()) func() bool { stopped++; return func() bool { stopped--; return true } }
+	j, info, err := m.SpawnJobWith(protocol.SpawnArgs{Argv: []string{"yes"}}, SpawnOptions{Pacer: "steady", PaceWatch: watch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
+
+	// "steady" takes what the job prints, whenever the job waits for it,
+	// for several times the limit: never let go.
+	for start := time.Now(); time.Since(start) < 4*limit; {
+		waitFor(t, func() bool { return j.Info().OutputPaced })
+		if err := j.Pace("steady", j.Info().OutputEnd, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if stallCount() != 0 || stopped != 1 {
+		t.Fatalf("a pacer taking output was let go: %d stalls, %d watches open", stallCount(), stopped)
+	}
+
+	// "steady" stops taking: let go after the limit; the job runs on.
+	held := time.Now()
+	waitFor(t, func() bool { return j.Info().OutputPaced })
+	blockedWriting(t, info.Pid)
+	waitFor(t, func() bool { return stallCount() == 1 })
+	if waited := time.Since(held); waited < limit {
+		t.Fatalf("let go after %v, before the %v limit", waited, limit)
+	}
+	end := j.Info().OutputEnd
+	waitFor(t, func() bool { return j.Info().OutputEnd > end+4*win })
+	if i := j.Info(); i.OutputPaced || stopped != 0 {
+		t.Fatalf("after the stall: paced %v, %d watches open", i.OutputPaced, stopped)
+	}
+
+	// It comes back: it paces again from where it now is.
+	if err := j.Pace("steady", j.Info().OutputEnd, watch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return j.Info().OutputPaced })
+	blockedWriting(t, info.Pid)
+	if stopped != 1 {
+		t.Fatalf("paced again: %d watches open, want 1", stopped)
+	}
+}

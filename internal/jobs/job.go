@@ -106,6 +106,10 @@ type Job struct {
 	// clients that pace the job's output (see Pace).
 	heldJournal bool
 	pacers      map[any]*pacer
+	// paceTimer, while output waits for a pacer, fires when the longest
+	// silent pacer has stalled (see paceStalled).
+	paceTimer *time.Timer
+	paceGen   uint64 // (which paceTimer a firing is of)
 	// unheldAt is when held output was last let go: the no-output
 	// watchdog counts from it too (a held job was not quiet).
 	unheldAt  time.Time
@@ -354,7 +358,10 @@ func (j *Job) journalHeldLocked() bool {
 // window (see Pace). stop ends the watch that releases it.
 type pacer struct {
 	acked int64
-	stop  func() bool
+	// ackedAt is when acked last moved (or the pace began): a pacer that
+	// holds the job with an ackedAt older than PaceStallLimit has stalled.
+	ackedAt time.Time
+	stop    func() bool
 }
 
 // PaceWindow is how far past what its slowest pacer took a paced job's
@@ -415,7 +422,7 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 		if j.pacers == nil {
 			j.pacers = map[any]*pacer{}
 		}
-		p = &pacer{acked: offset}
+		p = &pacer{acked: offset, ackedAt: j.m.now()}
 		j.pacers[owner] = p
 		if watch != nil {
 			p.stop = watch(func() { j.Unpace(owner) })
@@ -425,9 +432,63 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 	if n := len(j.out.skips); n > 0 {
 		offset = max(offset, j.out.skips[n-1].At+j.out.skips[n-1].N)
 	}
-	p.acked = max(p.acked, offset)
+	if offset > p.acked {
+		p.acked, p.ackedAt = offset, j.m.now()
+	}
 	j.openGateLocked()
 	return nil
+}
+
+// armPaceStallLocked makes sure a pacer that holds the job is let go once
+// it has taken nothing for PaceStallLimit (see paceStalled): called while
+// the job's output waits for a pacer.
+func (j *Job) armPaceStallLocked() {
+	limit := j.m.cfg.PaceStallLimit
+	if limit <= 0 || j.paceTimer != nil || !j.pacedLocked() {
+		return
+	}
+	first := j.m.now()
+	for _, p := range j.pacers {
+		if p.ackedAt.Before(first) {
+			first = p.ackedAt
+		}
+	}
+	j.paceGen++
+	gen := j.paceGen
+	j.paceTimer = time.AfterFunc(max(first.Add(limit).Sub(j.m.now()), 0), func() { j.paceStalled(gen) })
+}
+
+// paceStalled releases the pacers that hold the job and have taken
+// nothing for PaceStallLimit: a follower that stopped reading (a
+// suspended terminal, a wedged client) holds a job for that long at most,
+// whoever's the job is. Logged and counted; the follower finds out
+// through the output it then misses (a gap), never silently.
+func (j *Job) paceStalled(gen uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if gen != j.paceGen || j.gate == nil {
+		return // (a timer stopped too late, or the gate opened meanwhile)
+	}
+	j.paceTimer = nil
+	limit, now, w := j.m.cfg.PaceStallLimit, j.m.now(), j.paceWindowLocked()
+	for owner, p := range j.pacers {
+		if j.offset < p.acked+w || now.Sub(p.ackedAt) < limit {
+			continue
+		}
+		delete(j.pacers, owner)
+		if p.stop != nil {
+			p.stop()
+		}
+		j.m.log.Warn("job pacer let go: it took none of the job's output for too long (--pace-stall-limit); the job runs on, and what leaves the ring before that follower reads it is a gap for it",
+			"job", j.id, "took", p.acked, "outputEnd", j.offset, "stalledFor", now.Sub(p.ackedAt).Round(time.Millisecond))
+		if h := j.m.hooks.PaceStalled; h != nil {
+			h()
+		}
+	}
+	j.openGateLocked()
+	if j.gate != nil {
+		j.armPaceStallLocked()
+	}
 }
 
 // Unpace releases owner's pace of the job (a no-op when it has none).
@@ -478,6 +539,7 @@ func (j *Job) awaitGate() {
 			j.gate = make(chan struct{})
 		}
 		j.noteHeldLocked()
+		j.armPaceStallLocked()
 		g := j.gate
 		j.mu.Unlock()
 		<-g
@@ -497,6 +559,10 @@ func (j *Job) openGateLocked() {
 	}
 	close(j.gate)
 	j.gate = nil
+	if j.paceTimer != nil {
+		j.paceTimer.Stop()
+		j.paceTimer = nil
+	}
 	j.unheldAt = j.m.now()
 	j.noteHeldLocked()
 }

@@ -60,6 +60,13 @@ type Config struct {
 	// job's process group is gone (a process that escaped the group may
 	// hold them open).
 	DrainTimeout time.Duration
+	// PaceStallLimit is how long a pacer (see Job.Pace) may hold a job
+	// while it takes nothing: then it loses its pace and the job runs on
+	// (what it prints meanwhile may leave the ring before that pacer
+	// reads it: it sees a gap). A later Pace of its paces again. <= 0:
+	// never (a pacer holds a job as a stopped reader holds a pipe's
+	// writer).
+	PaceStallLimit time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -74,6 +81,7 @@ func DefaultConfig() Config {
 		Retention:       5 * time.Minute,
 		CleanupInterval: time.Minute,
 		DrainTimeout:    2 * time.Second,
+		PaceStallLimit:  2 * time.Minute,
 		// 100000 finished jobs with no output take ~150 MB.
 		MaxFinished:       100000,
 		MaxFinishedOutput: 1 << 30,
@@ -158,6 +166,9 @@ type Hooks struct {
 	// Job.gatedLocked), and with false when it is read again. Called
 	// with the job's lock held: it must not block.
 	OutputHeld func(held bool)
+	// PaceStalled is called when a pacer loses its pace for having held
+	// a job longer than PaceStallLimit while taking nothing.
+	PaceStalled func()
 }
 
 // Manager owns every job. Create it with New, stop it with Close.

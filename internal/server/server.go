@@ -199,6 +199,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 				s.metrics.OutputHeld.Dec()
 			}
 		},
+		PaceStalled: s.metrics.PaceStalls.Inc,
 	}))...)
 	defer func() {
 		if err != nil {
