@@ -464,13 +464,19 @@ func TestRestoreUnpublished(t *testing.T) {
 		for _, ch := range r.Chunks {
 			got = append(got, ch.Data...)
 		}
-		if string(got) != c.out || r.Job.OutputEnd != int64(len(c.out)) {
-			t.Fatalf("%s: output %q (end %d), want %q", c.name, got, r.Job.OutputEnd, c.out)
+		// (an interrupted job's output ends past the offsets the dead
+		// supervisor may have published: see TestInterruptedJobEndsPastReserve)
+		end := int64(len(c.out))
+		if c.s.Interrupted {
+			end = 3 + offsetReserve
+		}
+		if string(got) != c.out || r.Job.OutputEnd != end || r.Truncated {
+			t.Fatalf("%s: output %q (end %d, truncated %v), want %q (end %d)", c.name, got, r.Job.OutputEnd, r.Truncated, c.out, end)
 		}
 		res, _ := j.Events(1, 0)
 		last := res.Events[len(res.Events)-1]
 		var exit protocol.ExitPayload
-		if err := last.DecodePayload(&exit); err != nil || !last.Kind.Terminal() || exit.OutputEnd != int64(len(c.out)) {
+		if err := last.DecodePayload(&exit); err != nil || !last.Kind.Terminal() || exit.OutputEnd != end {
 			t.Fatalf("%s: terminal event %+v (%v)", c.name, exit, err)
 		}
 		if c.name == "interrupted" {
@@ -483,6 +489,49 @@ func TestRestoreUnpublished(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestInterruptedJobEndsPastReserve: a one-shot job its supervisor's
+// crash interrupted ends offsetReserve past its recorded output end, as
+// a resumed service's next run starts there: a poll cursor a client got
+// from the dead supervisor (past the record: it published more before it
+// died) is still within the output, and answered with nothing lost
+// rather than refused; the skipped offsets survive another restart.
+func TestInterruptedJobEndsPastReserve(t *testing.T) {
+	m := New(Config{}, nil, nil)
+	defer m.Close(context.Background())
+	s := Snapshot{
+		Info: protocol.JobInfo{JobID: "j-cut", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 3},
+		Tail: []byte("ab\n"), TailSeq: 2, TailChunks: []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3}},
+		Interrupted: true,
+	}
+	if err := m.Restore(s); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get("j-cut")
+	check := func(j *Job, when string) {
+		t.Helper()
+		if end := j.Info().OutputEnd; end != 3+offsetReserve {
+			t.Fatalf("%s: output end %d, want %d", when, end, 3+offsetReserve)
+		}
+		r, err := j.Poll(49, 0) // (the dead supervisor had published 49 bytes)
+		if err != nil || len(r.Chunks) != 0 || r.Truncated || r.More {
+			t.Fatalf("%s: poll from a cursor past the record: %+v, %v", when, r, err)
+		}
+		r, err = j.Poll(0, 0)
+		if err != nil || len(r.Chunks) != 1 || string(r.Chunks[0].Data) != "ab\n" || r.Truncated || r.LostBytes != 0 {
+			t.Fatalf("%s: poll from 0: %+v, %v", when, r, err)
+		}
+	}
+	check(j, "restored")
+	// Journaled again (as finished) and restored by the next supervisor.
+	m2 := New(Config{}, nil, nil)
+	defer m2.Close(context.Background())
+	if err := m2.Restore(j.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	j2, _ := m2.Get("j-cut")
+	check(j2, "restored twice")
 }
 
 // TestRestoredServiceEndCarriesAttempt: a service's terminal event rebuilt

@@ -48,6 +48,11 @@ type Snapshot struct {
 	Unpublished []PendingOutput
 	// Service is set for service jobs.
 	Service *ServiceState
+	// OutputSkips are a one-shot job's offset ranges below its output end
+	// that never held output (a job interrupted by its supervisor's death
+	// ends past every offset that supervisor may have published, see
+	// Restore), oldest first. A service's are in Service.
+	OutputSkips []OffsetRange
 	// FinN is a finished one-shot job's place in the order jobs finished
 	// (higher: later; 0 for others): the journal keeps the newest.
 	FinN uint64
@@ -146,7 +151,9 @@ func (j *Job) Snapshot() Snapshot {
 	if j.svc == nil && j.state == Exited {
 		s.FinN = j.finN // (set under j.mu too: jobDone)
 	}
-	if j.svc != nil {
+	if j.svc == nil {
+		s.OutputSkips = slices.Clone(j.out.skips)
+	} else {
 		s.Service = &ServiceState{
 			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset, OutputSkips: slices.Clone(j.out.skips),
 			Ends: append([]time.Time(nil), j.svc.ends...), History: append([]protocol.RunRecord(nil), j.history...),
@@ -363,12 +370,14 @@ func (m *Manager) Restore(s Snapshot) error {
 	if tailEnd < int64(len(s.Tail)) || tailEnd > info.OutputEnd {
 		return fmt.Errorf("restore %s: implausible output tail end %d (tail of %d bytes, output end %d)", info.JobID, tailEnd, len(s.Tail), info.OutputEnd)
 	}
+	skips := s.OutputSkips
 	if sv := s.Service; sv != nil {
-		if err := checkSkips(sv.OutputSkips, tailEnd-int64(len(s.Tail)), tailEnd, info.OutputEnd); err != nil {
-			return fmt.Errorf("restore %s: %w", info.JobID, err)
-		}
-		j.out.skips = slices.Clone(sv.OutputSkips)
+		skips = sv.OutputSkips
 	}
+	if err := checkSkips(skips, tailEnd-int64(len(s.Tail)), tailEnd, info.OutputEnd); err != nil {
+		return fmt.Errorf("restore %s: %w", info.JobID, err)
+	}
+	j.out.skips = slices.Clone(skips)
 	if len(s.Tail) > 0 && s.TailSeq >= 2 {
 		off := tailEnd - int64(len(s.Tail))
 		j.out.end = off
@@ -417,6 +426,16 @@ func (m *Manager) Restore(s Snapshot) error {
 				j.offset += int64(len(p.Data))
 			}
 		}
+	}
+	if s.Interrupted && s.Service == nil {
+		// The dead supervisor may have published output up to
+		// offsetReserve past the record: the job's output ends past all
+		// of it (as a resumed service's next run starts there), so that
+		// a poll cursor or delivered end a client got from it stays
+		// within the output (those offsets hold nothing now: what the
+		// client missed of them is in the missing seqs).
+		j.out.skipTo(info.OutputEnd + offsetReserve)
+		j.offset = j.out.end
 	}
 	if s.Interrupted || j.seq == 0 || j.seq == s.TailSeq {
 		// (a new terminal event; also when the record's last seq is not

@@ -128,6 +128,11 @@ type Record struct {
 	Cgroup string `json:"cgroup,omitempty"`
 	// Service is set for jobs spawned with a restart policy.
 	Service *Service `json:"service,omitempty"`
+	// OutputSkips are a one-shot job's output offset ranges [at, at+n)
+	// below OutputEnd that never held output, as [at, n] pairs: a job
+	// the supervisor's crash interrupted ends past every offset the dead
+	// supervisor may have published. (A service's are in Service.)
+	OutputSkips [][2]int64 `json:"outputSkips,omitempty"`
 }
 
 // Service is what a service job needs to go on after a supervisor

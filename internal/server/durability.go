@@ -241,7 +241,7 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 			Pty: r.Pty, Rows: r.Rows, Cols: r.Cols,
 		},
 		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq, TailEnd: r.OutputTailEnd, TailChunks: tailChunks(r),
-		Unpublished: unpublishedOf(r), Service: serviceOf(r.Service),
+		Unpublished: unpublishedOf(r), Service: serviceOf(r.Service), OutputSkips: offsetRanges(r.OutputSkips),
 	}
 }
 
@@ -282,15 +282,31 @@ func runTail(r journal.Record) []byte {
 	return tail
 }
 
+// offsetRanges converts a record's [at, n] pairs.
+func offsetRanges(rs [][2]int64) []jobs.OffsetRange {
+	var out []jobs.OffsetRange
+	for _, r := range rs {
+		out = append(out, jobs.OffsetRange{At: r[0], N: r[1]})
+	}
+	return out
+}
+
+// offsetPairs is the inverse of offsetRanges.
+func offsetPairs(rs []jobs.OffsetRange) [][2]int64 {
+	var out [][2]int64
+	for _, r := range rs {
+		out = append(out, [2]int64{r.At, r.N})
+	}
+	return out
+}
+
 func serviceOf(sv *journal.Service) *jobs.ServiceState {
 	if sv == nil {
 		return nil
 	}
 	st := &jobs.ServiceState{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
 		RunOutputStart: sv.RunOutputStart}
-	for _, r := range sv.OutputSkips {
-		st.OutputSkips = append(st.OutputSkips, jobs.OffsetRange{At: r[0], N: r[1]})
-	}
+	st.OutputSkips = offsetRanges(sv.OutputSkips)
 	for _, e := range sv.Ends {
 		st.Ends = append(st.Ends, time.UnixMilli(e))
 	}
@@ -317,12 +333,11 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 	for _, u := range sn.Unpublished {
 		r.OutputUnpublished = append(r.OutputUnpublished, journal.Unpublished{Stream: string(u.Stream), Data: u.Data, Attempt: u.Attempt})
 	}
+	r.OutputSkips = offsetPairs(sn.OutputSkips)
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
 			RunOutputStart: sv.RunOutputStart}
-		for _, s := range sv.OutputSkips {
-			r.Service.OutputSkips = append(r.Service.OutputSkips, [2]int64{s.At, s.N})
-		}
+		r.Service.OutputSkips = offsetPairs(sv.OutputSkips)
 		for _, e := range sv.Ends {
 			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
 		}
