@@ -308,8 +308,8 @@ func TestKill9ThenRestartReapsOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Job.OutputEnd > 0 && len(res.Chunks) == 0 {
-			t.Errorf("job %s had %d bytes of output but no tail was recovered", id, res.Job.OutputEnd)
+		if n := res.Job.StdoutBytes + res.Job.StderrBytes; n > 0 && len(res.Chunks) == 0 {
+			t.Errorf("job %s had %d bytes of output but no tail was recovered", id, n)
 		}
 	}
 }
