@@ -240,7 +240,8 @@ func TestPacedOutput(t *testing.T) {
 	if err := j.Pace("b", 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Pace("a", 4*win, nil); err != nil {
+	aTook := j.Info().OutputEnd
+	if err := j.Pace("a", aTook, nil); err != nil {
 		t.Fatal(err)
 	}
 	held := j.Info().OutputEnd
@@ -249,7 +250,19 @@ func TestPacedOutput(t *testing.T) {
 		t.Fatalf("behind pacer b: paced %v, output end %d (was %d)", i.OutputPaced, i.OutputEnd, held)
 	}
 	j.Unpace("b")
-	paced(4 * win)
+	paced(aTook)
+	// An offset past what was read (a client's mistake) counts as all of
+	// it: the job is not held at a window it never reaches, and a later,
+	// right offset moves the pace on.
+	if err := j.Pace("a", 1<<61, nil); err != nil {
+		t.Fatal(err)
+	}
+	aTook = j.Info().OutputEnd
+	paced(aTook)
+	if err := j.Pace("a", aTook+win/2, nil); err != nil {
+		t.Fatal(err)
+	}
+	paced(aTook + win/2)
 	// a goes away: the job runs free.
 	release()
 	waitFor(t, func() bool { i := j.Info(); return !i.OutputPaced && i.OutputEnd > 20*win })

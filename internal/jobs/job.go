@@ -432,6 +432,10 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 	if n := len(j.out.skips); n > 0 {
 		offset = max(offset, j.out.skips[n-1].At+j.out.skips[n-1].N)
 	}
+	// Nobody took more than was read: an offset past it (a client's
+	// mistake) would hold the job at a window it can never reach, and no
+	// later pace could move it back.
+	offset = min(offset, j.offset)
 	if offset > p.acked {
 		p.acked, p.ackedAt = offset, j.m.now()
 	}

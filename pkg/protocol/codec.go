@@ -469,8 +469,15 @@ func (a *PaceArgs) Validate() error {
 	if a.Offset < 0 {
 		return Errorf(CodeInvalidArgument, "offset is negative (%d)", a.Offset)
 	}
+	if a.Offset > maxOffset {
+		return Errorf(CodeInvalidArgument, "offset %d is past any job's output (at most 2^62)", a.Offset)
+	}
 	return nil
 }
+
+// maxOffset bounds output offsets a client may send: no job's output gets
+// near it (a supervisor crash moves a job's offsets on by 2^30).
+const maxOffset = 1 << 62
 
 // Validate checks write arguments.
 func (a *WriteArgs) Validate() error {

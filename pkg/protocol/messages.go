@@ -257,7 +257,7 @@ func ParseListCursor(s string) (createdAt int64, n uint64, jobID string, err err
 	if !ok {
 		return 0, 0, "", bad
 	}
-	if createdAt, err = strconv.ParseInt(ts, 10, 64); err != nil {
+	if createdAt, err = strconv.ParseInt(ts, 10, 64); err != nil || createdAt < 0 {
 		return 0, 0, "", bad
 	}
 	if ns, id, ok := strings.Cut(rest, ":"); ok {

@@ -357,12 +357,32 @@ func TestListCursor(t *testing.T) {
 	if at, n, id, err := ParseListCursor("1712345678901:j-0123"); err != nil || at != 1712345678901 || n != 0 || id != "j-0123" {
 		t.Fatalf("older cursor: %d %d %q %v", at, n, id, err)
 	}
-	for _, bad := range []string{"j-0123", "12:", ":j-1", "x:j-1", "1:" + strings.Repeat("j", MaxIDBytes+1), "1:x:j-1", "1:2:", "1:-2:j-1"} {
+	for _, bad := range []string{"j-0123", "12:", ":j-1", "x:j-1", "1:" + strings.Repeat("j", MaxIDBytes+1), "1:x:j-1", "1:2:", "1:-2:j-1", "-5:j-1"} {
 		if err := (&ListJobsArgs{After: bad}).Validate(); CodeOf(err) != CodeInvalidArgument {
 			t.Errorf("after %q: %v", bad, err)
 		}
 	}
 	if err := (&ListJobsArgs{Limit: -1}).Validate(); CodeOf(err) != CodeInvalidArgument {
 		t.Errorf("limit -1: %v", err)
+	}
+}
+
+// TestPaceArgs: pace's offset is 0..2^62 (larger ones are no job's output:
+// an offset near 2^63 overflowed the window and held the job for good).
+func TestPaceArgs(t *testing.T) {
+	for _, c := range []struct {
+		a    PaceArgs
+		want Code
+	}{
+		{PaceArgs{JobID: "j-1"}, ""},
+		{PaceArgs{JobID: "j-1", Offset: 1 << 62}, ""},
+		{PaceArgs{JobID: "j-1", Offset: 1<<62 + 1}, CodeInvalidArgument},
+		{PaceArgs{JobID: "j-1", Offset: 1<<63 - 1}, CodeInvalidArgument},
+		{PaceArgs{JobID: "j-1", Offset: -1}, CodeInvalidArgument},
+		{PaceArgs{Offset: 5}, CodeInvalidArgument},
+	} {
+		if err := c.a.Validate(); c.want == "" && err != nil || c.want != "" && CodeOf(err) != c.want {
+			t.Errorf("%+v: %v, want %q", c.a, err, c.want)
+		}
 	}
 }
