@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -1880,4 +1881,83 @@ func TestJournalFailureHoldsOutput(t *testing.T) {
 		}
 	}
 	t.Fatalf("no terminal event past seq %d after the restart: %+v", st.LastSeq, res.Events)
+}
+
+// TestLogReaderGone: a supervisor whose stderr is a pipe whose reader went
+// away (a log collector that died, `| head`) keeps running and owning its
+// jobs: it died of SIGPIPE at its next log line, leaving a job tree
+// running with no owner (found by an operator audit). Its jobs still get
+// SIGPIPE's default disposition.
+func TestLogReaderGone(t *testing.T) {
+	e := newEnv(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "--control", e.ctl, "--event", e.evt, "--state-dir", e.state, "--metrics-addr", "", "--log-level", "debug", "--grace", "500ms")
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			cmd.Process.Signal(syscall.SIGTERM)
+			<-done
+		}
+	})
+	// Read until it says it started, then go away.
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("supervisor log ended before it started: %v", err)
+		}
+		if strings.Contains(line, "supervisor started") {
+			break
+		}
+	}
+	r.Close()
+	c := client.New(client.Options{ControlAddress: e.ctl, EventAddress: e.evt, RequestTimeout: 10 * time.Second, MaxReconnectAttempts: 1})
+	defer c.Close()
+	ctx := ctxFor(t, 30*time.Second)
+	tree, err := c.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 300 & sleep 300 & wait"}) // (logged: EPIPE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{tree.Pgid}) })
+	j, finished, err := c.SpawnWait(ctx, protocol.SpawnArgs{Shell: "grep SigIgn /proc/self/status"}, 10*time.Second)
+	if err != nil || !finished {
+		t.Fatalf("spawn after the log reader went: %v (finished %v)", err, finished)
+	}
+	res, err := c.Poll(ctx, j.JobID, 0, 0)
+	if err != nil || len(res.Chunks) == 0 {
+		t.Fatalf("poll: %v", err)
+	}
+	ign, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(string(res.Chunks[0].Data), "SigIgn:")), 16, 64)
+	if err != nil || ign&(1<<(syscall.SIGPIPE-1)) != 0 {
+		t.Fatalf("a job's ignored signals: %q (%v): SIGPIPE must keep its default", res.Chunks[0].Data, err)
+	}
+	if _, err := c.Kill(ctx, tree.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	end, fin, err := c.Wait(ctx, tree.JobID, 10*time.Second)
+	if err != nil || !fin || end.Reason != protocol.ReasonManualCancel {
+		t.Fatalf("kill of the tree: %+v, %v, %v", end, fin, err)
+	}
+	if pids := proctest.InGroup(tree.Pgid); len(pids) > 0 {
+		t.Fatalf("processes of the killed tree left: %v", pids)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the supervisor exited: %v", err)
+	default:
+	}
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

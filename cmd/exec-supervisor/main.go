@@ -68,6 +68,15 @@ func run(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// A log reader that goes away (stderr a pipe whose reader exited)
+	// must not end the supervisor and leave its jobs without an owner:
+	// by default a Go program dies of SIGPIPE writing to a broken fd 2.
+	// Caught (nobody reads the channel: the signal is dropped), the write
+	// fails with EPIPE and the log line is lost. Not ignored: an ignored
+	// signal stays ignored in the jobs, a caught one is reset by exec.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	go func() {
 		select {
 		case <-sigs:
