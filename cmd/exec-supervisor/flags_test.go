@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 )
 
 // TestInvalidFlags: a bad value is refused before anything starts, with
@@ -26,10 +30,47 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"--metrics-addr", "notanaddr"}, "--metrics-addr"},
 		{[]string{"--metrics-addr", "127.0.0.1:99999"}, "--metrics-addr"},
+		{[]string{"--control", "tcp://127.0.0.1:abc"}, "--control"},
+		{[]string{"--event", "tcp://127.0.0.1:70000"}, "--event"},
+		{[]string{"--pace-stall-limit", "-1s"}, "--pace-stall-limit"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(tc.args, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// TestInvalidPathsAtStart: options that only the start can check (a
+// --journal in a directory that does not exist: no journal could ever be
+// written, so nothing would be recovered after a crash; a --cgroup-parent
+// that cannot be used: every job would quietly lose its cgroup) stop it
+// with exit code 2 naming the option, and leave nothing behind.
+func TestInvalidPathsAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--journal", "/nonexistent-es-dir/journal.json"}, "--journal"},
+		{[]string{"--cgroup-parent", "/sys/fs/cgroup/unified/no-such-es-slice.slce"}, "--cgroup-parent"},
+	} {
+		dir := t.TempDir()
+		args := append([]string{"--control", "ipc://" + filepath.Join(dir, "c.sock"), "--event", "ipc://" + filepath.Join(dir, "e.sock"),
+			"--state-dir", filepath.Join(dir, "state"), "--metrics-addr", ""}, tc.args...)
+		var stderr bytes.Buffer
+		if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", tc.args, code, stderr.String(), tc.want)
+		}
+		for _, f := range []string{"c.sock", "e.sock"} {
+			if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+				t.Errorf("%v: %s left behind", tc.args, f)
+			}
+		}
+		// The state directory's lock was let go.
+		if l, err := journal.Acquire(filepath.Join(dir, "state"), "next"); err != nil {
+			t.Errorf("%v: state directory still locked: %v", tc.args, err)
+		} else {
+			l.Release()
 		}
 	}
 }

@@ -92,6 +92,10 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}()
 	if err := server.Run(ctx, force, cfg, log); err != nil {
+		if ce := (*server.ConfigError)(nil); errors.As(err, &ce) {
+			fmt.Fprintln(stderr, "exec-supervisor: invalid configuration:", err)
+			return 2
+		}
 		log.Error("exec-supervisor failed", "err", err)
 		return 1
 	}

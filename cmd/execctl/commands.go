@@ -1084,7 +1084,10 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if !h.Cgroups && h.CgroupsNote != "" {
 		fmt.Fprintf(g.stdout, "no cgroup per job (%s): process groups only\n", h.CgroupsNote)
 	}
-	if !h.OK {
+	if h.JournalError != "" {
+		fmt.Fprintf(g.stdout, "JOURNAL FAILING, %s: a crash now would be recovered from an older journal (see its log; disk full?)\n", h.JournalError)
+	}
+	if !h.OK || h.JournalError != "" {
 		return exitFailed, nil
 	}
 	return exitOK, nil

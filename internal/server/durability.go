@@ -555,6 +555,7 @@ func (s *Server) writeJournal(periodic bool) {
 				msg = "journal write refused: running jobs and services alone would make a journal too large to read back; the previous journal is kept (will keep retrying)"
 			}
 			s.log.Error(msg, "path", s.journal.Path(), "err", err)
+			s.journalErr.Store(&journalFailure{err: err, since: time.Now()})
 		}
 		s.journalFailing = true
 		return
@@ -563,7 +564,22 @@ func (s *Server) writeJournal(periodic bool) {
 	if s.journalFailing {
 		s.log.Info("journal writes recovered", "path", s.journal.Path())
 		s.journalFailing = false
+		s.journalErr.Store(nil)
 	}
+}
+
+// journalFailure is why journal writes fail, since when.
+type journalFailure struct {
+	err   error
+	since time.Time
+}
+
+// String says so for health ("" for nil: writes land).
+func (f *journalFailure) String() string {
+	if f == nil {
+		return ""
+	}
+	return fmt.Sprintf("not written since %s: %v", f.since.UTC().Format(time.RFC3339), f.err)
 }
 
 // journalHeaderBytes is what a journal write counts for the document

@@ -70,14 +70,15 @@ type Server struct {
 	journalDirty     chan struct{}
 	stopJournal      chan struct{}
 	journalWG        sync.WaitGroup
-	journalMu        sync.Mutex                  // serializes writes
-	journalFailing   bool                        // under journalMu
-	members          map[string][]journal.Member // under journalMu: last group scan
-	recCache         map[string]cachedRecord     // under journalMu: encoded finished records
-	recGen           uint64                      // under journalMu: writes so far (cachedRecord.gen)
-	encBuf           [][]byte                    // under journalMu: the records of a write, reused
-	finBuf           []finRecord                 // under journalMu: the finished records of a write, reused
-	journalOverBound bool                        // under journalMu: running jobs and services alone passed JournalMaxBytes
+	journalMu        sync.Mutex                     // serializes writes
+	journalFailing   bool                           // under journalMu
+	journalErr       atomic.Pointer[journalFailure] // while journal writes fail (health)
+	members          map[string][]journal.Member    // under journalMu: last group scan
+	recCache         map[string]cachedRecord        // under journalMu: encoded finished records
+	recGen           uint64                         // under journalMu: writes so far (cachedRecord.gen)
+	encBuf           [][]byte                       // under journalMu: the records of a write, reused
+	finBuf           []finRecord                    // under journalMu: the finished records of a write, reused
+	journalOverBound bool                           // under journalMu: running jobs and services alone passed JournalMaxBytes
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
@@ -139,20 +140,24 @@ func (s *Server) InstanceID() string { return s.instanceID }
 // endpoint, and starts serving. On error everything opened is closed.
 func (s *Server) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("--state-dir: create %s: %w", s.cfg.StateDir, err)
+		return &ConfigError{fmt.Errorf("--state-dir: create %s: %w", s.cfg.StateDir, err)}
 	}
 	if fi, err := os.Lstat(s.cfg.StateDir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("--state-dir %s is not a directory (symlinks are refused)", s.cfg.StateDir)
+		return &ConfigError{fmt.Errorf("--state-dir %s is not a directory (symlinks are refused)", s.cfg.StateDir)}
 	}
 	// What is read back from it (journal: jobs to resume and processes to
 	// terminate; token) must be ours alone: a directory another user made,
 	// or can write to, is refused.
 	if err := zmqx.CheckDir(s.cfg.StateDir, false); err != nil {
-		return fmt.Errorf("--state-dir: %w", err)
+		return &ConfigError{fmt.Errorf("--state-dir: %w", err)}
 	}
 	if jd := filepath.Dir(s.cfg.JournalPath()); jd != filepath.Clean(s.cfg.StateDir) {
-		if err := zmqx.CheckDir(jd, false); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("journal directory: %w", err)
+		// (A journal that can never be written is no journal: nothing
+		// would be recovered after a crash. Not made: a typo would be.)
+		if err := zmqx.CheckDir(jd, false); errors.Is(err, os.ErrNotExist) {
+			return &ConfigError{fmt.Errorf("--journal %s: directory %s does not exist (create it, mode 0700, or leave --journal out for <state-dir>/journal.json)", s.cfg.Journal, jd)}
+		} else if err != nil {
+			return &ConfigError{fmt.Errorf("--journal: %w", err)}
 		}
 	}
 	// One state directory, one owner: taken before anything else.
@@ -170,6 +175,13 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	if !s.cfg.NoCgroups {
 		base, err := cgroups.Detect(s.cfg.CgroupParent, cgroupBaseName(s.cfg.StateDir))
+		if err != nil && s.cfg.CgroupParent != "" {
+			// Asked for by name: a typo must not quietly cost every job
+			// its containment.
+			s.lock.Release()
+			s.cancel()
+			return &ConfigError{fmt.Errorf("--cgroup-parent %s: %w (or start with --no-cgroups to run jobs in process groups only)", s.cfg.CgroupParent, err)}
+		}
 		if err != nil {
 			s.cgroupNote = err.Error()
 			s.log.Warn("no cgroup per job: falling back to process groups (a child that leaves its process group can escape)", "reason", err)
@@ -431,6 +443,14 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) {
 
 // Run starts a server and serves until ctx is cancelled, then closes it.
 // Cancelling force during the shutdown makes it fast (see Close).
+// ConfigError is a Start failure due to an option (a path that does not
+// exist, a cgroup parent that cannot be used): the command exits 2, as
+// for an option that does not validate.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 func Run(ctx, force context.Context, cfg Config, log *slog.Logger) error {
 	s, err := New(cfg, log)
 	if err != nil {
@@ -695,7 +715,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 			OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
 			Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
 			ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
-			Cgroups: s.cgroupBase != nil, CgroupsNote: s.cgroupNote,
+			Cgroups: s.cgroupBase != nil, CgroupsNote: s.cgroupNote, JournalError: s.journalErr.Load().String(),
 		}, nil
 	case protocol.OpSpawn:
 		var a protocol.SpawnArgs

@@ -591,13 +591,24 @@ func TestStaleSocketAndSecondServer(t *testing.T) {
 	}
 }
 
-// TestJournalWriteFailuresAreSurvived: a journal that cannot be written is
-// logged and counted; the supervisor keeps serving.
+// TestJournalWriteFailuresAreSurvived: a journal that cannot be written
+// (its directory gone) is logged and counted, and health says so until a
+// write lands again; the supervisor keeps serving.
 func TestJournalWriteFailuresAreSurvived(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Journal = filepath.Join(t.TempDir(), "missing-dir", "journal.json")
+	dir := filepath.Join(t.TempDir(), "journal-dir")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Journal = filepath.Join(dir, "journal.json")
 	ts := startServer(t, cfg)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := ctxT(t, 20*time.Second)
+	if h, err := ts.client.Health(ctx); err != nil || h.JournalError != "" {
+		t.Fatalf("health with a journal that is written: %+v, %v", h, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
 	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"echo", "still-works"}})
 	if err != nil {
 		t.Fatal(err)
@@ -605,9 +616,20 @@ func TestJournalWriteFailuresAreSurvived(t *testing.T) {
 	if out, _, _, _ := waitDone(t, ts.client, j.JobID, 10*time.Second); out != "still-works\n" {
 		t.Fatalf("output %q", out)
 	}
-	if ts.journal.Failures.Load() == 0 {
-		t.Fatal("journal failures were not counted")
+	eventually(t, 10*time.Second, "health to say the journal is not written", func() bool {
+		h, err := ts.client.Health(ctx)
+		return err == nil && strings.Contains(h.JournalError, "not written since") && ts.journal.Failures.Load() > 0
+	})
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "health to see journal writes recover", func() bool {
+		h, err := ts.client.Health(ctx)
+		return err == nil && h.JournalError == ""
+	})
 }
 
 // TestResourceUsage: status and list-jobs report the whole process tree's

@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,11 +56,13 @@ func Split(endpoint string) (scheme, addr string, err error) {
 	}
 	switch scheme {
 	case "tcp":
-		host, port, err := net.SplitHostPort(addr)
+		_, port, err := net.SplitHostPort(addr)
 		if err != nil || port == "" {
 			return "", "", fmt.Errorf("endpoint %q: want tcp://HOST:PORT: %v", endpoint, err)
 		}
-		_ = host
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return "", "", fmt.Errorf("endpoint %q: port %q is not a number 0..65535", endpoint, port)
+		}
 	case "ipc":
 		if !strings.HasPrefix(addr, "/") && !strings.HasPrefix(addr, "@") {
 			// Relative paths work but depend on the cwd: accept them.

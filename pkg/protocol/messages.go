@@ -475,6 +475,10 @@ type HealthResult struct {
 	// says why not otherwise.
 	Cgroups     bool   `msgpack:"cgroups" json:"cgroups"`
 	CgroupsNote string `msgpack:"cgroupsNote,omitempty" json:"cgroupsNote,omitempty"`
+	// JournalError is set while journal writes fail (disk full, the
+	// directory gone or read-only): since when and why. A crash now would
+	// be recovered from an older journal.
+	JournalError string `msgpack:"journalError,omitempty" json:"journalError,omitempty"`
 }
 
 // Event is the event-plane envelope. Payload depends on Kind.
