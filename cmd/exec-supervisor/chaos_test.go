@@ -1961,3 +1961,82 @@ func TestLogReaderGone(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCrashDuringKillGrace: a job whose kill was under way (its grace
+// period running) when the supervisor died ends, after the restart, as it
+// was being ended (manual-cancel; a service's stop: stopped) with its
+// processes gone, and a service that was being stopped or killed stays
+// down. A service was resumed (a stopped service came back, attempt 2)
+// and a killed job recorded supervisor-restart (found by an operator
+// audit). A service whose run was being ended for a restart goes on.
+func TestCrashDuringKillGrace(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--journal-flush-interval", "100ms")
+	ctx := ctxFor(t, 60*time.Second)
+	stubborn := `trap '' TERM; echo up; sleep 300 & wait`
+	always := &protocol.RestartPolicy{Policy: protocol.RestartAlways}
+	spawn := func(args protocol.SpawnArgs) protocol.JobInfo {
+		t.Helper()
+		args.Shell, args.GraceMs = stubborn, 60_000
+		j, err := s.client.Spawn(ctx, args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+		waitOutput(t, s, j.JobID, "up")
+		return j
+	}
+	killed := spawn(protocol.SpawnArgs{})
+	stopped := spawn(protocol.SpawnArgs{Restart: always})
+	cancelled := spawn(protocol.SpawnArgs{Restart: always})
+	restarting := spawn(protocol.SpawnArgs{Restart: always})
+	if _, err := s.client.Kill(ctx, killed.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Stop(ctx, stopped.JobID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Kill(ctx, cancelled.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Restart(ctx, restarting.JobID); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{killed.JobID: "manual-cancel", stopped.JobID: "stopped", cancelled.JobID: "manual-cancel", restarting.JobID: "manual-restart"}
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the pending ends", func(f *journal.File) bool {
+		n := 0
+		for _, r := range f.Jobs {
+			if w, ok := want[r.JobID]; ok && r.PendingEnd == w {
+				n++
+			}
+		}
+		return n == len(want)
+	})
+	s.kill9()
+	s2 := e.start(t)
+	for id, reason := range map[string]protocol.Reason{killed.JobID: protocol.ReasonManualCancel, stopped.JobID: protocol.ReasonStopped, cancelled.JobID: protocol.ReasonManualCancel} {
+		info, err := s2.client.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State != protocol.StateExited || info.Reason != reason || info.Attempt > 1 {
+			t.Errorf("job %s after the crash: state %s reason %s attempt %d, want exited %s (not resumed)", id, info.State, info.Reason, info.Attempt, reason)
+		}
+	}
+	for _, j := range []protocol.JobInfo{killed, stopped, cancelled} {
+		if pids := proctest.InGroup(j.Pgid); len(pids) > 0 {
+			t.Errorf("job %s: processes left %v", j.JobID, pids)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		info, err := s2.client.Status(ctx, restarting.JobID)
+		if err == nil && info.State == protocol.StateRunning && info.Attempt >= 2 {
+			t.Cleanup(func() { killGroups([]int{info.Pgid}) })
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the service being restarted did not run again after the crash: %+v, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond) // (polling status: no event to wait on across the restart)
+	}
+}

@@ -48,6 +48,12 @@ type Snapshot struct {
 	Unpublished []PendingOutput
 	// Service is set for service jobs.
 	Service *ServiceState
+	// PendingEnd is why a job in state exiting was being ended (a kill in
+	// its grace period: manual-cancel, a timeout, stopped...; for a
+	// service, what ends its supervision if anything does): a supervisor
+	// that dies before the end lands leaves it to the next one to record
+	// (see EndReasonAfterCrash).
+	PendingEnd Reason
 	// OutputSkips are a one-shot job's offset ranges below its output end
 	// that never held output (a job interrupted by its supervisor's death
 	// ends past every offset that supervisor may have published, see
@@ -150,6 +156,15 @@ func (j *Job) Snapshot() Snapshot {
 	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.groupGone}
 	if j.svc == nil && j.state == Exited {
 		s.FinN = j.finN // (set under j.mu too: jobDone)
+	}
+	if j.state == Exiting && j.killing {
+		s.PendingEnd = j.reason
+		if j.svc != nil {
+			s.PendingEnd = j.endReason // ("": the run was ended, the service goes on)
+			if j.restartReq {
+				s.PendingEnd = protocol.ReasonManualRestart
+			}
+		}
 	}
 	if j.svc == nil {
 		s.OutputSkips = slices.Clone(j.out.skips)
@@ -674,4 +689,24 @@ func tailChunksValid(s Snapshot) bool {
 		n, prev = n+c.Len, c.Seq
 	}
 	return n == len(s.Tail) && prev == s.TailSeq
+}
+
+// EndReasonAfterCrash is the reason a job interrupted by its supervisor's
+// death ends with, given the reason it was being ended for then
+// (Snapshot.PendingEnd, "" for none): that reason when a kill was under
+// way (its grace period running: the end was asked for, the next
+// supervisor only finished it), else supervisor-restart. resume says
+// whether a service goes on (it was not being stopped or killed for
+// good).
+func EndReasonAfterCrash(pending Reason) (reason Reason, resume bool) {
+	switch pending {
+	case protocol.ReasonManualCancel, protocol.ReasonStopped:
+		return pending, false
+	case protocol.ReasonOverallTimeout, protocol.ReasonNoOutputTimeout, protocol.ReasonOwnershipEscape,
+		protocol.ReasonWatchdog, protocol.ReasonShutdown:
+		return pending, true
+	}
+	// (manual-restart: the service goes on; none or unknown: the
+	// supervisor's death ended it)
+	return protocol.ReasonSupervisorRestart, true
 }

@@ -128,6 +128,12 @@ type Record struct {
 	Cgroup string `json:"cgroup,omitempty"`
 	// Service is set for jobs spawned with a restart policy.
 	Service *Service `json:"service,omitempty"`
+	// PendingEnd is why a job in state exiting was being ended when the
+	// record was written (a kill in its grace period: manual-cancel,
+	// stopped, a timeout...): after a crash the job ends with it, not
+	// with supervisor-restart, and a service being stopped or killed is
+	// not resumed.
+	PendingEnd string `json:"pendingEnd,omitempty"`
 	// OutputSkips are a one-shot job's output offset ranges [at, at+n)
 	// below OutputEnd that never held output, as [at, n] pairs: a job
 	// the supervisor's crash interrupted ends past every offset the dead

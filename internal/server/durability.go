@@ -100,15 +100,20 @@ func (s *Server) recover() error {
 			default:
 				note = s.reconcile(r, doc.InstanceID)
 			}
+			// A job whose kill was under way ends as it was being ended
+			// (its grace period ran when the supervisor died: the end was
+			// asked for, this supervisor finished it); a service being
+			// stopped or killed stays down.
+			reason, goesOn := jobs.EndReasonAfterCrash(protocol.Reason(r.PendingEnd))
 			r.State = string(protocol.StateExited)
-			r.Reason = string(protocol.ReasonSupervisorRestart)
+			r.Reason = string(reason)
 			r.Error = note
 			r.EndedAt = time.Now().UnixMilli()
 			if sv := r.Service; sv != nil && wasRunning {
 				// The interrupted run goes into the service's history.
 				sv.History = append(sv.History, protocol.RunRecord{
 					Attempt: sv.Attempt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DurationMs: max(0, r.EndedAt-r.StartedAt),
-					Pid: r.Pid, Reason: protocol.ReasonSupervisorRestart, Error: note, Restarted: s.cfg.ResumeServices,
+					Pid: r.Pid, Reason: reason, Error: note, Restarted: s.cfg.ResumeServices && goesOn,
 					Tail: jobs.TailLines(runTail(r), protocol.HistoryLines),
 				})
 				if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
@@ -117,7 +122,7 @@ func (s *Server) recover() error {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if r.Service != nil {
+			if r.Service != nil && goesOn {
 				resume = append(resume, r.JobID)
 			}
 			sn := snapshotOf(r)
@@ -126,10 +131,10 @@ func (s *Server) recover() error {
 				s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
 			} else {
 				restored++
-				if r.Service == nil || !s.cfg.ResumeServices {
+				if r.Service == nil || !s.cfg.ResumeServices || !goesOn {
 					// It ended here (a resumed service ends later, and is
 					// counted then).
-					s.countFinished(protocol.ReasonSupervisorRestart, r.Service != nil)
+					s.countFinished(reason, r.Service != nil)
 				}
 			}
 		}(r)
@@ -334,6 +339,7 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 		r.OutputUnpublished = append(r.OutputUnpublished, journal.Unpublished{Stream: string(u.Stream), Data: u.Data, Attempt: u.Attempt})
 	}
 	r.OutputSkips = offsetPairs(sn.OutputSkips)
+	r.PendingEnd = string(sn.PendingEnd)
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
 			RunOutputStart: sv.RunOutputStart}
