@@ -57,9 +57,17 @@ type backend interface {
 	write(ctx context.Context, id string, data []byte, eof bool) error
 }
 
-type zmqBackend struct{ c *Client }
+// zmqBackend is a job of the supervisor; paced: spawned with Pace, its
+// follow paces it (see Start).
+type zmqBackend struct {
+	c     *Client
+	paced bool
+}
 
 func (b zmqBackend) follow(ctx context.Context, id string, fn FollowFunc) error {
+	if b.paced {
+		return b.c.Follow(ctx, id, 1, fn, Paced())
+	}
 	return b.c.Follow(ctx, id, 1, fn)
 }
 func (b zmqBackend) kill(ctx context.Context, id, sig string) error {
@@ -75,20 +83,32 @@ func (b zmqBackend) write(ctx context.Context, id string, data []byte, eof bool)
 // the unread output held per stream (0 means DefaultJobBufferBytes; one
 // output event is held whatever its size, so a reader keeping up loses
 // nothing).
+//
+// With args.Pace the job is held to its readers' pace: a full Stdout
+// buffer makes the job wait (as a pipe's writer waits for its reader)
+// instead of losing output, and so does a full Stderr buffer once Stderr
+// is being read (one never read drops what overflows it, with an
+// OutputLostError, so that a caller reading Stdout only is not stuck).
+// A reader that stops reading for the supervisor's --pace-stall-limit
+// lets the job run on, and then loses what the ring buffer drops (an
+// OutputLostError says so). Close the Job to stop following.
 func (c *Client) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes int) (*Job, error) {
 	info, err := c.Spawn(ctx, args)
 	if err != nil {
 		return nil, err
 	}
-	return startJob(info.JobID, zmqBackend{c}, bufferBytes), nil
+	return startJob(info.JobID, zmqBackend{c: c, paced: args.Pace}, bufferBytes, args.Pace), nil
 }
 
 // Open follows an existing job of the supervisor (from its first event).
 func (c *Client) Open(jobID string, bufferBytes int) *Job {
-	return startJob(jobID, zmqBackend{c}, bufferBytes)
+	return startJob(jobID, zmqBackend{c: c}, bufferBytes, false)
 }
 
-func startJob(id string, b backend, bufferBytes int) *Job {
+// startJob follows job id through b into buffers of bufferBytes per
+// stream; blocking: a full buffer holds the follow (which paces the job)
+// instead of dropping output.
+func startJob(id string, b backend, bufferBytes int, blocking bool) *Job {
 	if bufferBytes <= 0 {
 		bufferBytes = DefaultJobBufferBytes
 	}
@@ -96,7 +116,9 @@ func startJob(id string, b backend, bufferBytes int) *Job {
 	j := &Job{ID: id, b: b, cancel: cancel, done: make(chan struct{})}
 	for i := range j.out {
 		j.out[i] = newStreamBuf(bufferBytes)
+		j.out[i].blocking = blocking
 	}
+	j.out[1].waitForReader = true
 	go j.run(ctx)
 	return j
 }
@@ -200,6 +222,9 @@ func (j *Job) Write(ctx context.Context, data []byte, eof bool) error {
 // releases the readers.
 func (j *Job) Close() error {
 	j.cancel()
+	for _, s := range j.out {
+		s.abort() // (a follow waiting for room in a paced job's buffer)
+	}
 	<-j.done
 	return nil
 }
@@ -213,6 +238,11 @@ type streamBuf struct {
 	max    int
 	closed bool
 	err    error // final error (nil: io.EOF)
+	// blocking: put waits for room (a paced job's follow: the job waits)
+	// rather than dropping; aborted ends such waits (Job.Close). With
+	// waitForReader, only once reading began (stderr: a caller that reads
+	// stdout only must not have the job wait for ever).
+	blocking, aborted, waitForReader, reading bool
 }
 
 type item struct {
@@ -230,6 +260,9 @@ func newStreamBuf(max int) *streamBuf {
 func (s *streamBuf) put(b []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.blocking && (s.reading || !s.waitForReader) && s.size+len(b) > s.max && s.size > 0 && !s.aborted {
+		s.cond.Wait()
+	}
 	if s.size+len(b) > s.max && s.size > 0 {
 		// (one chunk always fits into an empty buffer, however large:
 		// a reader that is keeping up never loses output)
@@ -239,6 +272,14 @@ func (s *streamBuf) put(b []byte) bool {
 	s.size += len(b)
 	s.cond.Broadcast()
 	return true
+}
+
+// abort ends a put waiting for room (it drops its data: following ends).
+func (s *streamBuf) abort() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aborted = true
+	s.cond.Broadcast()
 }
 
 func (s *streamBuf) putErr(err error) {
@@ -266,6 +307,7 @@ func (s *streamBuf) WriteTo(w io.Writer) (int64, error) {
 	var n int64
 	for {
 		s.mu.Lock()
+		s.reading = true
 		for len(s.items) == 0 && !s.closed {
 			s.cond.Wait()
 		}
@@ -277,6 +319,9 @@ func (s *streamBuf) WriteTo(w io.Writer) (int64, error) {
 		it := s.items[0]
 		s.items = s.items[1:]
 		s.size -= len(it.data)
+		if s.blocking {
+			s.cond.Broadcast() // (room for a waiting put)
+		}
 		s.mu.Unlock()
 		if it.err != nil {
 			return n, it.err
@@ -294,6 +339,7 @@ func (s *streamBuf) WriteTo(w io.Writer) (int64, error) {
 func (s *streamBuf) Read(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reading = true
 	for len(s.items) == 0 && !s.closed {
 		s.cond.Wait()
 	}
@@ -314,6 +360,9 @@ func (s *streamBuf) Read(p []byte) (int, error) {
 	s.size -= n
 	if len(it.data) == 0 {
 		s.items = s.items[1:]
+	}
+	if s.blocking {
+		s.cond.Broadcast() // (room for a waiting put)
 	}
 	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"sync"
 	"testing"
@@ -213,5 +214,81 @@ func TestPacedFollowCancelledWhileStuck(t *testing.T) {
 	close(unstick)
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("follow: %v", err)
+	}
+}
+
+// TestPacedJobHandle: a Job started with Pace holds the job to its
+// reader: a slow reader of a small buffer gets every byte (the job waits
+// for it), where the Job's follow did not pace and held the job until
+// the stall limit; a Stderr never read does not hold it; Close ends a
+// follow waiting for room. (Found by a gateway-integration audit.)
+func TestPacedJobHandle(t *testing.T) {
+	s := start(t, func(c *server.Config) {
+		c.Jobs.RingBytes = 256 << 10
+		c.Jobs.MergeMaxBytes = 16 << 10
+	})
+	ctx := ctxT(t, 60*time.Second)
+	const cmd = "seq 1 600000; seq 1 300000 >&2" // (4.5 MB: far more than the ring)
+	want, err := exec.Command("sh", "-c", "seq 1 600000").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.c.Start(ctx, protocol.SpawnArgs{Shell: cmd, Pace: true}, 32<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	var got bytes.Buffer
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := j.Stdout().Read(buf)
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stdout: %v after %d bytes", err, got.Len())
+		}
+		if got.Len()%(512<<10) < n {
+			time.Sleep(20 * time.Millisecond) // a reader that falls behind now and then (not a wait for anything)
+		}
+	}
+	ex, err := j.Wait(ctx)
+	if err != nil || ex.Reason != protocol.ReasonExit {
+		t.Fatalf("wait: %+v, %v", ex, err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("stdout: %d of %d bytes", got.Len(), len(want))
+	}
+	// (stderr, never read, overflowed its buffer: reported, not waited for)
+	if lost := j.Lost(); len(lost) == 0 || lost[0].Stream != protocol.Stderr {
+		t.Fatalf("losses %v: want stderr's overflow reported", lost)
+	}
+
+	// A paced Job nobody reads: Close ends its follow (waiting for room).
+	k, err := s.c.Start(ctx, protocol.SpawnArgs{Shell: "seq 1 600000", Pace: true}, 32<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := time.Now().Add(10 * time.Second)
+	for {
+		info, err := s.c.Status(ctx, k.ID)
+		if err == nil && info.OutputPaced {
+			break
+		}
+		if time.Now().After(waitFor) {
+			t.Fatalf("the unread paced job was never held: %+v, %v", info, err)
+		}
+		time.Sleep(5 * time.Millisecond) // (polling status)
+	}
+	closed := make(chan struct{})
+	go func() { k.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close of a paced Job waiting for its reader did not return")
+	}
+	if _, fin, err := s.c.Wait(ctx, k.ID, 20*time.Second); err != nil || !fin {
+		t.Fatalf("the job of a closed paced Job did not end: %v %v", fin, err)
 	}
 }

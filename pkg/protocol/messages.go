@@ -83,7 +83,11 @@ type SpawnArgs struct {
 	// passed): spawn and wait in one round trip. Not part of the job.
 	WaitMs int64 `msgpack:"waitMs,omitempty" json:"waitMs,omitempty"`
 	// Pace makes the connection that sends the spawn pace the job's
-	// output from its first byte (see OpPace). Not part of the job.
+	// output from its first byte (see OpPace). Not part of the job. In
+	// pkg/client, follow such a job with Follow(..., Paced()) or use
+	// Start (whose Job paces it); Poll does not pace: a job spawned with
+	// Pace and only polled waits at its pace window until the
+	// supervisor's --pace-stall-limit lets it go.
 	Pace bool `msgpack:"pace,omitempty" json:"pace,omitempty"`
 }
 
