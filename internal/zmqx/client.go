@@ -104,7 +104,14 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 	}
 	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writeTimeout: 10 * time.Second, wsem: make(chan struct{}, 1)}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if err := c.handshake(socketType, token); err != nil {
+	// ctx bounds the handshake too (a peer that accepts and never
+	// answers; a caller that gives up, a client being closed).
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	err = c.handshake(socketType, token)
+	if !stop() { // (ctx ended: the deadline may have been cut meanwhile)
+		err = errors.Join(ctx.Err(), err)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
 	}

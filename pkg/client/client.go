@@ -147,6 +147,10 @@ type Client struct {
 	conn    *conn
 	closed  bool
 	pending map[string]chan *protocol.Reply
+	// life is cancelled by Close (with quit closed): dials in progress
+	// end with it.
+	life    context.Context
+	endLife context.CancelFunc
 	// quit is closed by Close: followers (their own event connections)
 	// stop on it.
 	quit chan struct{}
@@ -180,6 +184,7 @@ func New(opts Options) *Client {
 	_, _ = rand.Read(b[:])
 	c := &Client{opts: opts, prefix: hex.EncodeToString(b[:]) + "-", pending: map[string]chan *protocol.Reply{},
 		backfills: make(chan struct{}, maxConcurrentBackfills), quit: make(chan struct{})}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	c.local = newLocalPolls(c)
 	return c
 }
@@ -193,6 +198,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	if !c.closed {
 		close(c.quit)
+		c.endLife()
 	}
 	c.closed = true
 	cn := c.conn
@@ -244,23 +250,38 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 		c.mu.Unlock()
 	}
 
+	// Close ends the dialing too (a call waiting to connect fails at once
+	// with ErrClosed, as one waiting for its reply does).
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.life, cancel)
+	defer stop()
 	var lastErr error
 	for attempt := 0; attempt < c.opts.MaxReconnectAttempts; attempt++ {
+		if c.life.Err() != nil {
+			return nil, ErrClosed
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.Join(lastErr, err)}
 		}
 		if attempt > 0 {
 			t := time.NewTimer(c.opts.ReconnectInterval)
 			select {
-			case <-ctx.Done():
+			case <-dctx.Done():
 				t.Stop()
+				if c.life.Err() != nil {
+					return nil, ErrClosed
+				}
 				return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.Join(lastErr, ctx.Err())}
 			case <-t.C:
 			}
 		}
 		// (the caller's ctx bounds the dial; the connection outlives it)
-		sock, err := zmqx.DialClientWith(ctx, "DEALER", c.opts.ControlAddress, c.opts.dialOptions(c.opts.ControlAddress))
+		sock, err := zmqx.DialClientWith(dctx, "DEALER", c.opts.ControlAddress, c.opts.dialOptions(c.opts.ControlAddress))
 		if err != nil {
+			if c.life.Err() != nil {
+				return nil, ErrClosed
+			}
 			lastErr = err
 			continue
 		}
@@ -575,6 +596,9 @@ func untilDeadline(ctx context.Context, wait time.Duration) time.Duration {
 // cursor outside what is held, a job whose following failed (a service,
 // once its supervision ended) and poll mode ask the supervisor.
 func (c *Client) Poll(ctx context.Context, jobID string, cursor, maxBytes int64) (protocol.PollResult, error) {
+	if err := ctx.Err(); err != nil {
+		return protocol.PollResult{}, err // (as a remote poll would: a local answer must not hide it)
+	}
 	if r, ok := c.local.answer(jobID, cursor, maxBytes); ok {
 		return r, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -743,5 +744,63 @@ func TestLocalLimits(t *testing.T) {
 	}
 	if _, serr := os.Stat(marker); serr == nil {
 		t.Fatal("the job ran although its limits could not be applied")
+	}
+}
+
+// TestCloseEndsConnecting: Close makes calls that are still connecting
+// (a supervisor that accepts and never answers the handshake, or is not
+// there and is being retried) fail at once with ErrClosed, as its doc
+// says: they went on dialing and retrying for up to 10 s (found by a
+// gateway-integration audit).
+func TestCloseEndsConnecting(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // (never answered: the handshake hangs)
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	addr := "tcp://" + l.Addr().String()
+	c := client.New(client.Options{ControlAddress: addr, EventAddress: addr, Token: "t", RequestTimeout: 30 * time.Second,
+		MaxReconnectAttempts: 10, ReconnectInterval: time.Second})
+	errs := make(chan error, 2)
+	go func() { _, err := c.Health(context.Background()); errs <- err }()
+	go func() {
+		_, _, err := c.SpawnWait(context.Background(), protocol.SpawnArgs{Argv: []string{"true"}}, 10*time.Second)
+		errs <- err
+	}()
+	select {
+	case conn := <-accepted: // a call is in its handshake
+		defer conn.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call connected")
+	}
+	closed := time.Now()
+	c.Close()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, client.ErrClosed) {
+				t.Errorf("a call in progress at Close: %v, want ErrClosed", err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("a call still connecting did not end with Close")
+		}
+	}
+	if d := time.Since(closed); d > 2*time.Second {
+		t.Errorf("calls ended %v after Close", d)
 	}
 }

@@ -358,6 +358,9 @@ func (f *follower) subscribeLimit(ctx context.Context, limit int) (protocol.Subs
 		case <-ctx.Done():
 			t.Stop()
 			return res, err
+		case <-f.c.quit:
+			t.Stop()
+			return res, ErrClosed
 		case <-t.C:
 		}
 	}

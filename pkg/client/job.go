@@ -28,7 +28,11 @@ type OutputLostError struct {
 }
 
 func (e *OutputLostError) Error() string {
-	return fmt.Sprintf("job %s: %d bytes of %s output lost (%s; events %s)", e.JobID, e.Bytes, e.Stream, e.Reason, e.Seqs)
+	amount := "an unknown amount"
+	if e.Bytes > 0 {
+		amount = fmt.Sprintf("%d bytes", e.Bytes)
+	}
+	return fmt.Sprintf("job %s: %s of %s output lost (%s; events %s)", e.JobID, amount, e.Stream, e.Reason, e.Seqs)
 }
 
 // Job is a handle on a job: its output as io.Readers, its end with Wait.

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -96,6 +97,13 @@ func TestPushPollReadsLocally(t *testing.T) {
 	if len(r.Chunks) != 1 || len(l.Chunks) != 1 || r.Chunks[0].Offset != l.Chunks[0].Offset || string(r.Chunks[0].Data) != string(l.Chunks[0].Data) ||
 		r.Next != l.Next || r.More != l.More || r.InstanceID != l.InstanceID {
 		t.Fatalf("remote %+v, local %+v", r, l)
+	}
+	// A caller that gave up gets its context's error, as from a remote
+	// poll (a local answer hid it: a poll loop ran on past its deadline).
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if _, err := s.c.Poll(done, j.JobID, 1, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("local poll with a cancelled context: %v", err)
 	}
 	// Past what is held: the supervisor says what is wrong.
 	if _, err := s.c.Poll(ctx, j.JobID, 100, 0); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
