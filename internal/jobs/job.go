@@ -1088,7 +1088,8 @@ func (j *Job) failSpawn(err error) {
 	_ = j.transition(Exited)
 	j.m.jobDone(j, protocol.ReasonSpawnError) // counted before anyone can see it ended
 	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, protocol.ExitPayload{
-		Reason: j.reason, Error: j.errMsg,
+		Reason: j.reason, Error: j.errMsg, OutputEnd: j.offset, EndedAt: ms(j.endedAt),
+		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1], LastOutputAt: ms(j.lastOutputAt),
 	}))
 	j.closeDoneLocked()
 	j.mu.Unlock()
@@ -1844,7 +1845,8 @@ func (j *Job) finishLocked() {
 	}
 	j.exitEv = ptr(j.emitLocked(kind, protocol.ExitPayload{
 		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
-		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(), OutputEnd: j.offset,
+		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(), OutputEnd: j.offset, EndedAt: ms(j.endedAt),
+		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1], LastOutputAt: ms(j.lastOutputAt),
 	}))
 	j.closeDoneLocked()
 }

@@ -466,7 +466,8 @@ func (m *Manager) Restore(s Snapshot) error {
 	}
 	ev, _ := protocol.NewEvent(j.id, j.seq, info.EndedAt, kind, protocol.ExitPayload{
 		Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error,
-		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: j.offset,
+		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: j.offset, EndedAt: info.EndedAt,
+		StdoutBytes: info.StdoutBytes, StderrBytes: info.StderrBytes, LastOutputAt: info.LastOutputAt,
 	})
 	if s.Service != nil {
 		ev.Attempt = max(s.Service.Attempt, 1) // (as published: a service's events all carry their run)

@@ -291,13 +291,19 @@ func (w *watch) deliver(ev protocol.Event) error {
 	default:
 		if ev.Kind.Terminal() {
 			var p protocol.ExitPayload
+			w.info.State, w.info.EndedAt = protocol.StateExited, ev.Ts
 			if ev.DecodePayload(&p) == nil {
 				w.info.Reason, w.info.ExitCode, w.info.Signal, w.info.Error = p.Reason, p.ExitCode, p.Signal, p.Error
 				if p.OutputEnd > w.end {
 					w.end = p.OutputEnd
 				}
+				if p.EndedAt > 0 {
+					// (a supervisor that says them: the job's own, exact;
+					// those counted from the events are close only)
+					w.info.EndedAt, w.info.LastOutputAt = p.EndedAt, p.LastOutputAt
+					w.info.StdoutBytes, w.info.StderrBytes = p.StdoutBytes, p.StderrBytes
+				}
 			}
-			w.info.State, w.info.EndedAt = protocol.StateExited, ev.Ts
 			w.info.StdinOpen, w.info.OutputPaced, w.info.OutputHeld = false, false, false
 			w.final = true
 		}

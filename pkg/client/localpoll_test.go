@@ -236,3 +236,45 @@ func TestLocalPollServiceStartedAgain(t *testing.T) {
 		t.Fatalf("after the start: %+v", r)
 	}
 }
+
+// TestLocalPollEndExact: a job polled to its end through the local buffer
+// reports the same byte counts and times as the supervisor: the counts
+// were pieced together from the events (output read but not yet
+// published when following began was counted twice or not at all, by
+// stream: 226000 for 231000 bytes of stdout), the times were the events'.
+// The terminal event now carries them.
+func TestLocalPollEndExact(t *testing.T) {
+	s := start(t, nil)
+	ctx := ctxT(t, 60*time.Second)
+	remote := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event, LocalPollJobs: -1})
+	defer remote.Close()
+	const cmd = `for b in $(seq 1 20); do seq $((b*1000)) $((b*1000+999)); seq 1 100 >&2; sleep 0.02; done`
+	var ids []string
+	for range 3 {
+		j, err := s.c.Spawn(ctx, protocol.SpawnArgs{Shell: cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.JobID)
+	}
+	for _, id := range ids {
+		var local protocol.PollResult
+		for cursor := int64(0); !local.Job.Finished() || local.More; {
+			var err error
+			if local, err = s.c.Poll(ctx, id, cursor, 0); err != nil {
+				t.Fatal(err)
+			}
+			cursor = local.Next
+			time.Sleep(3 * time.Millisecond) // polling, as a gateway does
+		}
+		st, err := remote.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := local.Job
+		if l.StdoutBytes != st.StdoutBytes || l.StderrBytes != st.StderrBytes || l.EndedAt != st.EndedAt || l.LastOutputAt != st.LastOutputAt || l.OutputEnd != st.OutputEnd {
+			t.Errorf("job %s: local stdout %d stderr %d ended %d last output %d end %d; supervisor %d %d %d %d %d", id,
+				l.StdoutBytes, l.StderrBytes, l.EndedAt, l.LastOutputAt, l.OutputEnd, st.StdoutBytes, st.StderrBytes, st.EndedAt, st.LastOutputAt, st.OutputEnd)
+		}
+	}
+}

@@ -251,6 +251,10 @@ func appendExitPayload(b []byte, p *ExitPayload) []byte {
 	w.str("error", p.Error, true)
 	w.int("durationMs", p.DurationMs, false)
 	w.int("outputEnd", p.OutputEnd, false)
+	w.int("stdoutBytes", p.StdoutBytes, true)
+	w.int("stderrBytes", p.StderrBytes, true)
+	w.int("endedAt", p.EndedAt, true)
+	w.int("lastOutputAt", p.LastOutputAt, true)
 	return w.end()
 }
 

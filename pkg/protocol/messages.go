@@ -529,6 +529,13 @@ type ExitPayload struct {
 	DurationMs int64  `msgpack:"durationMs" json:"durationMs"`
 	// OutputEnd is the total size of the job's combined output.
 	OutputEnd int64 `msgpack:"outputEnd" json:"outputEnd"`
+	// StdoutBytes, StderrBytes, EndedAt and LastOutputAt are the job's
+	// JobInfo fields as of its end (so that a follower has them exact
+	// without asking; absent from older supervisors).
+	StdoutBytes  int64 `msgpack:"stdoutBytes,omitempty" json:"stdoutBytes,omitempty"`
+	StderrBytes  int64 `msgpack:"stderrBytes,omitempty" json:"stderrBytes,omitempty"`
+	EndedAt      int64 `msgpack:"endedAt,omitempty" json:"endedAt,omitempty"`
+	LastOutputAt int64 `msgpack:"lastOutputAt,omitempty" json:"lastOutputAt,omitempty"`
 }
 
 // OwnershipEscapePayload is the payload of KindOwnershipEscape.
