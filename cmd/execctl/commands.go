@@ -252,6 +252,16 @@ func lostExit(g *globals, code int, lost bool) int {
 	return exitOutputLost
 }
 
+// logsLostExit is logs -f's exit code: 5 when output was lost, whatever
+// the jobs' ends (it does not report those).
+func logsLostExit(g *globals, lost bool) int {
+	if !lost {
+		return exitOK
+	}
+	fmt.Fprintf(g.stderr, "execctl: exit code %d: part of the output was lost (see above)\n", exitOutputLost)
+	return exitOutputLost
+}
+
 // millis converts a duration flag to ms, refusing what would round to 0
 // (0 means "the default": 500us must not become 10 minutes).
 func millis(d time.Duration, flag string) (int64, error) {
@@ -373,6 +383,10 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 			code, err = waitEnd(ctx, g, job.JobID, true)
 			if protocol.CodeOf(err) == protocol.CodeNotFound {
 				err = fmt.Errorf("job %s ended and was forgotten before its end could be read: finished jobs are kept within --max-finished-jobs and --max-finished-output, too small for this load (%w)", job.JobID, err)
+			}
+			if err == nil && code != exitOK && !g.json {
+				// (its id, for a look at what went wrong: --wait shows no output)
+				fmt.Fprintf(g.stderr, "execctl: job %s: exit code %d (its output: execctl poll %s)\n", job.JobID, code, job.JobID)
 			}
 		}
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
@@ -736,7 +750,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
-	return lostExit(g, exitOK, lost.Load()), nil
+	return logsLostExit(g, lost.Load()), nil
 }
 
 // jsonChunk is a chunk of output as logs --json prints it: the wire's

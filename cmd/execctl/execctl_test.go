@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,6 +220,10 @@ func TestSpawnWaitExitCodes(t *testing.T) {
 			}
 			if !strings.Contains(errs, tc.stderr) {
 				t.Errorf("stderr %q does not mention %q", errs, tc.stderr)
+			}
+			// (the job's id, to look at its output: --wait shows none)
+			if tc.code != 127 && !strings.Contains(errs, "execctl poll j-") {
+				t.Errorf("stderr %q does not name the job", errs)
 			}
 		})
 	}
@@ -1049,5 +1055,40 @@ func TestWriteWithoutStdinHint(t *testing.T) {
 	defer s.ctl(t, "kill", "--signal", "KILL", id)
 	if code, _, errs := s.ctl(t, "write", id, "hello"); code != 1 || !strings.Contains(errs, "--stdin") {
 		t.Fatalf("write without stdin: exit %d\n%s", code, errs)
+	}
+}
+
+// TestAccessHints: a socket that is there but not open to this user, and
+// a socket directory another user controls, get hints of their own, not
+// "is the supervisor running? start one with" (which cannot help: found
+// by an operator audit).
+func TestAccessHints(t *testing.T) {
+	t.Parallel()
+	var out, errs bytes.Buffer
+	g := &globals{stdout: &out, stderr: &errs, client: client.New(client.Options{ControlAddress: "ipc:///x/c.sock", EventAddress: "ipc:///x/e.sock"})}
+	defer g.client.Close()
+	denied := &client.ConnectError{Address: "ipc:///x/c.sock", Err: &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}}
+	if code := report(g, "health", denied); code != 3 || !strings.Contains(errs.String(), "--allow-uid") || strings.Contains(errs.String(), "start one with") {
+		t.Fatalf("permission denied: exit %d, stderr:\n%s", code, errs.String())
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory to another user")
+	}
+	// (in a directory anyone may write to, as /tmp: anyone could have
+	// made it)
+	shared := filepath.Join(shortTempDir(t), "shared")
+	if err := os.Mkdir(shared, 0o755); err != nil || os.Chmod(shared, 0o1777) != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(shared, "theirs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := execctl(t, "--control", "ipc://"+dir+"/c.sock", "--event", "ipc://"+dir+"/e.sock", "health")
+	if code != 3 || !strings.Contains(stderr, "another user controls") || strings.Contains(stderr, "start one with") {
+		t.Fatalf("directory of another user: exit %d, stderr:\n%s", code, stderr)
 	}
 }

@@ -222,6 +222,17 @@ func report(g *globals, name string, err error) int {
 		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: the supervisor at %s did not answer in time: it may be stopped (SIGSTOP), hung or overloaded; check its process and log (starting another would find its state directory in use); a slow one may need a longer --request-timeout\n",
 			name, err, g.client.Options().ControlAddress)
 		return exitUnreachable
+	case errors.As(err, &ce) && errors.Is(err, syscall.EACCES):
+		// The socket (or its directory) is there and not ours to use: a
+		// supervisor of another user, or not opened to us.
+		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: a supervisor's socket is there but not open to this user (uid %d): its owner can let you in with exec-supervisor --allow-uid %d (or --allow-gid); or use your own supervisor with --control/--event\n",
+			name, err, os.Geteuid(), os.Geteuid())
+		return exitUnreachable
+	case errors.As(err, &ce) && strings.Contains(err.Error(), "refusing to"):
+		// (a directory on the way that is not safe: see zmqx.CheckPeerDir)
+		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: execctl will not talk through a socket directory another user controls (they could stand in for the supervisor): remove or fix that directory, or point --control/--event at a supervisor's private directory (default: $XDG_RUNTIME_DIR/exec-supervisor)\n",
+			name, err)
+		return exitUnreachable
 	case errors.As(err, &ce):
 		addr := g.client.Options().ControlAddress
 		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: is the supervisor running? start one with: exec-supervisor --control %s --event %s\n",

@@ -766,6 +766,13 @@ func (j *Job) start() error {
 	if j.watchdog > 0 {
 		j.watchdogT = time.AfterFunc(j.watchdog, func() { j.watchdogFired(runDone) })
 	}
+	if j.m.logInfo() { // (the attributes cost allocations even when not logged)
+		// Before its output and exit are read (so before they are
+		// logged). (argv and cwd are client input of up to a request's
+		// size: the line shows their beginning.)
+		j.m.log.Info("job started", "job", j.id, "pid", j.pid, "argv", logArgv(argv), "cwd", Clip(j.spec.Cwd, LogArgBytes), "attempt", attempt,
+			"timeout", j.timeout, "noOutputTimeout", j.noOutput)
+	}
 	j.readersDone = make(chan struct{})
 	if files.pipes && p.slots != nil {
 		// A thread may block for this process: one goroutine reads both
@@ -785,16 +792,10 @@ func (j *Job) start() error {
 	if j.cg != nil {
 		j.m.watchEscapes(j, runDone)
 	}
-	pending, pid := j.pendingKill, j.pid
+	pending := j.pendingKill
 	j.mu.Unlock()
 	if pending != "" {
 		_, _ = j.kill(runDone, pending, 0)
-	}
-	if j.m.logInfo() { // (the attributes cost allocations even when not logged)
-		// (argv and cwd are client input of up to a request's size: the
-		// line shows their beginning)
-		j.m.log.Info("job started", "job", j.id, "pid", pid, "argv", logArgv(argv), "cwd", Clip(j.spec.Cwd, LogArgBytes), "attempt", attempt,
-			"timeout", j.timeout, "noOutputTimeout", j.noOutput)
 	}
 	return nil
 }

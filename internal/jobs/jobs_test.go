@@ -880,3 +880,39 @@ func TestMissingBytesAcrossSkip(t *testing.T) {
 		t.Fatalf("a range across the skip was counted exactly: %+v", across[0])
 	}
 }
+
+// TestLogOrder: a job's "job started" line comes before its "job exited"
+// line, however quickly it ends (it was logged after the job's reader
+// started: 86 of 1200 short jobs were logged exited before started).
+func TestLogOrder(t *testing.T) {
+	var buf lockedBuf
+	m := New(Config{MaxJobs: 100}, slog.New(slog.NewTextHandler(&buf, nil)), nil)
+	defer m.Close(context.Background())
+	var js []*Job
+	for range 60 {
+		j, _, err := m.SpawnJobWith(protocol.SpawnArgs{Argv: []string{"true"}}, SpawnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		js = append(js, j)
+	}
+	for _, j := range js {
+		<-j.Done()
+	}
+	started := map[string]bool{}
+	for _, l := range buf.lines() {
+		id := ""
+		if i := strings.Index(l, " job=j-"); i >= 0 {
+			id = strings.Fields(l[i+5:])[0]
+		}
+		switch {
+		case strings.Contains(l, `msg="job started"`):
+			started[id] = true
+		case strings.Contains(l, `msg="job exited"`) && !started[id]:
+			t.Fatalf("job %s logged exited before started:\n%s", id, l)
+		}
+	}
+	if len(started) != len(js) {
+		t.Fatalf("%d jobs logged started of %d", len(started), len(js))
+	}
+}

@@ -290,7 +290,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		j.svc.reset()
 		j.beginRunLocked()
 		j.mu.Unlock()
-		m.log.Info("service started by hand while waiting to restart", "job", id)
+		m.log.Info("service started again (start op or resume) while waiting to restart", "job", id)
 		err := j.start()
 		return j.Info(), startErr(j, err)
 	}
@@ -323,7 +323,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 	j.svc.reset()
 	j.beginRunLocked()
 	j.mu.Unlock()
-	m.log.Info("service started by hand", "job", id)
+	m.log.Info("service started again (start op or resume)", "job", id)
 	err = j.start()
 	if err == nil && m.hooks.Spawned != nil {
 		m.hooks.Spawned()
