@@ -47,6 +47,11 @@ func (s *Server) recover() error {
 	case errors.As(err, &ce):
 		s.journalCorrupt.Add(1)
 		s.log.Error("journal unusable; moved aside, starting with an empty job table", "path", ce.Path, "movedTo", ce.MovedTo, "err", ce.Err)
+		if s.cgroupBase == nil {
+			// (with cgroups, leftover job cgroups were swept above
+			// whatever the journal said)
+			s.log.Warn("without cgroups the previous run's jobs are found through the journal only: processes it left running (if it crashed) are not terminated; look for them in the moved-aside journal (pid, pgid)", "movedTo", ce.MovedTo)
+		}
 	case err != nil:
 		return fmt.Errorf("%w (fix its permissions or move it away; nothing was started)", err)
 	}
