@@ -397,6 +397,12 @@ type follower struct {
 	paceOff                atomic.Bool // (read by unpace, on ctx's end)
 	window, acked, seenEnd int64
 	pacedOn                *conn
+	// paceMu orders pace and unpace requests (the supervisor may handle
+	// a connection's requests out of order: a pace sent before the
+	// release must be answered before the release goes); released: no
+	// pace goes out after the release.
+	paceMu   sync.Mutex
+	released bool
 	// onCaughtUp, if set, is given each subscribe result that brought
 	// everything published (after its events were delivered).
 	onCaughtUp func(protocol.SubscribeResult)
@@ -434,8 +440,17 @@ func (f *follower) pace(caughtUp bool) {
 	if !fresh && (taken <= f.acked || !caughtUp && taken < f.acked+max(f.window/4, 1)) {
 		return
 	}
+	f.paceMu.Lock()
+	defer f.paceMu.Unlock()
+	if f.released || f.ctx.Err() != nil {
+		return // (a pace after the release would hold the job again)
+	}
+	// Answered even if ctx ends meanwhile (bounded): the release waits
+	// for it, so that it is not handled after the release.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.ctx), paceCallTimeout)
+	defer cancel()
 	var res protocol.PaceResult
-	err := f.c.Call(f.ctx, protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Offset: taken}, &res)
+	err := f.c.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Offset: taken}, &res)
 	var pe *protocol.Error
 	switch {
 	case err == nil:
@@ -453,15 +468,21 @@ func (f *follower) unpace() {
 	if f.paceOff.Load() {
 		return
 	}
+	f.paceMu.Lock() // (after a pace in flight)
+	defer f.paceMu.Unlock()
+	f.released = true
 	select {
 	case <-f.c.quit:
 		return
 	default:
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), paceCallTimeout)
 	defer cancel()
 	_ = f.c.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Release: true}, nil)
 }
+
+// paceCallTimeout bounds a pace or release request.
+const paceCallTimeout = 2 * time.Second
 
 // seen records the instance id of a heartbeat or a reply ("" if it had
 // none) and reports whether it differs from the one seen before.
