@@ -1990,6 +1990,13 @@ func TestCrashDuringKillGrace(t *testing.T) {
 	stopped := spawn(protocol.SpawnArgs{Restart: always})
 	cancelled := spawn(protocol.SpawnArgs{Restart: always})
 	restarting := spawn(protocol.SpawnArgs{Restart: always})
+	restartThenStop := spawn(protocol.SpawnArgs{Restart: always})
+	if _, err := s.client.Restart(ctx, restartThenStop.JobID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Stop(ctx, restartThenStop.JobID); err != nil { // (the stop wins, as it does live)
+		t.Fatal(err)
+	}
 	if _, err := s.client.Kill(ctx, killed.JobID, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -2002,7 +2009,7 @@ func TestCrashDuringKillGrace(t *testing.T) {
 	if _, err := s.client.Restart(ctx, restarting.JobID); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{killed.JobID: "manual-cancel", stopped.JobID: "stopped", cancelled.JobID: "manual-cancel", restarting.JobID: "manual-restart"}
+	want := map[string]string{killed.JobID: "manual-cancel", stopped.JobID: "stopped", cancelled.JobID: "manual-cancel", restarting.JobID: "manual-restart", restartThenStop.JobID: "stopped"}
 	waitJournal(t, filepath.Join(e.state, "journal.json"), "the pending ends", func(f *journal.File) bool {
 		n := 0
 		for _, r := range f.Jobs {
@@ -2014,7 +2021,7 @@ func TestCrashDuringKillGrace(t *testing.T) {
 	})
 	s.kill9()
 	s2 := e.start(t)
-	for id, reason := range map[string]protocol.Reason{killed.JobID: protocol.ReasonManualCancel, stopped.JobID: protocol.ReasonStopped, cancelled.JobID: protocol.ReasonManualCancel} {
+	for id, reason := range map[string]protocol.Reason{killed.JobID: protocol.ReasonManualCancel, stopped.JobID: protocol.ReasonStopped, cancelled.JobID: protocol.ReasonManualCancel, restartThenStop.JobID: protocol.ReasonStopped} {
 		info, err := s2.client.Status(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -2023,7 +2030,7 @@ func TestCrashDuringKillGrace(t *testing.T) {
 			t.Errorf("job %s after the crash: state %s reason %s attempt %d, want exited %s (not resumed)", id, info.State, info.Reason, info.Attempt, reason)
 		}
 	}
-	for _, j := range []protocol.JobInfo{killed, stopped, cancelled} {
+	for _, j := range []protocol.JobInfo{killed, stopped, cancelled, restartThenStop} {
 		if pids := proctest.InGroup(j.Pgid); len(pids) > 0 {
 			t.Errorf("job %s: processes left %v", j.JobID, pids)
 		}

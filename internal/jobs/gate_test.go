@@ -359,7 +359,6 @@ func TestPaceStallLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
 
 	// "steady" takes what the job prints, whenever the job waits for it,
 	// for several times the limit: never let go.
@@ -396,4 +395,68 @@ func TestPaceStallLimit(t *testing.T) {
 	if stopped != 1 {
 		t.Fatalf("paced again: %d watches open, want 1", stopped)
 	}
+	_, _ = j.Kill(protocol.ReasonManualCancel, SigKill)
+	<-j.Done()
+
+	// A job quiet for longer than the limit, then printing: its pacer
+	// took everything there was, and keeps up, so it is not let go (the
+	// clock ran from its last ack, through the quiet spell: it was).
+	q, _, err := m.SpawnJobWith(protocol.SpawnArgs{Shell: "sleep 0.7; exec yes"}, SpawnOptions{Pacer: "quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = q.Kill(protocol.ReasonManualCancel, SigKill); <-q.Done() }()
+	for start := time.Now(); time.Since(start) < 2*limit+700*time.Millisecond; {
+		waitFor(t, func() bool { return q.Info().OutputPaced })
+		if err := q.Pace("quiet", q.Info().OutputEnd, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := stallCount(); n != 1 {
+		t.Fatalf("a pacer keeping up with a job that was quiet was let go (%d stalls, want the 1 above)", n)
+	}
+	// A first pace past the output counts as all of it: the pacer holds
+	// the job from there (it was taken as given, and the job ran free).
+	q.Unpace("quiet")
+	if err := q.Pace("late", 1<<61, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return q.Info().OutputPaced })
+	// Stopped, and behind another pacer that keeps taking: let go all
+	// the same, without the timer spinning meanwhile.
+	if err := q.Pace("keen", q.Info().OutputEnd, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return stallCount() == 2 })
+}
+
+// TestPaceStallWhileJournalHeld: a pacer that starts holding a job while
+// it is held for the journal is let go after the limit too (no timer was
+// armed: the gate had closed for the journal, before the pacer held it).
+func TestPaceStallWhileJournalHeld(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	m := New(Config{PaceStallLimit: 300 * time.Millisecond}, discard(), nil, WithHooks(Hooks{PaceStalled: func() { mu.Lock(); n++; mu.Unlock() }}))
+	defer m.Close(context.Background())
+	j, info, err := m.SpawnJobWith(protocol.SpawnArgs{Argv: []string{"yes"}}, SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
+	waitFor(t, func() bool { return j.Info().OutputEnd > 3*m.PaceWindow() }) // (a pacer at 0 will hold it)
+	journalAll(m)
+	j.mu.Lock()
+	j.seq = j.seqSnap + gateSeq // (the journal fell behind)
+	j.mu.Unlock()
+	waitFor(t, func() bool { return j.Info().OutputHeld })
+	blockedWriting(t, info.Pid)
+	if err := j.Pace("late", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	journalAll(m) // (the journal catches up: the pacer holds it now)
+	if i := j.Info(); i.OutputHeld || !i.OutputPaced {
+		t.Fatalf("after the journal write: held %v, paced %v", i.OutputHeld, i.OutputPaced)
+	}
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return n == 1 })
+	waitFor(t, func() bool { return !j.Info().OutputPaced })
 }

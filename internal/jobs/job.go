@@ -358,10 +358,13 @@ func (j *Job) journalHeldLocked() bool {
 // window (see Pace). stop ends the watch that releases it.
 type pacer struct {
 	acked int64
-	// ackedAt is when acked last moved (or the pace began): a pacer that
-	// holds the job with an ackedAt older than PaceStallLimit has stalled.
-	ackedAt time.Time
-	stop    func() bool
+	// holdingSince is when the job was first seen waiting for this pacer
+	// since acked last moved (zero: not holding it): a pacer that holds
+	// the job for PaceStallLimit without taking more has stalled (see
+	// armPaceStallLocked). A quiet job's pacer holds nothing, however
+	// long since it last took output.
+	holdingSince time.Time
+	stop         func() bool
 }
 
 // PaceWindow is how far past what its slowest pacer took a paced job's
@@ -417,17 +420,6 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 	if j.state == Exited {
 		return nil
 	}
-	p := j.pacers[owner]
-	if p == nil {
-		if j.pacers == nil {
-			j.pacers = map[any]*pacer{}
-		}
-		p = &pacer{acked: offset, ackedAt: j.m.now()}
-		j.pacers[owner] = p
-		if watch != nil {
-			p.stop = watch(func() { j.Unpace(owner) })
-		}
-	}
 	// (offsets a resumed service skipped hold nothing to take)
 	if n := len(j.out.skips); n > 0 {
 		offset = max(offset, j.out.skips[n-1].At+j.out.skips[n-1].N)
@@ -436,8 +428,19 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 	// mistake) would hold the job at a window it can never reach, and no
 	// later pace could move it back.
 	offset = min(offset, j.offset)
+	p := j.pacers[owner]
+	if p == nil {
+		if j.pacers == nil {
+			j.pacers = map[any]*pacer{}
+		}
+		p = &pacer{acked: offset}
+		j.pacers[owner] = p
+		if watch != nil {
+			p.stop = watch(func() { j.Unpace(owner) })
+		}
+	}
 	if offset > p.acked {
-		p.acked, p.ackedAt = offset, j.m.now()
+		p.acked, p.holdingSince = offset, time.Time{}
 	}
 	j.openGateLocked()
 	return nil
@@ -448,14 +451,27 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 // the job's output waits for a pacer.
 func (j *Job) armPaceStallLocked() {
 	limit := j.m.cfg.PaceStallLimit
-	if limit <= 0 || j.paceTimer != nil || !j.pacedLocked() {
+	if limit <= 0 || j.gate == nil {
 		return
 	}
-	first := j.m.now()
+	// Which pacers hold the job now, since when; the timer is for the
+	// one holding it longest.
+	now, w := j.m.now(), j.paceWindowLocked()
+	var first time.Time
 	for _, p := range j.pacers {
-		if p.ackedAt.Before(first) {
-			first = p.ackedAt
+		if j.offset < p.acked+w {
+			p.holdingSince = time.Time{}
+			continue
 		}
+		if p.holdingSince.IsZero() {
+			p.holdingSince = now
+		}
+		if first.IsZero() || p.holdingSince.Before(first) {
+			first = p.holdingSince
+		}
+	}
+	if first.IsZero() || j.paceTimer != nil {
+		return // (none holds it; or a timer is due no later than this one)
 	}
 	j.paceGen++
 	gen := j.paceGen
@@ -476,7 +492,7 @@ func (j *Job) paceStalled(gen uint64) {
 	j.paceTimer = nil
 	limit, now, w := j.m.cfg.PaceStallLimit, j.m.now(), j.paceWindowLocked()
 	for owner, p := range j.pacers {
-		if j.offset < p.acked+w || now.Sub(p.ackedAt) < limit {
+		if j.offset < p.acked+w || p.holdingSince.IsZero() || now.Sub(p.holdingSince) < limit {
 			continue
 		}
 		delete(j.pacers, owner)
@@ -484,7 +500,7 @@ func (j *Job) paceStalled(gen uint64) {
 			p.stop()
 		}
 		j.m.log.Warn("job pacer let go: it took none of the job's output for too long (--pace-stall-limit); the job runs on, and what leaves the ring before that follower reads it is a gap for it",
-			"job", j.id, "took", p.acked, "outputEnd", j.offset, "stalledFor", now.Sub(p.ackedAt).Round(time.Millisecond))
+			"job", j.id, "took", p.acked, "outputEnd", j.offset, "stalledFor", now.Sub(p.holdingSince).Round(time.Millisecond))
 		if h := j.m.hooks.PaceStalled; h != nil {
 			h()
 		}
@@ -559,6 +575,7 @@ func (j *Job) openGateLocked() {
 	}
 	if j.gatedLocked() {
 		j.noteHeldLocked()
+		j.armPaceStallLocked() // (a pacer may hold it now: it did not when the gate closed)
 		return
 	}
 	close(j.gate)
@@ -1284,6 +1301,7 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 	}
 	if j.svc != nil && endsSupervision(reason) && j.endReason == "" {
 		j.endReason = reason
+		j.m.changed() // (journaled as the pending end: a crash now must not resume it)
 	}
 	if j.state == Restarting && !endsSupervision(reason) {
 		j.mu.Unlock()

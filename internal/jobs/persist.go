@@ -161,7 +161,9 @@ func (j *Job) Snapshot() Snapshot {
 		s.PendingEnd = j.reason
 		if j.svc != nil {
 			s.PendingEnd = j.endReason // ("": the run was ended, the service goes on)
-			if j.restartReq {
+			if j.restartReq && j.endReason == "" {
+				// (a stop or kill after the restart op wins, as it does
+				// live: see afterRunLocked)
 				s.PendingEnd = protocol.ReasonManualRestart
 			}
 		}

@@ -441,8 +441,6 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// Run starts a server and serves until ctx is cancelled, then closes it.
-// Cancelling force during the shutdown makes it fast (see Close).
 // ConfigError is a Start failure due to an option (a path that does not
 // exist, a cgroup parent that cannot be used): the command exits 2, as
 // for an option that does not validate.
@@ -451,6 +449,8 @@ type ConfigError struct{ Err error }
 func (e *ConfigError) Error() string { return e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
+// Run starts a server and serves until ctx is cancelled, then closes it.
+// Cancelling force during the shutdown makes it fast (see Close).
 func Run(ctx, force context.Context, cfg Config, log *slog.Logger) error {
 	s, err := New(cfg, log)
 	if err != nil {

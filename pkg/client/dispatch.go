@@ -300,7 +300,7 @@ func (l *Local) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes 
 	if err != nil {
 		return nil, err
 	}
-	return startJob(info.JobID, localBackend{l}, bufferBytes, false), nil
+	return startJob(info.JobID, localBackend{l}, bufferBytes, false, nil), nil
 }
 
 type localBackend struct{ l *Local }

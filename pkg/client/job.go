@@ -51,6 +51,8 @@ type Job struct {
 	exitErr error
 	mu      sync.Mutex
 	lost    []*OutputLostError
+	// stopLife ends the watch on the client's life (see startJob).
+	stopLife func() bool
 }
 
 // backend is what a Job needs from where it runs (the supervisor, or this
@@ -88,31 +90,33 @@ func (b zmqBackend) write(ctx context.Context, id string, data []byte, eof bool)
 // output event is held whatever its size, so a reader keeping up loses
 // nothing).
 //
-// With args.Pace the job is held to its readers' pace: a full Stdout
-// buffer makes the job wait (as a pipe's writer waits for its reader)
-// instead of losing output, and so does a full Stderr buffer once Stderr
-// is being read (one never read drops what overflows it, with an
-// OutputLostError, so that a caller reading Stdout only is not stuck).
+// With args.Pace the job is held to its readers' pace: once a stream is
+// being read, its full buffer makes the job wait (as a pipe's writer
+// waits for its reader) instead of losing output. A stream never read
+// drops what overflows its buffer (with an OutputLostError), so that a
+// caller that reads Stdout only, or calls Wait first, is not stuck:
+// start reading before the job has printed bufferBytes to lose nothing.
 // A reader that stops reading for the supervisor's --pace-stall-limit
 // lets the job run on, and then loses what the ring buffer drops (an
-// OutputLostError says so). Close the Job to stop following.
+// OutputLostError says so). Close the Job (or the Client) to stop
+// following.
 func (c *Client) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes int) (*Job, error) {
 	info, err := c.Spawn(ctx, args)
 	if err != nil {
 		return nil, err
 	}
-	return startJob(info.JobID, zmqBackend{c: c, paced: args.Pace}, bufferBytes, args.Pace), nil
+	return startJob(info.JobID, zmqBackend{c: c, paced: args.Pace}, bufferBytes, args.Pace, c.life), nil
 }
 
 // Open follows an existing job of the supervisor (from its first event).
 func (c *Client) Open(jobID string, bufferBytes int) *Job {
-	return startJob(jobID, zmqBackend{c: c}, bufferBytes, false)
+	return startJob(jobID, zmqBackend{c: c}, bufferBytes, false, nil)
 }
 
 // startJob follows job id through b into buffers of bufferBytes per
 // stream; blocking: a full buffer holds the follow (which paces the job)
 // instead of dropping output.
-func startJob(id string, b backend, bufferBytes int, blocking bool) *Job {
+func startJob(id string, b backend, bufferBytes int, blocking bool, life context.Context) *Job {
 	if bufferBytes <= 0 {
 		bufferBytes = DefaultJobBufferBytes
 	}
@@ -120,15 +124,22 @@ func startJob(id string, b backend, bufferBytes int, blocking bool) *Job {
 	j := &Job{ID: id, b: b, cancel: cancel, done: make(chan struct{})}
 	for i := range j.out {
 		j.out[i] = newStreamBuf(bufferBytes)
-		j.out[i].blocking = blocking
+		j.out[i].blocking, j.out[i].waitForReader = blocking, true
 	}
-	j.out[1].waitForReader = true
+	if blocking && life != nil {
+		// (the client's Close ends a follow waiting for room, as it ends
+		// the follow)
+		j.stopLife = context.AfterFunc(life, j.abortBuffers)
+	}
 	go j.run(ctx)
 	return j
 }
 
 func (j *Job) run(ctx context.Context) {
 	defer close(j.done)
+	if j.stopLife != nil {
+		defer j.stopLife()
+	}
 	err := j.b.follow(ctx, j.ID, func(ev protocol.Event) error {
 		switch ev.Kind {
 		case protocol.KindStdout, protocol.KindStderr:
@@ -226,11 +237,17 @@ func (j *Job) Write(ctx context.Context, data []byte, eof bool) error {
 // releases the readers.
 func (j *Job) Close() error {
 	j.cancel()
-	for _, s := range j.out {
-		s.abort() // (a follow waiting for room in a paced job's buffer)
-	}
+	j.abortBuffers() // (a follow waiting for room in a paced job's buffer)
 	<-j.done
 	return nil
+}
+
+// abortBuffers ends waits for room in the stream buffers (following is
+// over: what they would have taken is dropped).
+func (j *Job) abortBuffers() {
+	for _, s := range j.out {
+		s.abort()
+	}
 }
 
 // streamBuf is a bounded, blocking byte queue with in-band errors.
@@ -244,8 +261,8 @@ type streamBuf struct {
 	err    error // final error (nil: io.EOF)
 	// blocking: put waits for room (a paced job's follow: the job waits)
 	// rather than dropping; aborted ends such waits (Job.Close). With
-	// waitForReader, only once reading began (stderr: a caller that reads
-	// stdout only must not have the job wait for ever).
+	// waitForReader, only once reading began (a stream nobody reads must
+	// not hold the job, nor Wait, for ever).
 	blocking, aborted, waitForReader, reading bool
 }
 

@@ -291,4 +291,48 @@ func TestPacedJobHandle(t *testing.T) {
 	if _, fin, err := s.c.Wait(ctx, k.ID, 20*time.Second); err != nil || !fin {
 		t.Fatalf("the job of a closed paced Job did not end: %v %v", fin, err)
 	}
+
+	// Wait without reading: the job is not held for a reader that never
+	// came (what overflows the buffer is dropped, reported).
+	w, err := s.c.Start(ctx, protocol.SpawnArgs{Shell: "seq 1 300000", Pace: true}, 32<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if ex, err := w.Wait(wctx); err != nil || ex.Reason != protocol.ReasonExit {
+		t.Fatalf("Wait of a paced Job nobody reads: %+v, %v", ex, err)
+	}
+	if len(w.Lost()) == 0 {
+		t.Fatal("the unread output that overflowed was not reported lost")
+	}
+
+	// Close of the client ends a paced Job's follow waiting for room.
+	c2 := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event})
+	defer c2.Close()
+	r, err := c2.Start(ctx, protocol.SpawnArgs{Shell: "seq 1 600000", Pace: true}, 32<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Stdout().Read(buf); err != nil { // (a reader that started, then stopped)
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := s.c.Status(ctx, r.ID)
+		if err == nil && info.OutputPaced {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stopped reader's job was never held: %+v, %v", info, err)
+		}
+		time.Sleep(5 * time.Millisecond) // (polling status)
+	}
+	c2.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	if _, err := r.Wait(rctx); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("Wait after the client's Close: %v, want ErrClosed", err)
+	}
 }
