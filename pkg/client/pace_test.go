@@ -265,22 +265,16 @@ func TestPacedJobHandle(t *testing.T) {
 		t.Fatalf("losses %v: want stderr's overflow reported", lost)
 	}
 
-	// A paced Job nobody reads: Close ends its follow (waiting for room).
+	// A paced Job whose reader stopped: Close ends its follow (waiting
+	// for room).
 	k, err := s.c.Start(ctx, protocol.SpawnArgs{Shell: "seq 1 600000", Pace: true}, 32<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor := time.Now().Add(10 * time.Second)
-	for {
-		info, err := s.c.Status(ctx, k.ID)
-		if err == nil && info.OutputPaced {
-			break
-		}
-		if time.Now().After(waitFor) {
-			t.Fatalf("the unread paced job was never held: %+v, %v", info, err)
-		}
-		time.Sleep(5 * time.Millisecond) // (polling status)
+	if _, err := k.Stdout().Read(buf); err != nil { // (a reader that started, then stopped)
+		t.Fatal(err)
 	}
+	awaitPaced(ctx, t, s.c, k.ID)
 	closed := make(chan struct{})
 	go func() { k.Close(); close(closed) }()
 	select {
@@ -319,20 +313,26 @@ func TestPacedJobHandle(t *testing.T) {
 	if _, err := r.Stdout().Read(buf); err != nil { // (a reader that started, then stopped)
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		info, err := s.c.Status(ctx, r.ID)
-		if err == nil && info.OutputPaced {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stopped reader's job was never held: %+v, %v", info, err)
-		}
-		time.Sleep(5 * time.Millisecond) // (polling status)
-	}
+	awaitPaced(ctx, t, s.c, r.ID)
 	c2.Close()
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer rcancel()
 	if _, err := r.Wait(rctx); !errors.Is(err, client.ErrClosed) {
 		t.Fatalf("Wait after the client's Close: %v, want ErrClosed", err)
+	}
+}
+
+// awaitPaced waits until job id waits for its pacer (polling status).
+func awaitPaced(ctx context.Context, t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := c.Status(ctx, id)
+		if err == nil && info.OutputPaced {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s was never held for its reader: %+v, %v", id, info, err)
+		}
+		time.Sleep(5 * time.Millisecond) // (polling status)
 	}
 }
