@@ -222,6 +222,9 @@ func (l *hardenedListener) acceptLoop() {
 			l.conns.Add(-1)
 			if l.overflow.Add(1) > maxOverflow {
 				l.overflow.Add(-1)
+				if uc, ok := raw.(*net.UnixConn); ok {
+					remote = peerName(uc) // (an ipc peer's address says nothing: "@")
+				}
 				l.policy.reject("too-many-connections", remote, nil)
 				raw.Close()
 				continue
@@ -241,6 +244,7 @@ func (l *hardenedListener) acceptLoop() {
 				continue
 			}
 			key = fmt.Sprintf("pid %d", pid)
+			remote = key // (its later refusals name it too)
 		}
 		l.pmu.Lock()
 		select {
@@ -265,6 +269,19 @@ func (l *hardenedListener) acceptLoop() {
 			l.pmu.Unlock()
 		}()
 	}
+}
+
+// peerName names an ipc peer by its pid ("pid N"; "@" when unknown).
+func peerName(c *net.UnixConn) string {
+	name := "@"
+	if sc, err := c.SyscallConn(); err == nil {
+		_ = sc.Control(func(fd uintptr) {
+			if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+				name = fmt.Sprintf("pid %d", cred.Pid)
+			}
+		})
+	}
+	return name
 }
 
 // checkPeer accepts the supervisor's own uid and the allowed uids/gids;

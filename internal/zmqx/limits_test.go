@@ -3,8 +3,10 @@ package zmqx
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -215,7 +217,18 @@ func TestPeerQueueBound(t *testing.T) {
 func TestIdleEviction(t *testing.T) {
 	endpoint := "ipc://" + filepath.Join(t.TempDir(), "r.sock")
 	rej := newRejections()
-	r, err := ListenRouter(context.Background(), endpoint, &Policy{MaxConns: 3, IdleEvictAfter: time.Nanosecond, OnReject: rej.add}, 0)
+	var logMu sync.Mutex
+	var refusedRemotes []string
+	logf := func(msg string, args ...any) {
+		for i := 0; i+1 < len(args); i += 2 {
+			if args[i] == "remote" {
+				logMu.Lock()
+				refusedRemotes = append(refusedRemotes, fmt.Sprint(args[i+1]))
+				logMu.Unlock()
+			}
+		}
+	}
+	r, err := ListenRouter(context.Background(), endpoint, &Policy{MaxConns: 3, IdleEvictAfter: time.Nanosecond, OnReject: rej.add, Log: logf}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +314,14 @@ func TestIdleEviction(t *testing.T) {
 	if !rej.countIs("too-many-connections", 1) {
 		t.Fatalf("too-many-connections counted %d times", rej.count("too-many-connections"))
 	}
+	// Refusals of ipc peers name them by pid (their address is "@").
+	logMu.Lock()
+	for _, remote := range refusedRemotes {
+		if remote != fmt.Sprintf("pid %d", os.Getpid()) {
+			t.Errorf("an ipc refusal logged remote=%q, want our pid", remote)
+		}
+	}
+	logMu.Unlock()
 	// The busy and holding ones are still served.
 	if err := roundTrip(holder, "ping"); err != nil {
 		t.Fatalf("connection holding a reply: %v", err)
