@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -459,4 +460,37 @@ func TestPaceStallWhileJournalHeld(t *testing.T) {
 	}
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return n == 1 })
 	waitFor(t, func() bool { return !j.Info().OutputPaced })
+}
+
+// TestPaceStallAcrossServiceRuns: a service's pacer is held to the limit
+// afresh in each run: the clock of a run that ended while the pacer held
+// it (the gate opens at the leader's exit) does not carry over, where it
+// let the pacer go as soon as the next run held the job.
+func TestPaceStallAcrossServiceRuns(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	stalls := func() int { mu.Lock(); defer mu.Unlock(); return n }
+	const limit = 500 * time.Millisecond
+	m := New(Config{PaceStallLimit: limit}, discard(), nil, WithHooks(Hooks{PaceStalled: func() { mu.Lock(); n++; mu.Unlock() }}))
+	defer m.Close(context.Background())
+	mark := filepath.Join(t.TempDir(), "ran")
+	// Run 1 ends 0.2 s into being held (its leader exits, its printer is
+	// cleared with its group); run 2 holds on.
+	spec := protocol.SpawnArgs{Shell: "if [ -e " + mark + " ]; then head -c 3000000 /dev/zero; else touch " + mark + "; (head -c 3000000 /dev/zero &); sleep 0.2; fi; exit 1",
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways, RestartDelayMs: 1500}}
+	j, _, err := m.SpawnJobWith(spec, SpawnOptions{Pacer: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
+	waitFor(t, func() bool { i := j.Info(); return i.Attempt == 1 && i.OutputPaced })
+	waitFor(t, func() bool { i := j.Info(); return i.Attempt == 2 && i.OutputPaced })
+	held := time.Now()
+	if got := stalls(); got != 0 {
+		t.Fatalf("let go %d times before run 2 held the job for the limit", got)
+	}
+	waitFor(t, func() bool { return stalls() == 1 })
+	if d := time.Since(held); d < limit*3/4 {
+		t.Fatalf("run 2's pacer was let go %v after it held the job, before the %v limit", d, limit)
+	}
 }

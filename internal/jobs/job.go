@@ -584,6 +584,9 @@ func (j *Job) openGateLocked() {
 		j.paceTimer.Stop()
 		j.paceTimer = nil
 	}
+	for _, p := range j.pacers {
+		p.holdingSince = time.Time{} // (nobody holds an open gate: a service's next run starts the clock afresh)
+	}
 	j.unheldAt = j.m.now()
 	j.noteHeldLocked()
 }

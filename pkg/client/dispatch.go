@@ -305,6 +305,19 @@ func (l *Local) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes 
 
 type localBackend struct{ l *Local }
 
+func (b localBackend) ended(ctx context.Context, id string) error {
+	j, err := b.l.m.Get(id)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-j.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (b localBackend) follow(ctx context.Context, id string, fn FollowFunc) error {
 	j, err := b.l.m.Get(id)
 	if err != nil {

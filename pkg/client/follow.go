@@ -445,12 +445,10 @@ func (f *follower) pace(caughtUp bool) {
 	if f.released || f.ctx.Err() != nil {
 		return // (a pace after the release would hold the job again)
 	}
-	// Answered even if ctx ends meanwhile (bounded): the release waits
-	// for it, so that it is not handled after the release.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.ctx), paceCallTimeout)
-	defer cancel()
+	// Answered even if ctx ends meanwhile (within RequestTimeout): the
+	// release waits for it, so that it is not handled after the release.
 	var res protocol.PaceResult
-	err := f.c.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Offset: taken}, &res)
+	err := f.c.Call(context.WithoutCancel(f.ctx), protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Offset: taken}, &res)
 	var pe *protocol.Error
 	switch {
 	case err == nil:
@@ -476,13 +474,14 @@ func (f *follower) unpace() {
 		return
 	default:
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), paceCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	_ = f.c.Call(ctx, protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Release: true}, nil)
 }
 
-// paceCallTimeout bounds a pace or release request.
-const paceCallTimeout = 2 * time.Second
+// releaseTimeout bounds the release of a pace (best effort: the
+// connection's end ends the pace too).
+const releaseTimeout = 2 * time.Second
 
 // seen records the instance id of a heartbeat or a reply ("" if it had
 // none) and reports whether it differs from the one seen before.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -53,6 +54,8 @@ type Job struct {
 	lost    []*OutputLostError
 	// stopLife ends the watch on the client's life (see startJob).
 	stopLife func() bool
+	// paced: its buffers hold the job for its readers (see Start).
+	paced bool
 }
 
 // backend is what a Job needs from where it runs (the supervisor, or this
@@ -61,6 +64,9 @@ type backend interface {
 	follow(ctx context.Context, id string, fn FollowFunc) error
 	kill(ctx context.Context, id, signal string) error
 	write(ctx context.Context, id string, data []byte, eof bool) error
+	// ended returns nil once the job has finished (for a paced Job's
+	// Wait: its follow may be stuck on a reader that stopped).
+	ended(ctx context.Context, id string) error
 }
 
 // zmqBackend is a job of the supervisor; paced: spawned with Pace, its
@@ -76,6 +82,15 @@ func (b zmqBackend) follow(ctx context.Context, id string, fn FollowFunc) error 
 	}
 	return b.c.Follow(ctx, id, 1, fn)
 }
+func (b zmqBackend) ended(ctx context.Context, id string) error {
+	for {
+		_, finished, err := b.c.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
+		if err != nil || finished {
+			return err
+		}
+	}
+}
+
 func (b zmqBackend) kill(ctx context.Context, id, sig string) error {
 	_, err := b.c.Kill(ctx, id, sig)
 	return err
@@ -98,8 +113,9 @@ func (b zmqBackend) write(ctx context.Context, id string, data []byte, eof bool)
 // start reading before the job has printed bufferBytes to lose nothing.
 // A reader that stops reading for the supervisor's --pace-stall-limit
 // lets the job run on, and then loses what the ring buffer drops (an
-// OutputLostError says so). Close the Job (or the Client) to stop
-// following.
+// OutputLostError says so). Wait returns once the job has ended, even
+// with a reader that stopped (what its full buffer cannot take is then
+// dropped, reported). Close the Job (or the Client) to stop following.
 func (c *Client) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes int) (*Job, error) {
 	info, err := c.Spawn(ctx, args)
 	if err != nil {
@@ -121,7 +137,7 @@ func startJob(id string, b backend, bufferBytes int, blocking bool, life context
 		bufferBytes = DefaultJobBufferBytes
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	j := &Job{ID: id, b: b, cancel: cancel, done: make(chan struct{})}
+	j := &Job{ID: id, b: b, cancel: cancel, done: make(chan struct{}), paced: blocking}
 	for i := range j.out {
 		j.out[i] = newStreamBuf(bufferBytes)
 		j.out[i].blocking, j.out[i].waitForReader = blocking, true
@@ -151,7 +167,7 @@ func (j *Job) run(ctx context.Context) {
 			if ev.Kind == protocol.KindStderr {
 				i = 1
 			}
-			if !j.out[i].put(p.Data) {
+			if !j.out[i].put(p.Data) && !j.out[i].isAborted() { // (an aborted one: following ends)
 				j.loss(&OutputLostError{JobID: j.ID, Stream: streamOf(i), Bytes: int64(len(p.Data)), Seqs: fmt.Sprint(ev.Seq), Reason: "reader-too-slow"}, i)
 			}
 		case protocol.KindGap:
@@ -215,6 +231,24 @@ func (j *Job) Lost() []*OutputLostError {
 // Wait blocks until the job ended (or following failed, or ctx ended) and
 // returns how it ended. It does not need the output to be read.
 func (j *Job) Wait(ctx context.Context) (protocol.ExitPayload, error) {
+	if j.paced {
+		// A paced Job's follow may wait for a reader that stopped: once
+		// the job has ended there is nothing left to pace, and what does
+		// not fit the buffers is dropped (reported) so that the end gets
+		// through.
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if j.b.ended(wctx, j.ID) == nil {
+				for _, s := range j.out {
+					s.stopBlocking()
+				}
+			}
+		}()
+		defer func() { cancel(); wg.Wait() }()
+	}
 	select {
 	case <-j.done:
 	case <-ctx.Done():
@@ -301,6 +335,22 @@ func (s *streamBuf) abort() {
 	defer s.mu.Unlock()
 	s.aborted = true
 	s.cond.Broadcast()
+}
+
+// stopBlocking makes put drop what does not fit from now on (the job is
+// over: nothing left to pace).
+func (s *streamBuf) stopBlocking() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.blocking = false
+	s.cond.Broadcast()
+}
+
+// isAborted reports whether following was ended (abort).
+func (s *streamBuf) isAborted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aborted
 }
 
 func (s *streamBuf) putErr(err error) {

@@ -302,6 +302,26 @@ func TestPacedJobHandle(t *testing.T) {
 		t.Fatal("the unread output that overflowed was not reported lost")
 	}
 
+	// A reader that started, then stopped; the job is killed: Wait
+	// returns its end (the follow waited for room for good).
+	st, err := s.c.Start(ctx, protocol.SpawnArgs{Shell: "seq 1 600000; sleep 300", Pace: true}, 32<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Stdout().Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	awaitPaced(ctx, t, s.c, st.ID)
+	if err := st.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+	defer scancel()
+	if ex, err := st.Wait(sctx); err != nil || ex.Reason != protocol.ReasonManualCancel {
+		t.Fatalf("Wait of a killed paced Job whose reader stopped: %+v, %v", ex, err)
+	}
+
 	// Close of the client ends a paced Job's follow waiting for room.
 	c2 := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event})
 	defer c2.Close()
