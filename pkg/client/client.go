@@ -151,6 +151,12 @@ type Client struct {
 	// end with it.
 	life    context.Context
 	endLife context.CancelFunc
+	// pacers are the paced Follows in progress (under mu): when the
+	// control connection is lost, they pace again on the next one at
+	// once (repace, one goroutine at a time, waited for by Close).
+	pacers   map[*follower]struct{}
+	repacing bool
+	repaceWG sync.WaitGroup
 	// quit is closed by Close: followers (their own event connections)
 	// stop on it.
 	quit chan struct{}
@@ -211,6 +217,7 @@ func (c *Client) Close() error {
 	if cn != nil {
 		cn.close()
 	}
+	c.repaceWG.Wait()
 	c.local.close()
 	return nil
 }
@@ -321,7 +328,68 @@ func (c *Client) drop(cn *conn) {
 	go cn.close()
 }
 
+// addPacer and removePacer keep the paced Follows in progress.
+func (c *Client) addPacer(f *follower) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pacers == nil {
+		c.pacers = map[*follower]struct{}{}
+	}
+	c.pacers[f] = struct{}{}
+}
+
+func (c *Client) removePacer(f *follower) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pacers, f)
+}
+
+// connLost paces the paced Follows again on a new connection once the
+// connection that held their paces is gone (the supervisor ended them).
+func (c *Client) connLost() {
+	c.mu.Lock()
+	if c.closed || c.repacing || len(c.pacers) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.repacing = true
+	c.repaceWG.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.repaceWG.Done()
+		for {
+			c.mu.Lock()
+			fs := make([]*follower, 0, len(c.pacers))
+			for f := range c.pacers {
+				fs = append(fs, f)
+			}
+			c.mu.Unlock()
+			for _, f := range fs {
+				f.repace()
+			}
+			c.mu.Lock()
+			// (once more if the new connection went too, meanwhile)
+			again := !c.closed && c.conn == nil && len(c.pacers) > 0
+			if !again {
+				c.repacing = false
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
+			select {
+			case <-c.quit:
+				c.mu.Lock()
+				c.repacing = false
+				c.mu.Unlock()
+				return
+			case <-time.After(c.opts.ReconnectInterval):
+			}
+		}
+	}()
+}
+
 func (c *Client) readLoop(cn *conn) {
+	defer c.connLost() // (after done is closed: the next call dials afresh)
 	defer close(cn.done)
 	for {
 		frames, err := cn.sock.Recv()

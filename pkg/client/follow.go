@@ -58,12 +58,19 @@ func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn Follo
 		o(&f)
 	}
 	if f.paced {
+		if from == 1 {
+			f.takenA.Store(0) // (from the first byte: nothing before it to take)
+		} else {
+			f.takenA.Store(-1)
+		}
 		// (the pace is taken once the first backfill says where the
 		// output stands: a job spawned paced is held from its first byte
 		// meanwhile.) It ends when Follow does, or as soon as ctx is done
 		// (fn may be stuck: the job must not wait for it).
 		stop := context.AfterFunc(ctx, f.unpace)
+		c.addPacer(&f)
 		defer func() {
+			c.removePacer(&f)
 			stop()
 			f.unpace() // (again if ctx's ran: a pace that crossed it)
 		}()
@@ -403,6 +410,11 @@ type follower struct {
 	// pace goes out after the release.
 	paceMu   sync.Mutex
 	released bool
+	// takenA is what the follower has taken, for repace (the follow
+	// goroutine's own fields are not for another goroutine): -1 while
+	// not known (a follow from a later seq before its first output or
+	// complete backfill).
+	takenA atomic.Int64
 	// onCaughtUp, if set, is given each subscribe result that brought
 	// everything published (after its events were delivered).
 	onCaughtUp func(protocol.SubscribeResult)
@@ -417,8 +429,8 @@ type FollowOption func(*follower)
 // follower takes its output waits for it, as a pipe's writer waits for
 // its reader, and none of it is lost to the ring buffer. The pace is
 // held by the client's control connection and ends when Follow returns
-// (or that connection goes away; after a reconnect it is taken again with
-// the next output delivered). Spawn with SpawnArgs.Pace to pace from the
+// (or that connection goes away: the Client then paces again at once on a
+// new one, from what fn was given, even while fn is busy). Spawn with SpawnArgs.Pace to pace from the
 // first byte, before Follow starts. A supervisor without the pace op is
 // followed unpaced. The pace is the connection's: two paced Follows of
 // one job on one Client share it, and the first to return ends it.
@@ -436,12 +448,12 @@ func (f *follower) pace(caughtUp bool) {
 		return
 	}
 	taken := max(f.once.end, f.seenEnd, 0)
+	f.paceMu.Lock()
+	defer f.paceMu.Unlock()
 	fresh := f.pacedOn == nil || f.c.currentConn() != f.pacedOn
 	if !fresh && (taken <= f.acked || !caughtUp && taken < f.acked+max(f.window/4, 1)) {
 		return
 	}
-	f.paceMu.Lock()
-	defer f.paceMu.Unlock()
 	if f.released || f.ctx.Err() != nil {
 		return // (a pace after the release would hold the job again)
 	}
@@ -455,6 +467,32 @@ func (f *follower) pace(caughtUp bool) {
 		f.acked, f.window, f.pacedOn = taken, res.WindowBytes, f.c.currentConn()
 	case errors.As(err, &pe) && pe.Code == protocol.CodeUnknownOp:
 		f.paceOff.Store(true) // (an older supervisor)
+	}
+}
+
+// repace paces the job again, on a new connection, from what the
+// follower had acked, when the connection that held its pace is gone (the
+// supervisor ended that pace with it): a follower whose fn is busy would
+// otherwise pace again only once fn returns, the job running free
+// meanwhile. (Called from the client's repace goroutine.)
+func (f *follower) repace() {
+	f.paceMu.Lock()
+	defer f.paceMu.Unlock()
+	taken := f.takenA.Load()
+	if f.released || f.paceOff.Load() || f.ctx.Err() != nil || taken < 0 {
+		return // (where its output stands is not known yet: its first pace will do)
+	}
+	var res protocol.PaceResult
+	if err := f.c.Call(context.WithoutCancel(f.ctx), protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Offset: taken}, &res); err == nil {
+		f.acked, f.window, f.pacedOn = max(f.acked, taken), res.WindowBytes, f.c.currentConn()
+	}
+}
+
+// noteTaken records for repace what the follower has taken (from the
+// follow goroutine).
+func (f *follower) noteTaken() {
+	if t := max(f.once.end, f.seenEnd); t > 0 {
+		f.takenA.Store(max(t, f.takenA.Load()))
 	}
 }
 
@@ -516,6 +554,9 @@ func (f *follower) deliver(ev protocol.Event) (done bool, err error) {
 	if !keep {
 		f.next = ev.Seq + 1
 		return false, nil
+	}
+	if f.paced {
+		f.noteTaken() // (given to fn: taken, for a repace while fn is busy)
 	}
 	if err := f.fn(ev); err != nil {
 		return true, err
@@ -665,6 +706,9 @@ func (f *follower) backfill(ctx context.Context) (bool, error) {
 		if !res.More {
 			// Everything published is delivered or reported missing.
 			f.seenEnd = max(f.seenEnd, res.Job.OutputEnd)
+			if f.paced {
+				f.noteTaken()
+			}
 			f.pace(true)
 			if res.Job.Finished() && res.Job.LastSeq < f.next {
 				if !f.restarted {

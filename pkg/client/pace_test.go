@@ -356,3 +356,59 @@ func awaitPaced(ctx context.Context, t *testing.T, c *client.Client, id string) 
 		time.Sleep(5 * time.Millisecond) // (polling status)
 	}
 }
+
+// TestPaceSurvivesConnectionLoss: a paced follower whose fn is busy when
+// the control connection is lost (here: a request that ran past
+// RequestTimeout, after which the client gives the connection up) paces
+// the job again on the next connection at once: the supervisor ended the
+// old connection's pace, and the job ran free until fn returned.
+func TestPaceSurvivesConnectionLoss(t *testing.T) {
+	s := start(t, nil)
+	ctx := ctxT(t, 60*time.Second)
+	c := client.New(client.Options{ControlAddress: s.cfg.Control, EventAddress: s.cfg.Event, RequestTimeout: time.Second})
+	defer c.Close()
+	j, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"yes"}, Pace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.c.Kill(ctx, j.JobID, "SIGKILL")
+	busy := make(chan struct{})
+	fctx, stop := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() {
+		followed <- c.Follow(fctx, j.JobID, 1, func(ev protocol.Event) error {
+			if ev.Kind == protocol.KindStdout {
+				<-busy // (fn busy for the rest of the test)
+			}
+			return nil
+		}, client.Paced())
+	}()
+	defer func() { stop(); close(busy); <-followed }()
+	awaitPaced(ctx, t, s.c, j.JobID)
+	// A write the job does not read takes the supervisor 2 s: the client
+	// gives up after 1 s and drops the connection (and with it the pace).
+	reader, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "30"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.c.Kill(ctx, reader.JobID, "SIGKILL")
+	if _, err := c.Write(ctx, reader.JobID, make([]byte, 200<<10), false); err == nil {
+		t.Fatal("a write the job does not read returned within the request timeout: the connection was not dropped")
+	}
+	// Held again, from what the follower had taken: not running free.
+	// (Time passing is the point here: a job running free prints
+	// hundreds of MB in it; held, a window past a first chunk.)
+	time.Sleep(time.Second)
+	if info := s.info(ctx, t, j.JobID); !info.OutputPaced || info.OutputEnd > 32<<20 {
+		t.Fatalf("after the connection was lost: paced %v, output end %d: the job ran free", info.OutputPaced, info.OutputEnd)
+	}
+}
+
+func (s *supervisor) info(ctx context.Context, t *testing.T, id string) protocol.JobInfo {
+	t.Helper()
+	info, err := s.c.Status(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
