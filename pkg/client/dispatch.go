@@ -118,7 +118,8 @@ func (d *Dispatcher) Start(ctx context.Context, args protocol.SpawnArgs, bufferB
 // processes of its own whose controllers this process may enable: under
 // its own cgroup they are reported unavailable. Without cgroups it falls
 // back to process groups (such a descendant escapes the kill;
-// strictOwnership does nothing). Rlimits and niceness (SpawnArgs.Limits
+// strictOwnership does nothing). SpawnArgs.Pace holds the job to the
+// pace of its Job's readers, as Client.Start does. Rlimits and niceness (SpawnArgs.Limits
 // noFile, addressSpace, nice) need LocalOptions.LimitsHelper (without it
 // spawns asking for them fail). Unlike the supervisor it has no notify
 // socket (notify spawns fail), and it reaps no orphans: in a gateway that
@@ -296,14 +297,29 @@ func (l *Local) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes 
 	if err := ctx.Err(); err != nil {
 		return nil, err // (as the supervisor's Start: nothing is started)
 	}
-	info, err := l.m.Spawn(args)
+	if !args.Pace {
+		info, err := l.m.Spawn(args)
+		if err != nil {
+			return nil, err
+		}
+		return startJob(info.JobID, localBackend{l: l}, bufferBytes, false, nil), nil
+	}
+	// Paced (as Client.Start): the job's output is read no further than a
+	// window past what the Job's follow has handed its readers.
+	pacer := new(byte)
+	_, info, err := l.m.SpawnJobWith(args, jobs.SpawnOptions{Pacer: pacer})
 	if err != nil {
 		return nil, err
 	}
-	return startJob(info.JobID, localBackend{l}, bufferBytes, false, nil), nil
+	return startJob(info.JobID, localBackend{l: l, pacer: pacer}, bufferBytes, true, nil), nil
 }
 
-type localBackend struct{ l *Local }
+// localBackend is a job of a Local; pacer, if set, is its pace's owner
+// (a Job started with Pace).
+type localBackend struct {
+	l     *Local
+	pacer *byte
+}
 
 func (b localBackend) ended(ctx context.Context, id string) error {
 	j, err := b.l.m.Get(id)
@@ -325,6 +341,9 @@ func (b localBackend) follow(ctx context.Context, id string, fn FollowFunc) erro
 	}
 	notify := b.l.sink.watch(id)
 	defer b.l.sink.unwatch(id)
+	if b.pacer != nil {
+		defer j.Unpace(b.pacer)
+	}
 	f := follower{jobID: id, next: 1, fn: fn}
 	for {
 		res, err := j.Events(f.next, 0)
@@ -334,6 +353,9 @@ func (b localBackend) follow(ctx context.Context, id string, fn FollowFunc) erro
 		stop, err := f.apply(res.Missing, res.Events, 0, func(_ protocol.Event, done bool) bool { return done })
 		if stop || err != nil {
 			return err
+		}
+		if b.pacer != nil {
+			_ = j.Pace(b.pacer, max(f.once.end, 0), nil) // (what fn was given: taken)
 		}
 		if res.More {
 			continue

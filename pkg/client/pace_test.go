@@ -412,3 +412,40 @@ func (s *supervisor) info(ctx context.Context, t *testing.T, id string) protocol
 	}
 	return info
 }
+
+// TestLocalPacedJob: in origin mode (Local), a Job started with Pace is
+// held to its reader's pace too, as a supervisor's is (Pace was ignored:
+// a slow reader lost output in one mode and not in the other).
+func TestLocalPacedJob(t *testing.T) {
+	local := client.NewLocalWith(client.LocalOptions{NoCgroups: true})
+	t.Cleanup(func() { local.Close(context.Background()) })
+	ctx := ctxT(t, 60*time.Second)
+	const cmd = "seq 1 600000" // (4 MB: more than the ring, far more than the buffer)
+	want, err := exec.Command("sh", "-c", cmd).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := local.Start(ctx, protocol.SpawnArgs{Shell: cmd, Pace: true}, 32<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	var got bytes.Buffer
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := j.Stdout().Read(buf)
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stdout: %v after %d bytes", err, got.Len())
+		}
+		if got.Len()%(512<<10) < n {
+			time.Sleep(20 * time.Millisecond) // a reader that falls behind now and then (not a wait for anything)
+		}
+	}
+	if ex, err := j.Wait(ctx); err != nil || ex.Reason != protocol.ReasonExit || !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("local paced job: %+v, %v; %d of %d bytes", ex, err, got.Len(), len(want))
+	}
+}
