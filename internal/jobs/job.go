@@ -396,12 +396,16 @@ func (j *Job) pacedLocked() bool {
 	}
 	w := j.paceWindowLocked()
 	for _, p := range j.pacers {
-		if j.offset >= p.acked+w {
+		if j.heldByLocked(p, w) {
 			return true
 		}
 	}
 	return false
 }
+
+// heldByLocked says whether pacer p holds the job (window w): the job
+// read a window past what p took.
+func (j *Job) heldByLocked(p *pacer, w int64) bool { return j.offset >= p.acked+w }
 
 // Pace makes owner (a client connection, say) pace the job's output, or
 // moves its pace on: owner has taken the output up to offset, and the
@@ -459,7 +463,7 @@ func (j *Job) armPaceStallLocked() {
 	now, w := j.m.now(), j.paceWindowLocked()
 	var first time.Time
 	for _, p := range j.pacers {
-		if j.offset < p.acked+w {
+		if !j.heldByLocked(p, w) {
 			p.holdingSince = time.Time{}
 			continue
 		}
@@ -492,7 +496,7 @@ func (j *Job) paceStalled(gen uint64) {
 	j.paceTimer = nil
 	limit, now, w := j.m.cfg.PaceStallLimit, j.m.now(), j.paceWindowLocked()
 	for owner, p := range j.pacers {
-		if j.offset < p.acked+w || p.holdingSince.IsZero() || now.Sub(p.holdingSince) < limit {
+		if !j.heldByLocked(p, w) || p.holdingSince.IsZero() || now.Sub(p.holdingSince) < limit {
 			continue
 		}
 		delete(j.pacers, owner)
@@ -1108,10 +1112,7 @@ func (j *Job) failSpawn(err error) {
 	}
 	_ = j.transition(Exited)
 	j.m.jobDone(j, protocol.ReasonSpawnError) // counted before anyone can see it ended
-	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, protocol.ExitPayload{
-		Reason: j.reason, Error: j.errMsg, OutputEnd: j.offset, EndedAt: ms(j.endedAt),
-		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1], LastOutputAt: ms(j.lastOutputAt),
-	}))
+	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, j.withEndLocked(protocol.ExitPayload{Reason: j.reason, Error: j.errMsg})))
 	j.closeDoneLocked()
 	j.mu.Unlock()
 	closeNotify(sock)
@@ -1865,12 +1866,19 @@ func (j *Job) finishLocked() {
 	if j.reason == protocol.ReasonExit {
 		kind = protocol.KindExited
 	}
-	j.exitEv = ptr(j.emitLocked(kind, protocol.ExitPayload{
+	j.exitEv = ptr(j.emitLocked(kind, j.withEndLocked(protocol.ExitPayload{
 		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
-		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(), OutputEnd: j.offset, EndedAt: ms(j.endedAt),
-		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1], LastOutputAt: ms(j.lastOutputAt),
-	}))
+		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(),
+	})))
 	j.closeDoneLocked()
+}
+
+// withEndLocked fills in p the job's output end, byte counts and times as
+// of its end (what a terminal event carries of its final info).
+func (j *Job) withEndLocked(p protocol.ExitPayload) protocol.ExitPayload {
+	p.OutputEnd, p.EndedAt, p.LastOutputAt = j.offset, ms(j.endedAt), ms(j.lastOutputAt)
+	p.StdoutBytes, p.StderrBytes = j.streamN[0], j.streamN[1]
+	return p
 }
 
 // closeDoneLocked closes done and runs the AfterDone functions with the

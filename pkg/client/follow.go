@@ -447,13 +447,19 @@ func (f *follower) pace(caughtUp bool) {
 	if !f.paced || f.paceOff.Load() {
 		return
 	}
-	taken := max(f.once.end, f.seenEnd, 0)
+	taken := f.taken()
 	f.paceMu.Lock()
 	defer f.paceMu.Unlock()
 	fresh := f.pacedOn == nil || f.c.currentConn() != f.pacedOn
 	if !fresh && (taken <= f.acked || !caughtUp && taken < f.acked+max(f.window/4, 1)) {
 		return
 	}
+	f.sendPaceLocked(taken)
+}
+
+// sendPaceLocked tells the supervisor that the follower took the output
+// up to taken (f.paceMu held), unless the pace was released.
+func (f *follower) sendPaceLocked(taken int64) {
 	if f.released || f.ctx.Err() != nil {
 		return // (a pace after the release would hold the job again)
 	}
@@ -464,11 +470,15 @@ func (f *follower) pace(caughtUp bool) {
 	var pe *protocol.Error
 	switch {
 	case err == nil:
-		f.acked, f.window, f.pacedOn = taken, res.WindowBytes, f.c.currentConn()
+		f.acked, f.window, f.pacedOn = max(f.acked, taken), res.WindowBytes, f.c.currentConn()
 	case errors.As(err, &pe) && pe.Code == protocol.CodeUnknownOp:
 		f.paceOff.Store(true) // (an older supervisor)
 	}
 }
+
+// taken is how far the follower has taken the output: delivered, or
+// reported missing (the follow goroutine's).
+func (f *follower) taken() int64 { return max(f.once.end, f.seenEnd, 0) }
 
 // repace paces the job again, on a new connection, from what the
 // follower had acked, when the connection that held its pace is gone (the
@@ -478,20 +488,15 @@ func (f *follower) pace(caughtUp bool) {
 func (f *follower) repace() {
 	f.paceMu.Lock()
 	defer f.paceMu.Unlock()
-	taken := f.takenA.Load()
-	if f.released || f.paceOff.Load() || f.ctx.Err() != nil || taken < 0 {
-		return // (where its output stands is not known yet: its first pace will do)
-	}
-	var res protocol.PaceResult
-	if err := f.c.Call(context.WithoutCancel(f.ctx), protocol.OpPace, protocol.PaceArgs{JobID: f.jobID, Offset: taken}, &res); err == nil {
-		f.acked, f.window, f.pacedOn = max(f.acked, taken), res.WindowBytes, f.c.currentConn()
+	if taken := f.takenA.Load(); taken >= 0 && !f.paceOff.Load() { // (unknown yet: its first pace will do)
+		f.sendPaceLocked(taken)
 	}
 }
 
 // noteTaken records for repace what the follower has taken (from the
 // follow goroutine).
 func (f *follower) noteTaken() {
-	if t := max(f.once.end, f.seenEnd); t > 0 {
+	if t := f.taken(); t > 0 {
 		f.takenA.Store(max(t, f.takenA.Load()))
 	}
 }

@@ -140,7 +140,7 @@ func startJob(id string, b backend, bufferBytes int, blocking bool, life context
 	j := &Job{ID: id, b: b, cancel: cancel, done: make(chan struct{}), paced: blocking}
 	for i := range j.out {
 		j.out[i] = newStreamBuf(bufferBytes)
-		j.out[i].blocking, j.out[i].waitForReader = blocking, true
+		j.out[i].blocking = blocking
 	}
 	if blocking && life != nil {
 		// (the client's Close ends a follow waiting for room, as it ends
@@ -294,10 +294,10 @@ type streamBuf struct {
 	closed bool
 	err    error // final error (nil: io.EOF)
 	// blocking: put waits for room (a paced job's follow: the job waits)
-	// rather than dropping; aborted ends such waits (Job.Close). With
-	// waitForReader, only once reading began (a stream nobody reads must
-	// not hold the job, nor Wait, for ever).
-	blocking, aborted, waitForReader, reading bool
+	// rather than dropping, once reading began (a stream nobody reads
+	// must not hold the job, nor Wait, for ever); aborted ends such waits
+	// (Job.Close).
+	blocking, aborted, reading bool
 }
 
 type item struct {
@@ -315,7 +315,7 @@ func newStreamBuf(max int) *streamBuf {
 func (s *streamBuf) put(b []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.blocking && (s.reading || !s.waitForReader) && s.size+len(b) > s.max && s.size > 0 && !s.aborted {
+	for s.blocking && s.reading && s.size+len(b) > s.max && s.size > 0 && !s.aborted {
 		s.cond.Wait()
 	}
 	if s.size+len(b) > s.max && s.size > 0 {

@@ -238,27 +238,14 @@ func TestPacedJobHandle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	var got bytes.Buffer
-	buf := make([]byte, 8<<10)
-	for {
-		n, err := j.Stdout().Read(buf)
-		got.Write(buf[:n])
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("stdout: %v after %d bytes", err, got.Len())
-		}
-		if got.Len()%(512<<10) < n {
-			time.Sleep(20 * time.Millisecond) // a reader that falls behind now and then (not a wait for anything)
-		}
-	}
+	got := readSlowly(t, j.Stdout())
+	buf := make([]byte, 8<<10) // (for the readers below that read once, then stop)
 	ex, err := j.Wait(ctx)
 	if err != nil || ex.Reason != protocol.ReasonExit {
 		t.Fatalf("wait: %+v, %v", ex, err)
 	}
-	if !bytes.Equal(got.Bytes(), want) {
-		t.Fatalf("stdout: %d of %d bytes", got.Len(), len(want))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("stdout: %d of %d bytes", len(got), len(want))
 	}
 	// (stderr, never read, overflowed its buffer: reported, not waited for)
 	if lost := j.Lost(); len(lost) == 0 || lost[0].Stream != protocol.Stderr {
@@ -430,22 +417,29 @@ func TestLocalPacedJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
+	got := readSlowly(t, j.Stdout())
+	if ex, err := j.Wait(ctx); err != nil || ex.Reason != protocol.ReasonExit || !bytes.Equal(got, want) {
+		t.Fatalf("local paced job: %+v, %v; %d of %d bytes", ex, err, len(got), len(want))
+	}
+}
+
+// readSlowly reads r to its end as a reader that falls behind now and
+// then, failing on any error (a loss included).
+func readSlowly(t *testing.T, r io.Reader) []byte {
+	t.Helper()
 	var got bytes.Buffer
 	buf := make([]byte, 8<<10)
 	for {
-		n, err := j.Stdout().Read(buf)
+		n, err := r.Read(buf)
 		got.Write(buf[:n])
 		if err == io.EOF {
-			break
+			return got.Bytes()
 		}
 		if err != nil {
-			t.Fatalf("stdout: %v after %d bytes", err, got.Len())
+			t.Fatalf("read: %v after %d bytes", err, got.Len())
 		}
 		if got.Len()%(512<<10) < n {
 			time.Sleep(20 * time.Millisecond) // a reader that falls behind now and then (not a wait for anything)
 		}
-	}
-	if ex, err := j.Wait(ctx); err != nil || ex.Reason != protocol.ReasonExit || !bytes.Equal(got.Bytes(), want) {
-		t.Fatalf("local paced job: %+v, %v; %d of %d bytes", ex, err, got.Len(), len(want))
 	}
 }
