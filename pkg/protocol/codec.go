@@ -370,7 +370,7 @@ func (a *SpawnArgs) Validate() error {
 	}
 	for name, v := range map[string]int64{"timeoutMs": a.TimeoutMs, "noOutputTimeoutMs": a.NoOutputTimeoutMs, "graceMs": a.GraceMs} {
 		if v < 0 {
-			return Errorf(CodeInvalidArgument, "%s is negative (%d)", name, v)
+			return negativeErr(name, v)
 		}
 		if v > MaxTimeoutMs {
 			return Errorf(CodeInvalidArgument, "%s is %d; the limit is %d (7 days)", name, v, int64(MaxTimeoutMs))
@@ -424,16 +424,23 @@ func (a *KillArgs) Validate() error {
 	return nil
 }
 
+// negativeErr is the error for integer argument name that decoded as v <
+// 0: sent negative, or as an unsigned number past 2^63-1 (which msgpack
+// decoding into a signed field wraps).
+func negativeErr[T int | int64](name string, v T) error {
+	return Errorf(CodeInvalidArgument, "%s is %d: negative, or too large (it must fit in 63 bits)", name, v)
+}
+
 // Validate checks poll arguments.
 func (a *PollArgs) Validate() error {
 	if err := validJobID(a.JobID); err != nil {
 		return err
 	}
 	if a.Cursor < 0 {
-		return Errorf(CodeInvalidArgument, "cursor is negative (%d)", a.Cursor)
+		return negativeErr("cursor", a.Cursor)
 	}
 	if a.MaxBytes < 0 {
-		return Errorf(CodeInvalidArgument, "maxBytes is negative (%d)", a.MaxBytes)
+		return negativeErr("maxBytes", a.MaxBytes)
 	}
 	return nil
 }
@@ -444,7 +451,7 @@ func (a *SubscribeArgs) Validate() error {
 		return err
 	}
 	if a.Limit < 0 {
-		return Errorf(CodeInvalidArgument, "limit is negative (%d)", a.Limit)
+		return negativeErr("limit", a.Limit)
 	}
 	if a.FromSeq > 1<<62 {
 		// (a negative number sent for the unsigned field arrives so)
@@ -467,7 +474,7 @@ func (a *PaceArgs) Validate() error {
 		return err
 	}
 	if a.Offset < 0 {
-		return Errorf(CodeInvalidArgument, "offset is negative (%d)", a.Offset)
+		return negativeErr("offset", a.Offset)
 	}
 	if a.Offset > maxOffset {
 		return Errorf(CodeInvalidArgument, "offset %d is past any job's output (at most 2^62)", a.Offset)
@@ -512,7 +519,7 @@ func (a *ListJobsArgs) Validate() error {
 		return Errorf(CodeInvalidArgument, "state %.32q is not one of starting, running, exiting, restarting, exited", string(a.State))
 	}
 	if a.Limit < 0 {
-		return Errorf(CodeInvalidArgument, "limit is negative (%d)", a.Limit)
+		return negativeErr("limit", a.Limit)
 	}
 	if len(a.IDPrefix) > MaxIDBytes {
 		return Errorf(CodeInvalidArgument, "idPrefix longer than %d bytes", MaxIDBytes)

@@ -100,6 +100,26 @@ func TestDecodeRequestErrors(t *testing.T) {
 			t.Errorf("%s: want %s, got %v", name, tc.code, err)
 		}
 	}
+	// An unsigned number past 2^63-1 decodes into a signed field as a
+	// negative one: the message says it may be either.
+	for op, tc := range map[Op]struct {
+		args map[string]any
+		v    any
+	}{
+		OpPoll:  {map[string]any{"jobId": "j-1", "cursor": uint64(1<<64 - 1)}, &PollArgs{}},
+		OpPace:  {map[string]any{"jobId": "j-1", "offset": uint64(1 << 63)}, &PaceArgs{}},
+		OpSpawn: {map[string]any{"argv": []string{"x"}, "timeoutMs": uint64(1<<64 - 2)}, &SpawnArgs{}},
+	} {
+		req, err := DecodeRequest(mustMarshal(map[string]any{"v": 2, "op": op, "args": tc.args}), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = DecodeArgs(req, tc.v)
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Code != CodeInvalidArgument || !strings.Contains(pe.Message, "too large") {
+			t.Errorf("%s with a huge unsigned number: %v", op, err)
+		}
+	}
 	req, err := DecodeRequest(mustMarshal(map[string]any{"v": 2, "op": "health", "args": nil}), 0)
 	if err != nil {
 		t.Fatal(err)
