@@ -227,6 +227,40 @@ func TestSharedSocket(t *testing.T) {
 			}
 		})
 	}
+	t.Run("private, way to it writable by others", func(t *testing.T) {
+		// Private sockets start (clients refuse a swapped directory: the
+		// most another user can do is keep them out), with a warning.
+		open := filepath.Join(t.TempDir(), "open")
+		if err := os.Mkdir(open, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(open, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(open, "s")
+		var logged []string
+		r, err := ListenRouter(context.Background(), "ipc://"+filepath.Join(dir, "c.sock"), &Policy{Log: func(msg string, _ ...any) { logged = append(logged, msg) }}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		if len(logged) != 1 || !strings.Contains(logged[0], "others could replace the socket directory") {
+			t.Fatalf("logged %q, want one warning about the way to the socket", logged)
+		}
+		// Under a sticky one (as /tmp): no warning.
+		if err := os.Chmod(open, 0o777|os.ModeSticky); err != nil {
+			t.Fatal(err)
+		}
+		logged = nil
+		r, err = ListenRouter(context.Background(), "ipc://"+filepath.Join(dir, "c.sock"), &Policy{Log: func(msg string, _ ...any) { logged = append(logged, msg) }}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		if len(logged) != 0 {
+			t.Fatalf("under a sticky directory: logged %q", logged)
+		}
+	})
 	t.Run("way to it writable by others", func(t *testing.T) {
 		// Another user who can rename a directory on the way could swap
 		// in theirs, with a symlink named like the socket.

@@ -139,6 +139,7 @@ func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedLi
 		} else {
 			_ = os.Chmod(addr, 0o600)
 			unshareDir(filepath.Dir(addr), &pol)
+			warnOpenWay(filepath.Dir(addr), &pol)
 		}
 		// The file is removed at Close only if it is still the one bound
 		// here: a supervisor started on the same endpoint after this one
@@ -511,6 +512,30 @@ func unshareDir(dir string, p *Policy) {
 		}
 	}
 	_ = os.Remove(note)
+}
+
+// warnOpenWay logs when a directory above the private socket directory
+// dir lets others rename what is in it: someone could move dir away and
+// put theirs in its place. Clients refuse a socket directory that is not
+// their user's (see CheckPeerDir), so what they could do is keep clients
+// out, not get in: a warning, not a refusal.
+func warnOpenWay(dir string, p *Policy) {
+	if p.Log == nil {
+		return
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return
+	}
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		if err := CheckDir(d, true); err != nil {
+			p.Log("others could replace the socket directory (clients would then refuse to connect); keep sockets under directories only root or this user can write", "dir", real, "err", err)
+			return
+		}
+		if d == filepath.Dir(d) {
+			return
+		}
+	}
 }
 
 // shareSocket opens the ipc socket at addr (and the way to it) to the
