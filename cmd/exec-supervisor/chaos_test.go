@@ -1480,8 +1480,9 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 	// wrote from the journal's output end again: the cursor was "past
 	// the end", then skipped the run's first lines).
 	var got []byte
+	var p protocol.PollResult
 	for deadline = time.Now().Add(20 * time.Second); len(got) < len("line0\n"); {
-		p, err := s2.client.Poll(ctx, j.JobID, seenEnd, 0)
+		p, err = s2.client.Poll(ctx, j.JobID, seenEnd, 0)
 		if err != nil {
 			t.Fatalf("poll from offset %d, the end the previous supervisor reported: %v", seenEnd, err)
 		}
@@ -1496,6 +1497,33 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 	}
 	if !bytes.HasPrefix(got, []byte("line0\n")) {
 		t.Errorf("from the previous supervisor's last offset %d: %q, want the resumed run's output from its first line", seenEnd, got)
+	}
+	// What the dead supervisor read past its last journal write is lost,
+	// and the poll says so (it said nothing was lost).
+	if !p.Truncated || !p.CrashGap {
+		t.Errorf("from the previous supervisor's last offset %d: truncated %v, crashGap %v; want a crash gap reported", seenEnd, p.Truncated, p.CrashGap)
+	}
+	// Polled from the start, the output up to the journal's end comes
+	// first, then a poll reports the gap before the resumed run's output.
+	gap := false
+	for cursor := int64(0); ; {
+		r, err := s2.client.Poll(ctx, j.JobID, cursor, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.CrashGap {
+			gap = true
+			if len(r.Chunks) == 0 || !bytes.HasPrefix(r.Chunks[0].Data, []byte("line0\n")) {
+				t.Errorf("the poll reporting the gap (from %d) does not start with the resumed run's first line", cursor)
+			}
+		}
+		if !r.More {
+			break
+		}
+		cursor = r.Next
+	}
+	if !gap {
+		t.Error("polled from 0, no poll reported the crash gap")
 	}
 	if _, err := s2.client.Stop(ctx, j.JobID); err != nil {
 		t.Fatal(err)

@@ -599,8 +599,11 @@ func (*PollCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if g.json {
 		return exitOK, printJSON(g.stdout, res)
 	}
-	if res.Truncated {
+	if res.LostBytes > 0 {
 		fmt.Fprintf(g.stderr, "execctl: %d bytes before offset %d are no longer retained\n", res.LostBytes, res.Job.RetainedFrom)
+	}
+	if res.CrashGap {
+		fmt.Fprintf(g.stderr, "execctl: %s\n", crashGapNote)
 	}
 	for _, c := range res.Chunks {
 		w := g.stdout
@@ -678,8 +681,14 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 						errs[i] = err
 						return
 					}
-					if res.Truncated {
+					if res.LostBytes > 0 && cursor == 0 {
 						fmt.Fprintf(g.stderr, "execctl: [the first %s of %s's output are no longer retained]\n", humanBytes(res.LostBytes), id)
+					} else if res.LostBytes > 0 {
+						fmt.Fprintf(g.stderr, "execctl: [%s of %s's output are no longer retained here]\n", humanBytes(res.LostBytes), id)
+					}
+					if res.CrashGap {
+						lw.flush(g.stdout)
+						fmt.Fprintf(g.stderr, "execctl: [%s: %s]\n", id, crashGapNote)
 					}
 					for _, c := range res.Chunks {
 						if g.json {
@@ -1266,6 +1275,9 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 }
 
 // humanBytes prints a size with a binary unit.
+// crashGapNote explains a poll's crashGap: output may be missing here.
+const crashGapNote = "output may be missing here: the supervisor crashed, and what it had read of this job since its last journal write is lost (how much is unknown)"
+
 func humanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {

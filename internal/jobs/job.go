@@ -1963,15 +1963,8 @@ func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
 		return protocol.PollResult{}, protocol.Errorf(protocol.CodeInvalidArgument,
 			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.offset)
 	}
-	res := protocol.PollResult{Job: j.infoLocked()}
-	if lost := j.out.span(cursor, j.out.from()); lost > 0 {
-		res.Truncated = true
-		res.LostBytes = lost
-	}
-	res.Chunks, res.Next, res.More = j.out.read(cursor, maxBytes)
-	if res.Chunks == nil {
-		res.Chunks = []protocol.Chunk{}
-	}
+	res := j.out.poll(cursor, maxBytes)
+	res.Job = j.infoLocked()
 	return res, nil
 }
 

@@ -514,13 +514,21 @@ func TestInterruptedJobEndsPastReserve(t *testing.T) {
 		if end := j.Info().OutputEnd; end != 3+offsetReserve {
 			t.Fatalf("%s: output end %d, want %d", when, end, 3+offsetReserve)
 		}
-		r, err := j.Poll(49, 0) // (the dead supervisor had published 49 bytes)
-		if err != nil || len(r.Chunks) != 0 || r.Truncated || r.More {
+		// (the dead supervisor had published 49 bytes: what it read
+		// past the record is lost, in an amount nobody knows)
+		r, err := j.Poll(49, 0)
+		if err != nil || len(r.Chunks) != 0 || !r.Truncated || !r.CrashGap || r.LostBytes != 0 || r.More || r.Next != 3+offsetReserve {
 			t.Fatalf("%s: poll from a cursor past the record: %+v, %v", when, r, err)
 		}
+		// From 0: the output up to the record's end, then more (the gap,
+		// reported by the poll from there).
 		r, err = j.Poll(0, 0)
-		if err != nil || len(r.Chunks) != 1 || string(r.Chunks[0].Data) != "ab\n" || r.Truncated || r.LostBytes != 0 {
+		if err != nil || len(r.Chunks) != 1 || string(r.Chunks[0].Data) != "ab\n" || r.Truncated || r.LostBytes != 0 || !r.More || r.Next != 3 {
 			t.Fatalf("%s: poll from 0: %+v, %v", when, r, err)
+		}
+		r, err = j.Poll(3, 0)
+		if err != nil || len(r.Chunks) != 0 || !r.CrashGap || r.More || r.Next != 3+offsetReserve {
+			t.Fatalf("%s: poll from the record's end: %+v, %v", when, r, err)
 		}
 	}
 	check(j, "restored")
@@ -691,8 +699,8 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 		t.Fatal(err)
 	}
 	j1, _ := m1.Get("j-skip")
-	if res, err := j1.Poll(0, 0); err != nil || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "ab\n" || res.Truncated {
-		t.Fatalf("restored before the run: %+v truncated %v lost %d (%v)", res.Chunks, res.Truncated, res.LostBytes, err)
+	if res, err := j1.Poll(0, 0); err != nil || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "ab\n" || res.Truncated || !res.More {
+		t.Fatalf("restored before the run: %+v truncated %v lost %d more %v (%v)", res.Chunks, res.Truncated, res.LostBytes, res.More, err)
 	}
 
 	if _, err := m.Start("j-skip"); err != nil {
@@ -703,16 +711,22 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Chunks) != 2 || string(res.Chunks[0].Data) != "ab\n" || res.Chunks[0].Offset != 0 ||
-		string(res.Chunks[1].Data) != "next\n" || res.Chunks[1].Offset != first || res.Truncated {
-		t.Fatalf("poll from 0: %+v (truncated %v)", res.Chunks, res.Truncated)
+	// From 0: the first run's output, up to the skipped offsets; the poll
+	// from there reports them (what the dead supervisor read past the
+	// record is lost) with the next run's output.
+	if len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "ab\n" || res.Chunks[0].Offset != 0 || res.Truncated || !res.More || res.Next != 3 {
+		t.Fatalf("poll from 0: %+v (truncated %v, more %v, next %d)", res.Chunks, res.Truncated, res.More, res.Next)
 	}
-	if res.Job.OutputEnd != first+5 || res.Next != first+5 {
-		t.Fatalf("output end %d, next %d; want %d", res.Job.OutputEnd, res.Next, first+5)
+	res, err = j.Poll(res.Next, 0)
+	if err != nil || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "next\n" || res.Chunks[0].Offset != first || !res.Truncated || !res.CrashGap || res.LostBytes != 0 {
+		t.Fatalf("poll from the record's end: %+v truncated %v crashGap %v lost %d (%v)", res.Chunks, res.Truncated, res.CrashGap, res.LostBytes, err)
+	}
+	if res.Job.OutputEnd != first+5 || res.Next != first+5 || res.More {
+		t.Fatalf("output end %d, next %d, more %v; want %d", res.Job.OutputEnd, res.Next, res.More, first+5)
 	}
 	// A cursor the dead supervisor may have handed out (past the record).
 	res, err = j.Poll(1000, 0)
-	if err != nil || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "next\n" || res.Truncated || res.LostBytes != 0 {
+	if err != nil || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "next\n" || !res.Truncated || !res.CrashGap || res.LostBytes != 0 {
 		t.Fatalf("poll from inside the skipped offsets: %+v truncated %v lost %d (%v)", res.Chunks, res.Truncated, res.LostBytes, err)
 	}
 
@@ -721,18 +735,18 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 		t.Fatalf("snapshot: tail %q ends %d, output end %d", s2.Tail, s2.TailEnd, s2.Info.OutputEnd)
 	}
 	// Restored after a graceful restart: the 3 bytes before the tail are
-	// lost, the skipped offsets are not.
+	// lost (counted), and the crash gap still reported.
 	m2 := New(Config{}, discard(), nil)
 	defer m2.Close(context.Background())
 	if err := m2.Restore(s2); err != nil {
 		t.Fatal(err)
 	}
 	j2, _ := m2.Get("j-skip")
-	if res, err := j2.Poll(0, 0); err != nil || res.LostBytes != 3 || !res.Truncated || len(res.Chunks) != 1 {
-		t.Fatalf("after a restart: %+v truncated %v lost %d (want 3) (%v)", res.Chunks, res.Truncated, res.LostBytes, err)
+	if res, err := j2.Poll(0, 0); err != nil || res.LostBytes != 3 || !res.Truncated || !res.CrashGap || len(res.Chunks) != 1 {
+		t.Fatalf("after a restart: %+v truncated %v crashGap %v lost %d (want 3) (%v)", res.Chunks, res.Truncated, res.CrashGap, res.LostBytes, err)
 	}
-	if res, err := j2.Poll(1000, 0); err != nil || res.Truncated || res.LostBytes != 0 {
-		t.Fatalf("after a restart, from inside the skipped offsets: truncated %v lost %d (%v)", res.Truncated, res.LostBytes, err)
+	if res, err := j2.Poll(1000, 0); err != nil || !res.CrashGap || res.LostBytes != 0 {
+		t.Fatalf("after a restart, from inside the skipped offsets: crashGap %v lost %d (%v)", res.CrashGap, res.LostBytes, err)
 	}
 	// A second crash: restored from that snapshot, it skips again.
 	s2.Info.JobID, s2.Info.Reason, s2.Interrupted = "j-skip2", protocol.ReasonSupervisorRestart, true
@@ -744,15 +758,17 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 		t.Fatalf("second crash: offset %d (want %d), skips %v, evicted %d (want 3)", j3.offset, first+5+offsetReserve, j3.out.skips, j3.out.evicted)
 	}
 
-	// A service that printed nothing before the crash: nothing is lost.
+	// A service that printed nothing the journal knows of before the
+	// crash: nothing is counted lost, and the gap is reported (the dead
+	// supervisor may have read output after its last write).
 	empty := Snapshot{Info: protocol.JobInfo{JobID: "j-empty", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 1},
 		Service: &ServiceState{Spec: spec, Attempt: 1}, Interrupted: true}
 	if err := m2.Restore(empty); err != nil {
 		t.Fatal(err)
 	}
 	je, _ := m2.Get("j-empty")
-	if res, err := je.Poll(0, 0); err != nil || res.Truncated || res.LostBytes != 0 {
-		t.Fatalf("no output before the crash: truncated %v lost %d (%v)", res.Truncated, res.LostBytes, err)
+	if res, err := je.Poll(0, 0); err != nil || !res.CrashGap || res.LostBytes != 0 {
+		t.Fatalf("no output before the crash: crashGap %v lost %d (%v)", res.CrashGap, res.LostBytes, err)
 	}
 
 	// The journal is input: implausible skips and tail ends are refused.
@@ -878,6 +894,68 @@ func TestMissingBytesAcrossSkip(t *testing.T) {
 	across := []protocol.SeqRange{{From: 1, To: 100003}}
 	if _, exact := r.missingBytes(across); exact || across[0].Bytes != 0 {
 		t.Fatalf("a range across the skip was counted exactly: %+v", across[0])
+	}
+}
+
+// TestPollAcrossSkip: offsets skipped after a supervisor crash (where the
+// dead supervisor may have read output it never journaled) are reported
+// by the poll that reaches them, as a crash gap: a poll that returns
+// output before them stops there (more), the next one moves past them.
+// (They were counted as holding nothing: a poller read across them, and
+// one whose cursor was inside them got nothing, neither reporting a loss.)
+func TestPollAcrossSkip(t *testing.T) {
+	r := newRing(1 << 20)
+	add := func(seq uint64, s string) {
+		r.add(chunk{Chunk: protocol.Chunk{Seq: seq, Stream: protocol.Stdout, Offset: r.end, Data: []byte(s)}})
+	}
+	add(1, "run1a")
+	add(2, "run1b")
+	r.skipTo(r.end + 1000) // [10, 1010)
+	add(100003, "run2")
+	text := func(res protocol.PollResult) string {
+		var b []byte
+		for _, c := range res.Chunks {
+			b = append(b, c.Data...)
+		}
+		return string(b)
+	}
+	for _, c := range []struct {
+		cursor    int64
+		text      string
+		next      int64
+		more, gap bool
+	}{
+		{0, "run1arun1b", 10, true, false}, // stops at the skip
+		{3, "1arun1b", 10, true, false},
+		{10, "run2", 1014, false, true},  // reports it, moves past it
+		{500, "run2", 1014, false, true}, // a cursor the dead supervisor handed out
+		{1010, "run2", 1014, false, false},
+		{1014, "", 1014, false, false},
+	} {
+		res := r.poll(c.cursor, 1<<20)
+		if text(res) != c.text || res.Next != c.next || res.More != c.more || res.CrashGap != c.gap || res.Truncated != c.gap || res.LostBytes != 0 {
+			t.Errorf("poll from %d: %q next %d more %v crashGap %v truncated %v lost %d; want %q next %d more %v crash gap %v",
+				c.cursor, text(res), res.Next, res.More, res.CrashGap, res.Truncated, res.LostBytes, c.text, c.next, c.more, c.gap)
+		}
+	}
+	// A one-shot job's skip is at its end: the poll that reads up to it
+	// says more, the next reports the gap and ends past it.
+	r = newRing(1 << 20)
+	add(1, "out")
+	r.skipTo(r.end + 1000)
+	if res := r.poll(0, 1<<20); text(res) != "out" || res.Next != 3 || !res.More || res.CrashGap {
+		t.Errorf("one-shot from 0: %q next %d more %v gap %v", text(res), res.Next, res.More, res.CrashGap)
+	}
+	if res := r.poll(3, 1<<20); text(res) != "" || res.Next != 1003 || res.More || !res.CrashGap || !res.Truncated {
+		t.Errorf("one-shot from 3: %q next %d more %v gap %v", text(res), res.Next, res.More, res.CrashGap)
+	}
+	// Evicted output before the skip is counted; the gap is reported too.
+	r = newRing(300) // (room for about one chunk)
+	add(1, string(make([]byte, 100)))
+	r.skipTo(r.end + 1000)
+	add(100003, string(make([]byte, 100))) // evicts the first
+	if res := r.poll(0, 1<<20); res.LostBytes != 100 || !res.CrashGap || res.Next != 1200 || len(res.Chunks) != 1 {
+		t.Errorf("evicted then skipped: lost %d gap %v next %d", res.LostBytes, res.CrashGap, res.Next)
 	}
 }
 

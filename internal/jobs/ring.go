@@ -202,8 +202,12 @@ func (r *ring) firstSeq() uint64 {
 // read returns retained output at or after cursor, at most max bytes (at
 // least one chunk's worth is never split below max). The first chunk is
 // trimmed to start at cursor.
+//
+// A read stops where skipped offsets begin after output it returns (more
+// is then true, also when no output follows them): the skip is reported
+// by the read that starts there (see Job.Poll), which moves past it.
 func (r *ring) read(cursor int64, max int64) (out []protocol.Chunk, next int64, more bool) {
-	next = cursor
+	next = r.pastSkips(cursor)
 	if next < r.from() {
 		next = r.from()
 	}
@@ -219,6 +223,9 @@ func (r *ring) read(cursor int64, max int64) (out []protocol.Chunk, next int64, 
 			d = d[next-off:]
 			off = next
 		}
+		if len(out) > 0 && r.skipsIn(next, off) {
+			return out, next, true
+		}
 		if n+int64(len(d)) > max {
 			if room := max - n; room > 0 {
 				out = append(out, protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: d[:room]})
@@ -230,5 +237,42 @@ func (r *ring) read(cursor int64, max int64) (out []protocol.Chunk, next int64, 
 		n += int64(len(d))
 		next = off + int64(len(d))
 	}
-	return out, next, false
+	if len(out) == 0 {
+		return out, r.pastSkips(next), false
+	}
+	return out, next, r.skipsIn(next, r.end)
+}
+
+// poll is read as a poll result: what lies between cursor and the first
+// byte returned is gone, evicted bytes (LostBytes) or offsets skipped
+// after a supervisor crash (CrashGap), where the dead supervisor may have
+// read output it never journaled (how much is not known: possibly none).
+func (r *ring) poll(cursor, max int64) protocol.PollResult {
+	var res protocol.PollResult
+	res.Chunks, res.Next, res.More = r.read(cursor, max)
+	if res.Chunks == nil {
+		res.Chunks = []protocol.Chunk{}
+	}
+	first := res.Next
+	if len(res.Chunks) > 0 {
+		first = res.Chunks[0].Offset
+	}
+	if lost := r.span(cursor, min(r.from(), first)); lost > 0 {
+		res.Truncated, res.LostBytes = true, lost
+	}
+	if r.skipsIn(cursor, first) {
+		res.Truncated, res.CrashGap = true, true
+	}
+	return res
+}
+
+// pastSkips returns off, or the end of the skipped offsets off lies in
+// (or starts).
+func (r *ring) pastSkips(off int64) int64 {
+	for _, s := range r.skips {
+		if s.At <= off && off < s.At+s.N {
+			off = s.At + s.N
+		}
+	}
+	return off
 }

@@ -402,10 +402,13 @@ type PollResult struct {
 	Chunks []Chunk `msgpack:"chunks" json:"chunks"`
 	// Next is the cursor for the following poll.
 	Next int64 `msgpack:"next" json:"next"`
-	// Truncated is true when Cursor is older than the oldest retained byte;
-	// LostBytes says how many bytes after Cursor are gone.
+	// Truncated is true when output between Cursor and the first chunk
+	// (or Next) is gone: LostBytes says how many bytes were evicted, and
+	// CrashGap that offsets a crashed supervisor may have used for output
+	// it never journaled lie there too (how much of it is unknown).
 	Truncated bool  `msgpack:"truncated" json:"truncated"`
 	LostBytes int64 `msgpack:"lostBytes" json:"lostBytes"`
+	CrashGap  bool  `msgpack:"crashGap,omitempty" json:"crashGap,omitempty"`
 	// More is true when retained output remains past Next (MaxBytes hit).
 	More bool `msgpack:"more" json:"more"`
 	// InstanceID is the answering supervisor's (as in health): a client
