@@ -1990,6 +1990,74 @@ func TestLogReaderGone(t *testing.T) {
 	}
 }
 
+// TestAckedJobControlSurvivesCrash: a kill, stop or start the supervisor
+// answered is in the journal when the answer goes, however soon the
+// supervisor dies after it. Replies went before the write (batched, up to
+// 100 ms later): a kill -9 right after them brought a stopped service
+// back and recorded a killed job as supervisor-restart (found by a chaos
+// audit: 4 of 8 stops, 3 of 3 kills).
+func TestAckedJobControlSurvivesCrash(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	always := &protocol.RestartPolicy{Policy: protocol.RestartAlways}
+	spawn := func(args protocol.SpawnArgs) protocol.JobInfo {
+		t.Helper()
+		args.Shell, args.GraceMs = `trap '' TERM; echo up; sleep 300 & wait`, 60_000
+		j, err := s.client.Spawn(ctx, args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+		waitOutput(t, s, j.JobID, "up")
+		return j
+	}
+	killed := spawn(protocol.SpawnArgs{})
+	stopped := spawn(protocol.SpawnArgs{Restart: always})
+	// A service that ran and finished, started again below.
+	onFailure := &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}
+	finished, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "exit 0", Restart: onFailure})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, fin, err := s.client.Wait(ctx, finished.JobID, 10*time.Second); err != nil || !fin {
+		t.Fatalf("wait: %v %v", fin, err)
+	}
+	// A change just before: the journal's next write is a pause away.
+	if _, err := s.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Kill(ctx, killed.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Stop(ctx, stopped.JobID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.StartService(ctx, finished.JobID); err != nil {
+		t.Fatal(err)
+	}
+	s.kill9()
+	s2 := e.start(t)
+	for id, reason := range map[string]protocol.Reason{killed.JobID: protocol.ReasonManualCancel, stopped.JobID: protocol.ReasonStopped} {
+		info, err := s2.client.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State != protocol.StateExited || info.Reason != reason || info.Attempt > 1 {
+			t.Errorf("job %s after the crash: state %s reason %s attempt %d, want exited %s (not resumed)", id, info.State, info.Reason, info.Attempt, reason)
+		}
+	}
+	// The service started again: its second run is known after the crash.
+	if info, err := s2.client.Status(ctx, finished.JobID); err != nil || info.Attempt < 2 {
+		t.Errorf("the service started again before the crash: attempt %d (%v), want its second run known", info.Attempt, err)
+	}
+	for _, j := range []protocol.JobInfo{killed, stopped} {
+		if pids := proctest.InGroup(j.Pgid); len(pids) > 0 {
+			t.Errorf("job %s: processes left %v", j.JobID, pids)
+		}
+	}
+}
+
 // TestCrashDuringKillGrace: a job whose kill was under way (its grace
 // period running) when the supervisor died ends, after the restart, as it
 // was being ended (manual-cancel; a service's stop: stopped) with its

@@ -371,6 +371,53 @@ func (s *Server) journalBeforeRun(id string) {
 	}
 }
 
+// durableWaitMax bounds how long a reply waits for the journal write that
+// records what its request changed (see awaitJournal).
+const durableWaitMax = 3 * time.Second
+
+// awaitJournal returns once a journal write that began after this call
+// was attempted: so that a reply sent then tells the client that what its
+// request changed (a kill, a stop, a start) survives a crash of the
+// supervisor; a kill acknowledged then lost came back as
+// supervisor-restart, a stopped service as running. It waits at most
+// durableWaitMax (a write that fails, or a slow disk, does not hold the
+// reply longer: health then reports the journal failing), and not past
+// the server's end.
+func (s *Server) awaitJournal() {
+	t := s.journalTickets.Add(1)
+	s.markDirty()
+	timer := time.NewTimer(durableWaitMax)
+	defer timer.Stop()
+	for {
+		s.attemptMu.Lock()
+		done, ch := s.attempted >= t, s.attemptDone
+		s.attemptMu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			s.log.Warn("reply sent before the journal recorded its change (writes slow or failing)", "waited", durableWaitMax)
+			return
+		case <-s.stopJournal:
+			return
+		}
+	}
+}
+
+// journalAttempted records that a write attempt covering the tickets up
+// to covered has finished, and wakes awaitJournal.
+func (s *Server) journalAttempted(covered uint64) {
+	s.attemptMu.Lock()
+	defer s.attemptMu.Unlock()
+	if covered > s.attempted {
+		s.attempted = covered
+	}
+	close(s.attemptDone)
+	s.attemptDone = make(chan struct{})
+}
+
 // markDirty asks the journal loop for a write. It never blocks.
 func (s *Server) markDirty() {
 	select {
@@ -437,6 +484,9 @@ func (s *Server) journalPause() time.Duration {
 func (s *Server) writeJournal(periodic bool) {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
+	// (tickets taken before the jobs' snapshots below: what their
+	// requests changed is in them)
+	defer s.journalAttempted(s.journalTickets.Load())
 	if s.recCache == nil {
 		s.recCache = map[string]cachedRecord{}
 	}

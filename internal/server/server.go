@@ -65,20 +65,27 @@ type Server struct {
 	draining chan struct{}
 	stopPub  chan struct{}
 
-	journal          *journal.Journal
-	lock             *journal.Lock
-	journalDirty     chan struct{}
-	stopJournal      chan struct{}
-	journalWG        sync.WaitGroup
-	journalMu        sync.Mutex                     // serializes writes
-	journalFailing   bool                           // under journalMu
-	journalErr       atomic.Pointer[journalFailure] // while journal writes fail (health)
-	members          map[string][]journal.Member    // under journalMu: last group scan
-	recCache         map[string]cachedRecord        // under journalMu: encoded finished records
-	recGen           uint64                         // under journalMu: writes so far (cachedRecord.gen)
-	encBuf           [][]byte                       // under journalMu: the records of a write, reused
-	finBuf           []finRecord                    // under journalMu: the finished records of a write, reused
-	journalOverBound bool                           // under journalMu: running jobs and services alone passed JournalMaxBytes
+	journal        *journal.Journal
+	lock           *journal.Lock
+	journalDirty   chan struct{}
+	stopJournal    chan struct{}
+	journalWG      sync.WaitGroup
+	journalMu      sync.Mutex                     // serializes writes
+	journalFailing bool                           // under journalMu
+	journalErr     atomic.Pointer[journalFailure] // while journal writes fail (health)
+	members        map[string][]journal.Member    // under journalMu: last group scan
+	recCache       map[string]cachedRecord        // under journalMu: encoded finished records
+	recGen         uint64                         // under journalMu: writes so far (cachedRecord.gen)
+	encBuf         [][]byte                       // under journalMu: the records of a write, reused
+	finBuf         []finRecord                    // under journalMu: the finished records of a write, reused
+	// Durable replies (see awaitJournal): tickets taken, and the newest
+	// ticket a finished write attempt covered, with a channel closed
+	// (and replaced) after each attempt.
+	journalTickets   atomic.Uint64
+	attemptMu        sync.Mutex
+	attempted        uint64
+	attemptDone      chan struct{}
+	journalOverBound bool // under journalMu: running jobs and services alone passed JournalMaxBytes
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
@@ -110,6 +117,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		work:     make(chan func()),
 		draining: make(chan struct{}), stopPub: make(chan struct{}),
 		journal: journal.New(cfg.JournalPath()), journalDirty: make(chan struct{}, 1), stopJournal: make(chan struct{}),
+		attemptDone: make(chan struct{}),
 	}
 	return s, nil
 }
@@ -638,7 +646,7 @@ func paceWatch(p *zmqx.Peer) func(release func()) func() bool {
 // history may encode large replies; stop and restart end runs.)
 func quickOp(op protocol.Op) bool {
 	switch op {
-	case protocol.OpSpawn, protocol.OpWait, protocol.OpStatus, protocol.OpHealth, protocol.OpKill, protocol.OpPoll, protocol.OpCancel, protocol.OpPace:
+	case protocol.OpSpawn, protocol.OpWait, protocol.OpStatus, protocol.OpHealth, protocol.OpPoll, protocol.OpCancel, protocol.OpPace:
 		return true
 	}
 	return false
@@ -914,9 +922,14 @@ func (s *Server) serviceOp(req *protocol.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.awaitJournal()
 		return protocol.StatusResult{Job: &info}, nil
 	case protocol.OpStop:
-		return s.jobs.Stop(a.JobID)
+		res, err := s.jobs.Stop(a.JobID)
+		if err == nil {
+			s.awaitJournal()
+		}
+		return res, err
 	}
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
@@ -941,6 +954,9 @@ func (s *Server) kill(a protocol.KillArgs) (any, error) {
 	switch sig {
 	case jobs.SigTerm, jobs.SigKill:
 		already, err = j.Kill(protocol.ReasonManualCancel, sig)
+		if err == nil && !already {
+			s.awaitJournal() // (the job's end is the client's: not lost in a crash)
+		}
 	default:
 		if j.Finished() {
 			already = true
