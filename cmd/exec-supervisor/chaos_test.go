@@ -2058,6 +2058,56 @@ func TestAckedJobControlSurvivesCrash(t *testing.T) {
 	}
 }
 
+// TestCrashWhileClearingGroup: a job whose process had exited while the
+// rest of its group was being terminated (what it left running ignores
+// SIGTERM: the grace runs) when the supervisor died ends, after the
+// restart, with its process's exit code, and nothing of it is left. It
+// ended as supervisor-restart, its exit code lost though the supervisor
+// knew it (found by a chaos audit).
+func TestCrashWhileClearingGroup(t *testing.T) {
+	// (without cgroups, the group's members are found at once for the
+	// journal, which proves them the job's to the next supervisor: the
+	// background sleep was left running)
+	for _, mode := range []string{"cgroups", "no-cgroups"} {
+		t.Run(mode, func(t *testing.T) { crashWhileClearingGroup(t, mode == "no-cgroups") })
+	}
+}
+
+func crashWhileClearingGroup(t *testing.T, noCgroups bool) {
+	e := newEnv(t)
+	var flags []string
+	if noCgroups {
+		flags = append(flags, "--no-cgroups")
+	}
+	s := e.start(t, flags...)
+	ctx := ctxFor(t, 60*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: `trap '' TERM; sleep 300 & echo bye; exit 3`, GraceMs: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the leader's exit", func(f *journal.File) bool {
+		for _, r := range f.Jobs {
+			if r.JobID == j.JobID && r.LeaderExit != nil && r.LeaderExit.ExitCode != nil && *r.LeaderExit.ExitCode == 3 {
+				return true
+			}
+		}
+		return false
+	})
+	s.kill9()
+	s2 := e.start(t, flags...)
+	info, err := s2.client.Status(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != protocol.StateExited || info.Reason != protocol.ReasonExit || info.ExitCode == nil || *info.ExitCode != 3 {
+		t.Errorf("after the crash: state %s reason %s exit code %v, want exited exit 3", info.State, info.Reason, info.ExitCode)
+	}
+	if pids := proctest.InGroup(j.Pgid); len(pids) > 0 {
+		t.Errorf("processes of the job left: %v", pids)
+	}
+}
+
 // TestCrashDuringKillGrace: a job whose kill was under way (its grace
 // period running) when the supervisor died ends, after the restart, as it
 // was being ended (manual-cancel; a service's stop: stopped) with its

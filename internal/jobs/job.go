@@ -74,7 +74,10 @@ type Job struct {
 	// leaderExited: the process was reaped; groupGone: its group is empty
 	// too, so the pgid must never be signalled again (it may be reused).
 	leaderExited bool
-	groupGone    bool
+	// leaderWS is how a one-shot job's leader ended, while the rest of
+	// its group is terminated (journaled: see Snapshot.LeaderExit).
+	leaderWS  *syscall.WaitStatus
+	groupGone bool
 
 	seq     uint64
 	out     *ring
@@ -1646,6 +1649,15 @@ func (j *Job) afterReap(p *proc, ws syscall.WaitStatus, err error) {
 	// scope then (no escape can hide in an empty cgroup).
 	empty := true
 	if j.scopeAlive() {
+		if j.svc == nil {
+			// Ending the rest may take the grace period: how the leader
+			// ended is journaled meanwhile, so that a supervisor crash
+			// then does not lose it.
+			j.mu.Lock()
+			j.leaderWS = &ws
+			j.mu.Unlock()
+			j.m.changed()
+		}
 		j.detectEscapes(runDone)
 		empty = j.clearGroup(killing, deadline)
 	} else {

@@ -54,6 +54,10 @@ type Snapshot struct {
 	// that dies before the end lands leaves it to the next one to record
 	// (see EndReasonAfterCrash).
 	PendingEnd Reason
+	// LeaderExit is how a one-shot job's leader ended, set while the rest
+	// of its group is terminated (see afterReap): a job whose supervisor
+	// dies then ends with it.
+	LeaderExit *syscall.WaitStatus
 	// OutputSkips are a one-shot job's offset ranges below its output end
 	// that never held output (a job interrupted by its supervisor's death
 	// ends past every offset that supervisor may have published, see
@@ -170,6 +174,10 @@ func (j *Job) Snapshot() Snapshot {
 	}
 	if j.svc == nil {
 		s.OutputSkips = slices.Clone(j.out.skips)
+		if j.state != Exited && j.leaderWS != nil {
+			ws := *j.leaderWS
+			s.LeaderExit = &ws
+		}
 	} else {
 		s.Service = &ServiceState{
 			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset, OutputSkips: slices.Clone(j.out.skips),

@@ -57,6 +57,13 @@ type File struct {
 	KeptAt  string   `json:"-"`
 }
 
+// LeaderExit is how a job's leader process ended: its exit code, or the
+// signal that killed it (a name, as on the wire).
+type LeaderExit struct {
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+}
+
 // Record is what the journal keeps of one job: enough to report its fate
 // and to recognise its process after a restart.
 type Record struct {
@@ -134,6 +141,11 @@ type Record struct {
 	// with supervisor-restart, and a service being stopped or killed is
 	// not resumed.
 	PendingEnd string `json:"pendingEnd,omitempty"`
+	// LeaderExit is how a one-shot job's leader process ended while the
+	// rest of its group was still being terminated when the record was
+	// written: after a crash the job ends with it (reason exit or signal,
+	// as it would have), not with supervisor-restart.
+	LeaderExit *LeaderExit `json:"leaderExit,omitempty"`
 	// OutputSkips are a one-shot job's output offset ranges [at, at+n)
 	// below OutputEnd that never held output, as [at, n] pairs: a job
 	// the supervisor's crash interrupted ends past every offset the dead

@@ -110,6 +110,17 @@ func (s *Server) recover() error {
 			// asked for, this supervisor finished it); a service being
 			// stopped or killed stays down.
 			reason, goesOn := jobs.EndReasonAfterCrash(protocol.Reason(r.PendingEnd))
+			if le := r.LeaderExit; le != nil && r.Service == nil && r.PendingEnd == "" && plausibleExit(le) {
+				// Its leader had ended; the supervisor died while ending
+				// the rest of its group: it ends as it would have.
+				reason = protocol.ReasonExit
+				if le.ExitCode == nil {
+					reason = protocol.ReasonSignal
+				}
+				r.ExitCode, r.Signal = le.ExitCode, le.Signal
+				note = "the job's process had ended; the supervisor died while terminating what it left running (" + note + ")"
+			}
+			r.LeaderExit = nil
 			r.State = string(protocol.StateExited)
 			r.Reason = string(reason)
 			r.Error = note
@@ -345,6 +356,15 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 	}
 	r.OutputSkips = offsetPairs(sn.OutputSkips)
 	r.PendingEnd = string(sn.PendingEnd)
+	if ws := sn.LeaderExit; ws != nil {
+		switch {
+		case ws.Exited():
+			c := ws.ExitStatus()
+			r.LeaderExit = &journal.LeaderExit{ExitCode: &c}
+		case ws.Signaled():
+			r.LeaderExit = &journal.LeaderExit{Signal: protocol.SignalName(ws.Signal())}
+		}
+	}
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
 			RunOutputStart: sv.RunOutputStart}
@@ -369,6 +389,16 @@ func (s *Server) journalBeforeRun(id string) {
 	if first || cached && c.svc {
 		s.writeJournal(false)
 	}
+}
+
+// plausibleExit reports whether a journaled leader exit is one (the
+// journal is input): an exit code 0..255, or a signal's name.
+func plausibleExit(le *journal.LeaderExit) bool {
+	if le.ExitCode != nil {
+		return *le.ExitCode >= 0 && *le.ExitCode <= 255 && le.Signal == ""
+	}
+	_, err := protocol.ParseSignal(le.Signal)
+	return err == nil
 }
 
 // durableWaitMax bounds how long a reply waits for the journal write that
@@ -520,7 +550,10 @@ func (s *Server) writeJournal(periodic bool) {
 		}
 		return false
 	})
-	if periodic {
+	if periodic || s.cgroupBase == nil && slices.ContainsFunc(snaps, func(sn jobs.Snapshot) bool { return sn.LeaderExit != nil }) {
+		// (also at once when a job's leader ended and the rest of its
+		// group is being terminated: without cgroups the members found
+		// now are how a restarted supervisor proves them its own)
 		s.scanMembers(snaps)
 	}
 	var slimmable []int // running one-shot jobs' records, in encoded
