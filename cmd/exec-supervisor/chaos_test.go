@@ -1990,6 +1990,22 @@ func TestLogReaderGone(t *testing.T) {
 	}
 }
 
+// spawnStubborn spawns, through s, a job whose processes ignore SIGTERM
+// (its kill waits for a 60 s grace) with args (its shell and grace set
+// here), and returns it once it printed "up"; its group is killed when
+// the test ends.
+func spawnStubborn(t *testing.T, s *sup, args protocol.SpawnArgs) protocol.JobInfo {
+	t.Helper()
+	args.Shell, args.GraceMs = `trap '' TERM; echo up; sleep 300 & wait`, 60_000
+	j, err := s.client.Spawn(ctxFor(t, 10*time.Second), args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	waitOutput(t, s, j.JobID, "up")
+	return j
+}
+
 // TestAckedJobControlSurvivesCrash: a kill, stop or start the supervisor
 // answered is in the journal when the answer goes, however soon the
 // supervisor dies after it. Replies went before the write (batched, up to
@@ -2001,19 +2017,8 @@ func TestAckedJobControlSurvivesCrash(t *testing.T) {
 	s := e.start(t)
 	ctx := ctxFor(t, 60*time.Second)
 	always := &protocol.RestartPolicy{Policy: protocol.RestartAlways}
-	spawn := func(args protocol.SpawnArgs) protocol.JobInfo {
-		t.Helper()
-		args.Shell, args.GraceMs = `trap '' TERM; echo up; sleep 300 & wait`, 60_000
-		j, err := s.client.Spawn(ctx, args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { killGroups([]int{j.Pgid}) })
-		waitOutput(t, s, j.JobID, "up")
-		return j
-	}
-	killed := spawn(protocol.SpawnArgs{})
-	stopped := spawn(protocol.SpawnArgs{Restart: always})
+	killed := spawnStubborn(t, s, protocol.SpawnArgs{})
+	stopped := spawnStubborn(t, s, protocol.SpawnArgs{Restart: always})
 	// A service that ran and finished, started again below.
 	onFailure := &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}
 	finished, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "exit 0", Restart: onFailure})
@@ -2119,19 +2124,8 @@ func TestCrashDuringKillGrace(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t, "--journal-flush-interval", "100ms")
 	ctx := ctxFor(t, 60*time.Second)
-	stubborn := `trap '' TERM; echo up; sleep 300 & wait`
 	always := &protocol.RestartPolicy{Policy: protocol.RestartAlways}
-	spawn := func(args protocol.SpawnArgs) protocol.JobInfo {
-		t.Helper()
-		args.Shell, args.GraceMs = stubborn, 60_000
-		j, err := s.client.Spawn(ctx, args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { killGroups([]int{j.Pgid}) })
-		waitOutput(t, s, j.JobID, "up")
-		return j
-	}
+	spawn := func(args protocol.SpawnArgs) protocol.JobInfo { t.Helper(); return spawnStubborn(t, s, args) }
 	killed := spawn(protocol.SpawnArgs{})
 	stopped := spawn(protocol.SpawnArgs{Restart: always})
 	cancelled := spawn(protocol.SpawnArgs{Restart: always})

@@ -230,20 +230,18 @@ func TestSharedSocket(t *testing.T) {
 	t.Run("private, way to it writable by others", func(t *testing.T) {
 		// Private sockets start (clients refuse a swapped directory: the
 		// most another user can do is keep them out), with a warning.
-		open := filepath.Join(t.TempDir(), "open")
-		if err := os.Mkdir(open, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(open, 0o777); err != nil {
-			t.Fatal(err)
-		}
+		open := worldWritableDir(t)
 		dir := filepath.Join(open, "s")
 		var logged []string
-		r, err := ListenRouter(context.Background(), "ipc://"+filepath.Join(dir, "c.sock"), &Policy{Log: func(msg string, _ ...any) { logged = append(logged, msg) }}, 0)
-		if err != nil {
-			t.Fatal(err)
+		listen := func() {
+			t.Helper()
+			r, err := ListenRouter(context.Background(), "ipc://"+filepath.Join(dir, "c.sock"), &Policy{Log: func(msg string, _ ...any) { logged = append(logged, msg) }}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
 		}
-		r.Close()
+		listen()
 		if len(logged) != 1 || !strings.Contains(logged[0], "others could replace the socket directory") {
 			t.Fatalf("logged %q, want one warning about the way to the socket", logged)
 		}
@@ -252,11 +250,7 @@ func TestSharedSocket(t *testing.T) {
 			t.Fatal(err)
 		}
 		logged = nil
-		r, err = ListenRouter(context.Background(), "ipc://"+filepath.Join(dir, "c.sock"), &Policy{Log: func(msg string, _ ...any) { logged = append(logged, msg) }}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Close()
+		listen()
 		if len(logged) != 0 {
 			t.Fatalf("under a sticky directory: logged %q", logged)
 		}
@@ -264,13 +258,7 @@ func TestSharedSocket(t *testing.T) {
 	t.Run("way to it writable by others", func(t *testing.T) {
 		// Another user who can rename a directory on the way could swap
 		// in theirs, with a symlink named like the socket.
-		open := filepath.Join(t.TempDir(), "open")
-		if err := os.Mkdir(open, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(open, 0o777); err != nil {
-			t.Fatal(err)
-		}
+		open := worldWritableDir(t)
 		dir := filepath.Join(open, "s")
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			t.Fatal(err)
@@ -388,4 +376,17 @@ func TestClientTrustsSupervisorDirectory(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+// worldWritableDir makes a directory anyone may write to (not sticky).
+func worldWritableDir(t *testing.T) string {
+	t.Helper()
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return open
 }
