@@ -2063,6 +2063,49 @@ func TestAckedJobControlSurvivesCrash(t *testing.T) {
 	}
 }
 
+// TestKillReplyWhileJournalFails: while journal writes fail, a kill is
+// answered once the write it waits for failed (not after the 3 s bound,
+// nor never), and the log says, once for two kills, that the answer went
+// before its change was journaled (it went silently).
+func TestKillReplyWhileJournalFails(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	a := spawnStubborn(t, s, protocol.SpawnArgs{})
+	b := spawnStubborn(t, s, protocol.SpawnArgs{})
+	jpath := filepath.Join(e.state, "journal.json")
+	waitJournal(t, jpath, "the running jobs", func(f *journal.File) bool { return len(f.Jobs) == 2 })
+	// Every later write fails: a non-empty directory cannot be renamed over.
+	if err := os.Remove(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []protocol.JobInfo{a, b} {
+		start := time.Now()
+		if _, err := s.client.Kill(ctx, j.JobID, ""); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d >= durableWait {
+			t.Errorf("kill answered after %s: it waited out the bound, not the failed write", d)
+		}
+	}
+	waitLog(t, s, "reply sent before the journal recorded its change")
+	if n := strings.Count(s.log.String(), "reply sent before the journal recorded its change"); n != 1 {
+		t.Errorf("logged %d times for two kills, want once:\n%s", n, s.log)
+	}
+	for _, j := range []protocol.JobInfo{a, b} {
+		if _, err := s.client.Kill(ctx, j.JobID, "SIGKILL"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// durableWait is the server's bound on a reply's wait for the journal
+// (durableWaitMax).
+const durableWait = 3 * time.Second
+
 // TestCrashWhileClearingGroup: a job whose process had exited while the
 // rest of its group was being terminated (what it left running ignores
 // SIGTERM: the grace runs) when the supervisor died ends, after the

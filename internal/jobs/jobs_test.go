@@ -828,6 +828,39 @@ func TestOutputAsksForJournalWrite(t *testing.T) {
 	}
 }
 
+// TestKillWhileStartingJournaled: a kill or stop that arrives while a run
+// is starting (its process not started yet; it is killed as soon as it
+// is) is in the job's snapshot as its pending end, so that the journal
+// write a kill's reply waits for holds it (it held none: a crash then
+// resumed a stopped service).
+func TestKillWhileStartingJournaled(t *testing.T) {
+	var m *Manager
+	var j *Job
+	var got []Reason
+	m = New(Config{}, discard(), nil, WithHooks(Hooks{BeforeServiceRun: func(string) {
+		if _, err := m.Stop(j.id); err != nil { // (stopped while starting)
+			t.Error(err)
+		}
+		for _, sn := range m.Snapshots(-1, nil) { // (as the journal does)
+			got = append(got, sn.PendingEnd)
+		}
+	}}))
+	defer m.Close(context.Background())
+	var err error
+	j, _, err = m.SpawnJob(protocol.SpawnArgs{Shell: "exit 1", Restart: &protocol.RestartPolicy{
+		Policy: protocol.RestartOnFailure, RestartDelayMs: 1, MaxDelayMs: 1, MaxRestarts: intp(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return j.Info().State == protocol.StateExited })
+	if len(got) != 1 || got[0] != protocol.ReasonStopped {
+		t.Fatalf("pending ends in the snapshots taken while starting: %q, want [stopped]", got)
+	}
+	if i := j.Info(); i.Reason != protocol.ReasonStopped || i.Attempt != 2 {
+		t.Fatalf("ended %s at attempt %d, want stopped at its second run", i.Reason, i.Attempt)
+	}
+}
+
 // TestServiceRunJournaledFirst: before a service's second and later runs
 // start (a restart by policy, a start by hand), BeforeServiceRun is
 // called with the job already starting and no process yet, so that the

@@ -161,6 +161,14 @@ func (j *Job) Snapshot() Snapshot {
 	if j.svc == nil && j.state == Exited {
 		s.FinN = j.finN // (set under j.mu too: jobDone)
 	}
+	if j.state == Starting && (j.pendingKill != "" || j.svc != nil && j.endReason != "") {
+		// (killed before its process started: it is killed as soon as
+		// the process exists, a crash meanwhile ends it so too)
+		s.PendingEnd = j.pendingKill
+		if j.svc != nil {
+			s.PendingEnd = j.endReason
+		}
+	}
 	if j.state == Exiting && j.killing {
 		s.PendingEnd = j.reason
 		if j.svc != nil {

@@ -401,34 +401,59 @@ func plausibleExit(le *journal.LeaderExit) bool {
 	return err == nil
 }
 
+// leaderExitUnscanned reports whether a job in snaps has a leader exit
+// (the rest of its group being terminated) that no member scan saw yet,
+// and notes them as seen (journalMu held): one scan each, not one per
+// write for the whole grace period.
+func (s *Server) leaderExitUnscanned(snaps []jobs.Snapshot) bool {
+	var now map[string]bool
+	found := false
+	for _, sn := range snaps {
+		if sn.LeaderExit != nil {
+			if now == nil {
+				now = map[string]bool{}
+			}
+			id := sn.Info.JobID
+			now[id] = true
+			found = found || !s.leaderScanned[id]
+		}
+	}
+	s.leaderScanned = now
+	return found
+}
+
 // durableWaitMax bounds how long a reply waits for the journal write that
 // records what its request changed (see awaitJournal).
 const durableWaitMax = 3 * time.Second
 
 // awaitJournal returns once a journal write that began after this call
 // was attempted: so that a reply sent then tells the client that what its
-// request changed (a kill, a stop, a start) survives a crash of the
-// supervisor; a kill acknowledged then lost came back as
+// request changed (op on job: a kill, a stop, a start) survives a crash
+// of the supervisor; a kill acknowledged then lost came back as
 // supervisor-restart, a stopped service as running. It waits at most
-// durableWaitMax (a write that fails, or a slow disk, does not hold the
-// reply longer: health then reports the journal failing), and not past
-// the server's end.
-func (s *Server) awaitJournal() {
+// durableWaitMax (a slow disk does not hold the reply longer), and not
+// past the server's end. A reply that goes without its change journaled
+// (the write failed, or took too long) is logged, at most once per
+// durableWarnEvery (health reports a failing journal).
+func (s *Server) awaitJournal(op, job string) {
 	t := s.journalTickets.Add(1)
 	s.markDirty()
 	timer := time.NewTimer(durableWaitMax)
 	defer timer.Stop()
 	for {
 		s.attemptMu.Lock()
-		done, ch := s.attempted >= t, s.attemptDone
+		done, ok, ch := s.attempted >= t, s.landed >= t, s.attemptDone
 		s.attemptMu.Unlock()
 		if done {
+			if !ok {
+				s.warnNotDurable(op, job, "the journal write failed")
+			}
 			return
 		}
 		select {
 		case <-ch:
 		case <-timer.C:
-			s.log.Warn("reply sent before the journal recorded its change (writes slow or failing)", "waited", durableWaitMax)
+			s.warnNotDurable(op, job, fmt.Sprintf("no journal write landed within %s", durableWaitMax))
 			return
 		case <-s.stopJournal:
 			return
@@ -436,13 +461,28 @@ func (s *Server) awaitJournal() {
 	}
 }
 
+// durableWarnEvery bounds how often warnNotDurable logs.
+const durableWarnEvery = 10 * time.Second
+
+// warnNotDurable logs that a reply goes before its change is journaled
+// (at most once per durableWarnEvery).
+func (s *Server) warnNotDurable(op, job, why string) {
+	now := time.Now().UnixNano()
+	last := s.lastDurableWarn.Load()
+	if now-last < int64(durableWarnEvery) || !s.lastDurableWarn.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("reply sent before the journal recorded its change: a crash now would undo it", "op", op, "job", job, "why", why)
+}
+
 // journalAttempted records that a write attempt covering the tickets up
-// to covered has finished, and wakes awaitJournal.
-func (s *Server) journalAttempted(covered uint64) {
+// to covered has finished (landed: it succeeded), and wakes awaitJournal.
+func (s *Server) journalAttempted(covered uint64, landed bool) {
 	s.attemptMu.Lock()
 	defer s.attemptMu.Unlock()
-	if covered > s.attempted {
-		s.attempted = covered
+	s.attempted = max(s.attempted, covered)
+	if landed {
+		s.landed = max(s.landed, covered)
 	}
 	close(s.attemptDone)
 	s.attemptDone = make(chan struct{})
@@ -516,7 +556,8 @@ func (s *Server) writeJournal(periodic bool) {
 	defer s.journalMu.Unlock()
 	// (tickets taken before the jobs' snapshots below: what their
 	// requests changed is in them)
-	defer s.journalAttempted(s.journalTickets.Load())
+	covered, landed := s.journalTickets.Load(), false
+	defer func() { s.journalAttempted(covered, landed) }()
 	if s.recCache == nil {
 		s.recCache = map[string]cachedRecord{}
 	}
@@ -550,7 +591,7 @@ func (s *Server) writeJournal(periodic bool) {
 		}
 		return false
 	})
-	if periodic || s.cgroupBase == nil && slices.ContainsFunc(snaps, func(sn jobs.Snapshot) bool { return sn.LeaderExit != nil }) {
+	if periodic || s.cgroupBase == nil && s.leaderExitUnscanned(snaps) {
 		// (also at once when a job's leader ended and the rest of its
 		// group is being terminated: without cgroups the members found
 		// now are how a restarted supervisor proves them its own)
@@ -654,6 +695,7 @@ func (s *Server) writeJournal(periodic bool) {
 		s.journalFailing = true
 		return
 	}
+	landed = true
 	s.jobs.Journaled(snaps)
 	if s.journalFailing {
 		s.log.Info("journal writes recovered", "path", s.journal.Path())

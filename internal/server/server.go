@@ -83,9 +83,12 @@ type Server struct {
 	// (and replaced) after each attempt.
 	journalTickets   atomic.Uint64
 	attemptMu        sync.Mutex
-	attempted        uint64
+	attempted        uint64 // under attemptMu
+	landed           uint64 // under attemptMu: the newest ticket a successful write covered
 	attemptDone      chan struct{}
-	journalOverBound bool // under journalMu: running jobs and services alone passed JournalMaxBytes
+	lastDurableWarn  atomic.Int64    // unix ns of the last "reply before the journal" warning
+	leaderScanned    map[string]bool // under journalMu: jobs whose members were scanned for their leaderExit
+	journalOverBound bool            // under journalMu: running jobs and services alone passed JournalMaxBytes
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
@@ -918,16 +921,22 @@ func (s *Server) serviceOp(req *protocol.Request) (any, error) {
 		if req.Op == protocol.OpRestart {
 			start = s.jobs.Restart
 		}
+		var before protocol.JobInfo
+		if j, err := s.jobs.Get(a.JobID); err == nil {
+			before = j.Info()
+		}
 		info, err := start(a.JobID)
 		if err != nil {
 			return nil, err
 		}
-		s.awaitJournal()
+		if req.Op == protocol.OpRestart || info.Attempt != before.Attempt || info.State != before.State {
+			s.awaitJournal("start", a.JobID) // (a running service left alone changed nothing)
+		}
 		return protocol.StatusResult{Job: &info}, nil
 	case protocol.OpStop:
 		res, err := s.jobs.Stop(a.JobID)
-		if err == nil {
-			s.awaitJournal()
+		if err == nil && !res.AlreadyFinished {
+			s.awaitJournal("stop", a.JobID)
 		}
 		return res, err
 	}
@@ -955,7 +964,7 @@ func (s *Server) kill(a protocol.KillArgs) (any, error) {
 	case jobs.SigTerm, jobs.SigKill:
 		already, err = j.Kill(protocol.ReasonManualCancel, sig)
 		if err == nil && !already {
-			s.awaitJournal() // (the job's end is the client's: not lost in a crash)
+			s.awaitJournal("kill", a.JobID) // (the job's end is the client's: not lost in a crash)
 		}
 	default:
 		if j.Finished() {

@@ -409,7 +409,9 @@ type PollResult struct {
 	Truncated bool  `msgpack:"truncated" json:"truncated"`
 	LostBytes int64 `msgpack:"lostBytes" json:"lostBytes"`
 	CrashGap  bool  `msgpack:"crashGap,omitempty" json:"crashGap,omitempty"`
-	// More is true when retained output remains past Next (MaxBytes hit).
+	// More is true when something remains past Next: retained output
+	// (MaxBytes was reached), or offsets skipped after a supervisor crash
+	// that the poll from Next reports (CrashGap).
 	More bool `msgpack:"more" json:"more"`
 	// InstanceID is the answering supervisor's (as in health): a client
 	// that sees it change knows the supervisor restarted.
