@@ -2121,9 +2121,23 @@ func (j *Job) Write(data []byte, eof bool) (int, error) {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, protocol.Errorf(protocol.CodeInvalidArgument, "job %s is not reading its input: %d of %d bytes written in %v", j.id, n, len(data), writeTimeout)
 		}
+		if inputGone(err) {
+			// (its reading end is closed: the job closed its stdin, or
+			// its run is ending; a terminal whose processes are gone)
+			return n, protocol.Errorf(protocol.CodeInvalidArgument, "job %s no longer reads its input (%d of %d bytes written): %v", j.id, n, len(data), err)
+		}
 		return n, fmt.Errorf("write to job %s: %w", j.id, err)
 	}
 	return n, nil
+}
+
+// inputGone reports whether err, from writing to a job's input or
+// resizing its terminal, says that the other side is gone (a job that
+// closed its stdin, a run ending): the client's request came too late,
+// not a fault of the supervisor's.
+func inputGone(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrClosed) ||
+		errors.Is(err, syscall.EBADF) || errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.ENXIO)
 }
 
 // writeTimeout bounds one write op to a job's input.
@@ -2144,6 +2158,9 @@ func (j *Job) Resize(rows, cols uint16) error {
 		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no running process right now (%s)", j.id, j.state)
 	}
 	if err := setWinsize(j.ptmx, rows, cols); err != nil {
+		if inputGone(err) {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "job %s's terminal is closing (its run is ending): %v", j.id, err)
+		}
 		return fmt.Errorf("resize job %s: %w", j.id, err)
 	}
 	j.rows, j.cols = rows, cols

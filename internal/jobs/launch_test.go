@@ -366,3 +366,28 @@ func TestQueuedWritesAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteToClosedInput: a write to a job that closed its stdin is the
+// client's late request (invalid-argument, saying so), not an internal
+// error of the supervisor (it was: "write |stdin: broken pipe").
+func TestWriteToClosedInput(t *testing.T) {
+	m := New(Config{MaxJobs: 10}, nil, nil)
+	defer m.Close(context.Background())
+	info, err := m.Spawn(protocol.SpawnArgs{Shell: "exec 0<&-; echo closed; exec sleep 300", Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := m.Get(info.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Kill(protocol.ReasonManualCancel, syscall.SIGKILL)
+	waitFor(t, func() bool {
+		res, _ := j.Poll(0, 0)
+		return len(res.Chunks) > 0
+	})
+	_, err = j.Write([]byte("hello\n"), false)
+	if protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "no longer reads its input") {
+		t.Fatalf("write to a closed stdin: %v (code %s), want invalid-argument", err, protocol.CodeOf(err))
+	}
+}
