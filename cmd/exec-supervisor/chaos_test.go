@@ -2106,6 +2106,56 @@ func TestKillReplyWhileJournalFails(t *testing.T) {
 // (durableWaitMax).
 const durableWait = 3 * time.Second
 
+// TestNotifySocketsAfterCrash: the notify sockets a crashed supervisor's
+// jobs had are removed by the next one (each crash left one per notify
+// job, and a resumed service binds a new name: found by a churn audit).
+func TestNotifySocketsAfterCrash(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	svc, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "echo up; exec sleep 300", Notify: true, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "echo up; exec sleep 300", Notify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{svc.Pgid, one.Pgid}) })
+	waitOutput(t, s, svc.JobID, "up")
+	waitOutput(t, s, one.JobID, "up")
+	sockets := func() []string {
+		ents, _ := os.ReadDir(filepath.Join(e.state, "notify"))
+		var names []string
+		for _, en := range ents {
+			names = append(names, en.Name())
+		}
+		return names
+	}
+	if n := len(sockets()); n != 2 {
+		t.Fatalf("notify sockets while two notify jobs run: %v", sockets())
+	}
+	s.kill9()
+	s2 := e.start(t)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		info, err := s2.client.Status(ctx, svc.JobID)
+		if err == nil && info.State == protocol.StateRunning && info.Attempt >= 2 {
+			t.Cleanup(func() { killGroups([]int{info.Pgid}) })
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the service was not resumed: %+v, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond) // (polling status: no event to wait on across the restart)
+	}
+	if names := sockets(); len(names) != 1 {
+		t.Errorf("notify sockets after the restart: %v, want the resumed service's only", names)
+	}
+	if _, err := s2.client.Stop(ctx, svc.JobID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCrashWhileClearingGroup: a job whose process had exited while the
 // rest of its group was being terminated (what it left running ignores
 // SIGTERM: the grace runs) when the supervisor died ends, after the

@@ -231,6 +231,32 @@ func stale(path string) bool {
 	return unix.Connect(fd, &unix.SockaddrUnix{Name: path}) == unix.ECONNREFUSED
 }
 
+// RemoveStale removes the socket files in dir that nobody listens on any
+// more (a crashed supervisor's: each of its notify jobs left one, and a
+// service resumed after a crash binds a new name), and reports how many.
+// Nothing else in dir is touched; a missing dir is no error.
+func RemoveStale(dir string) (int, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("notify: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if e.Type()&os.ModeSocket == 0 || !stale(p) {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return n, fmt.Errorf("notify: remove stale socket: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
+
 // Addr returns the value to give the job as NOTIFY_SOCKET: the absolute
 // socket path, or "@name" for an abstract socket.
 func (s *Socket) Addr() string { return s.addr }

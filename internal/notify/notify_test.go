@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -770,4 +771,42 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip of %q: %v, %v", b, again, err)
 		}
 	})
+}
+
+// TestRemoveStale: the socket files nobody listens on are removed; a
+// listened one, and anything not a socket, stay.
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	live, err := Listen(filepath.Join(dir, "live.sock"), func(int) bool { return true }, func(Message) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	// A socket file whose owner is gone (as a killed supervisor's).
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, "dead.sock")}); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if err := os.WriteFile(filepath.Join(dir, "other"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := RemoveStale(dir)
+	if err != nil || n != 1 {
+		t.Fatalf("removed %d (%v), want 1", n, err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if !slices.Equal(left, []string{"live.sock", "other"}) {
+		t.Fatalf("left %v, want the live socket and the other file", left)
+	}
+	if n, err := RemoveStale(filepath.Join(dir, "missing")); n != 0 || err != nil {
+		t.Fatalf("missing dir: %d, %v", n, err)
+	}
 }

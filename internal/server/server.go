@@ -27,6 +27,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
+	"github.com/exec-supervisor/exec-supervisor/internal/notify"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -180,7 +181,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.pub.queuedOnly = s.cfg.EventsQueuedOnly
 	s.metrics = s.newMetrics()
 	s.pub.onPublished = func(k protocol.Kind) { s.metrics.EventsPublished.WithLabelValues(string(k)).Inc() }
-	jopts := []jobs.Option{jobs.WithNotifyDir(filepath.Join(s.cfg.StateDir, "notify"))}
+	notifyDir := filepath.Join(s.cfg.StateDir, "notify")
+	// (a crashed predecessor's notify jobs left their sockets: nobody
+	// listens on them, and a resumed service binds a new name)
+	if n, err := notify.RemoveStale(notifyDir); err != nil {
+		s.log.Warn("notify sockets of an earlier run not removed", "dir", notifyDir, "err", err)
+	} else if n > 0 {
+		s.log.Info("removed notify sockets left by an earlier run", "dir", notifyDir, "count", n)
+	}
+	jopts := []jobs.Option{jobs.WithNotifyDir(notifyDir)}
 	if s.cfg.LimitsHelper != "" {
 		jopts = append(jopts, jobs.WithLimitsHelper(s.cfg.LimitsHelper))
 	}
