@@ -74,6 +74,9 @@ type Job struct {
 	// leaderExited: the process was reaped; groupGone: its group is empty
 	// too, so the pgid must never be signalled again (it may be reused).
 	leaderExited bool
+	// svcFinN is a finished service's place in the order services
+	// finished (0 while it is supervised: see Manager.finSvcs).
+	svcFinN atomic.Uint64
 	// leaderWS is how a one-shot job's leader ended, while the rest of
 	// its group is terminated (journaled: see Snapshot.LeaderExit).
 	leaderWS  *syscall.WaitStatus

@@ -56,6 +56,13 @@ type Config struct {
 	// about MaxFinished x 1.5 KB + MaxFinishedOutput.
 	MaxFinished       int
 	MaxFinishedOutput int64
+	// MaxFinishedServices bounds the services whose supervision ended
+	// (restart-limit, stopped, killed, a clean exit under on-failure, a
+	// spawn error) that are kept: retention does not forget them (they
+	// may be started again), and past this many the ones that finished
+	// longest ago are forgotten (counted in Forgotten). Each holds up to
+	// its ring buffer and run history.
+	MaxFinishedServices int
 	// DrainTimeout bounds the wait for output pipes to close once the
 	// job's process group is gone (a process that escaped the group may
 	// hold them open).
@@ -83,8 +90,9 @@ func DefaultConfig() Config {
 		DrainTimeout:    2 * time.Second,
 		PaceStallLimit:  2 * time.Minute,
 		// 100000 finished jobs with no output take ~150 MB.
-		MaxFinished:       100000,
-		MaxFinishedOutput: 1 << 30,
+		MaxFinished:         100000,
+		MaxFinishedOutput:   1 << 30,
+		MaxFinishedServices: 500,
 	}
 }
 
@@ -119,6 +127,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxFinished <= 0 {
 		c.MaxFinished = d.MaxFinished
+	}
+	if c.MaxFinishedServices <= 0 {
+		c.MaxFinishedServices = d.MaxFinishedServices
 	}
 	if c.MaxFinishedOutput <= 0 {
 		c.MaxFinishedOutput = d.MaxFinishedOutput
@@ -231,6 +242,12 @@ type Manager struct {
 	// MaxFinishedOutput); forgotLogged is when that was last logged.
 	forgotten    atomic.Uint64
 	forgotLogged time.Time
+	// finSvcs are the services whose supervision ended, in the order they
+	// finished (entries of services started again or removed since are
+	// dropped when found: see boundFinishedServicesLocked); svcFinN
+	// numbers their ends.
+	finSvcs []finished
+	svcFinN uint64
 
 	// watched are the running cgroup jobs' runs the escape watcher checks.
 	emu     sync.Mutex
@@ -411,10 +428,12 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 		j.finN = m.finN
 		delete(m.live, j.id)
 		forgot = m.addRecentLocked(j)
+	} else {
+		forgot = m.addFinishedServiceLocked(j)
 	}
 	m.mu.Unlock()
 	if forgot > 0 {
-		m.noteForgotten(forgot)
+		m.noteForgotten(forgot, j.svc != nil)
 	}
 	if m.hooks.Finished != nil {
 		m.hooks.Finished(reason, j.svc != nil)
@@ -469,9 +488,51 @@ func (m *Manager) boundRecentLocked(keep *Job) int {
 	return n
 }
 
-// noteForgotten counts n jobs forgotten early and says so in the log (at
-// most once a minute).
-func (m *Manager) noteForgotten(n int) {
+// addFinishedServiceLocked notes service j's supervision ended, then
+// forgets the services that finished longest ago while more than
+// MaxFinishedServices are kept (never j); it returns how many it forgot.
+// m.mu must be held.
+func (m *Manager) addFinishedServiceLocked(j *Job) int {
+	m.noteFinishedServiceLocked(j)
+	if len(m.finSvcs) <= m.cfg.MaxFinishedServices {
+		return 0
+	}
+	// Entries of services started again (their end number changed) or
+	// removed since are dropped first.
+	kept := m.finSvcs[:0]
+	for _, f := range m.finSvcs {
+		if m.jobs[f.j.id] == f.j && f.j.svcFinN.Load() == f.finN {
+			kept = append(kept, f)
+		}
+	}
+	clear(m.finSvcs[len(kept):])
+	m.finSvcs = kept
+	n := 0
+	for len(m.finSvcs) > m.cfg.MaxFinishedServices && m.finSvcs[0].j != j {
+		old := m.finSvcs[0].j
+		delete(m.jobs, old.id)
+		delete(m.live, old.id)
+		m.finSvcs = m.finSvcs[1:]
+		n++
+	}
+	if n > 0 {
+		m.finSvcs = slices.Clone(m.finSvcs) // (the forgotten ones' room)
+	}
+	return n
+}
+
+// noteFinishedServiceLocked adds service j, whose supervision ended, to
+// finSvcs. m.mu must be held.
+func (m *Manager) noteFinishedServiceLocked(j *Job) {
+	m.svcFinN++
+	j.svcFinN.Store(m.svcFinN)
+	m.finSvcs = append(m.finSvcs, finished{finN: m.svcFinN, j: j})
+}
+
+// noteForgotten counts n jobs forgotten early (services: finished
+// services past MaxFinishedServices) and says so in the log (at most once
+// a minute).
+func (m *Manager) noteForgotten(n int, services bool) {
 	total := m.forgotten.Add(uint64(n))
 	m.mu.Lock()
 	now := m.now()
@@ -480,7 +541,10 @@ func (m *Manager) noteForgotten(n int) {
 		m.forgotLogged = now
 	}
 	m.mu.Unlock()
-	if log {
+	if log && services {
+		m.log.Warn("finished services forgotten (those whose supervision ended longest ago) past --max-finished-services; remove the services no longer needed (execctl remove), or raise it",
+			"forgotten", total, "maxFinishedServices", m.cfg.MaxFinishedServices)
+	} else if log {
 		m.log.Warn("finished jobs forgotten before their retention period ended, to keep memory bounded; raise --max-finished-jobs or --max-finished-output, or shorten --finished-job-retention",
 			"forgotten", total, "maxFinishedJobs", m.cfg.MaxFinished, "maxFinishedOutput", m.cfg.MaxFinishedOutput)
 	}

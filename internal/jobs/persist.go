@@ -537,6 +537,9 @@ func (m *Manager) Restore(s Snapshot) error {
 	m.jobs[j.id] = j
 	if j.svc != nil {
 		m.live[j.id] = j
+		// (noted as finished, not bounded yet: the caller may resume
+		// it, which makes it supervised again)
+		m.noteFinishedServiceLocked(j)
 	} else {
 		m.forgotten.Add(uint64(m.addRecentLocked(j)))
 	}

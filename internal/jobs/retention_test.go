@@ -166,3 +166,47 @@ func TestAfterDone(t *testing.T) {
 	default:
 	}
 }
+
+// TestFinishedServicesBounded: services whose supervision ended are not
+// forgotten by retention (they may be started again), but past
+// MaxFinishedServices the one that finished longest ago is (they were
+// kept for ever: a gateway stopping a service per session grew without
+// bound; found by a churn audit). A service started again is no longer
+// a finished one, and counts anew from its next end.
+func TestFinishedServicesBounded(t *testing.T) {
+	m := New(Config{MaxJobs: 10, MaxFinishedServices: 2, Retention: time.Nanosecond}, discard(), nil)
+	defer m.Close(context.Background())
+	finish := func(id string) string {
+		t.Helper()
+		if id == "" {
+			j, _, err := m.SpawnJob(protocol.SpawnArgs{Shell: "exit 0", Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id = j.id
+		} else if _, err := m.Start(id); err != nil {
+			t.Fatal(err)
+		}
+		j, err := m.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return j.Finished() })
+		return id
+	}
+	s1, s2 := finish(""), finish("")
+	finish(s1) // (started again and finished: now the newest)
+	s3 := finish("")
+	for id, want := range map[string]bool{s1: true, s2: false, s3: true} {
+		if _, err := m.Get(id); (err == nil) != want {
+			t.Errorf("service %s kept: %v, want %v", id, err == nil, want)
+		}
+	}
+	if n := m.Forgotten(); n != 1 {
+		t.Errorf("forgotten %d, want 1", n)
+	}
+	// Retention leaves finished services alone.
+	if n := m.Sweep(); n != 0 {
+		t.Errorf("the sweep removed %d", n)
+	}
+}

@@ -312,6 +312,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs)", m.active, m.cfg.MaxJobs)
 	}
 	m.active++
+	j.svcFinN.Store(0) // (supervised again: not a finished service)
 	m.mu.Unlock()
 	// The old terminal event stays in the sequence; a new one follows
 	// when this supervision ends.

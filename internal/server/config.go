@@ -173,6 +173,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Jobs.Retention, "finished-job-retention", c.Jobs.Retention, "how long finished jobs stay queryable")
 	fs.DurationVar(&c.Jobs.CleanupInterval, "cleanup-interval", c.Jobs.CleanupInterval, "period of the finished-job sweep")
 	fs.IntVar(&c.Jobs.MaxFinished, "max-finished-jobs", c.Jobs.MaxFinished, "most finished jobs retained; past it the oldest are forgotten before --finished-job-retention ends")
+	fs.IntVar(&c.Jobs.MaxFinishedServices, "max-finished-services", c.Jobs.MaxFinishedServices, "most services kept once their supervision ended (restart-limit, stopped, killed...), which retention does not forget; past it those that ended longest ago are forgotten")
 	fs.Int64Var(&c.Jobs.MaxFinishedOutput, "max-finished-output", c.Jobs.MaxFinishedOutput, "most bytes retained by finished jobs: their output and their argv, shell, cwd, labels and errors; past it the oldest jobs are forgotten before --finished-job-retention ends")
 	fs.DurationVar(&c.Jobs.PaceStallLimit, "pace-stall-limit", c.Jobs.PaceStallLimit, "a client pacing a job (spawn --follow, the pace op) that takes none of its output for this long while the job waits for it is let go: the job runs on (0: never)")
 	fs.IntVar(&c.EventHWM, "event-hwm", c.EventHWM, "events queued toward the event socket before the oldest are dropped (with job.gap events)")
@@ -233,6 +234,7 @@ func (c *Config) Validate() error {
 		{c.Jobs.Retention > 0, "--finished-job-retention", "must be > 0"},
 		{c.Jobs.MaxFinished >= 1 && c.Jobs.MaxFinished <= 10000000, "--max-finished-jobs", "must be 1..10000000"},
 		{c.Jobs.MaxFinishedOutput >= 1<<20, "--max-finished-output", "must be >= 1048576 bytes"},
+		{c.Jobs.MaxFinishedServices >= 1 && c.Jobs.MaxFinishedServices <= 1000000, "--max-finished-services", "must be 1..1000000"},
 		{c.Jobs.CleanupInterval > 0, "--cleanup-interval", "must be > 0"},
 		{c.Jobs.PaceStallLimit >= 0 && c.Jobs.PaceStallLimit <= 24*time.Hour, "--pace-stall-limit", "must be 0 (never) ..24h"},
 		{c.EventHWM >= 1 && c.EventHWM <= 10000000, "--event-hwm", "must be 1..10000000"},
