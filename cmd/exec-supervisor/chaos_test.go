@@ -2204,6 +2204,11 @@ func crashWhileClearingGroup(t *testing.T, noCgroups bool) {
 	if pids := proctest.InGroup(j.Pgid); len(pids) > 0 {
 		t.Errorf("processes of the job left: %v", pids)
 	}
+	// An unknown job, after a crash: the answer says a job spawned just
+	// before it may be in no record (it blamed retention only).
+	if _, err := s2.client.Status(ctx, "j-00000000000000aa"); protocol.CodeOf(err) != protocol.CodeNotFound || !strings.Contains(err.Error(), "crashed") {
+		t.Errorf("status of an unknown job after a crash: %v", err)
+	}
 }
 
 // TestCrashDuringKillGrace: a job whose kill was under way (its grace

@@ -248,6 +248,9 @@ type Manager struct {
 	// numbers their ends.
 	finSvcs []finished
 	svcFinN uint64
+	// crashRecovery is when jobs were recovered from a crashed
+	// predecessor (nil: none was).
+	crashRecovery atomic.Pointer[time.Time]
 
 	// watched are the running cgroup jobs' runs the escape watcher checks.
 	emu     sync.Mutex
@@ -569,10 +572,18 @@ func (m *Manager) Get(id string) (*Job, error) {
 	j := m.jobs[id]
 	m.mu.Unlock()
 	if j == nil {
+		if at := m.crashRecovery.Load(); at != nil {
+			return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job spawned just before that is in no record)", id, at.UTC().Format(time.RFC3339))
+		}
 		return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period)", id)
 	}
 	return j, nil
 }
+
+// NoteCrashRecovery records that the manager's jobs were recovered, at
+// at, from a supervisor that did not shut down (a crash): a job it had
+// spawned just before may be unknown, and not-found says so.
+func (m *Manager) NoteCrashRecovery(at time.Time) { m.crashRecovery.Store(&at) }
 
 // List returns every job's info, oldest first, filtered by state and
 // session when they are non-empty.

@@ -42,6 +42,11 @@ func (s *Server) recover() error {
 		}
 	}
 	reaped := s.reapLeftoverCgroups(recorded)
+	if len(reaped) > 0 || doc != nil && slices.ContainsFunc(doc.Jobs, func(r journal.Record) bool { return !r.Finished() }) {
+		// The previous run did not shut down: a job it spawned just
+		// before it died may be in no record (not-found says so).
+		s.jobs.NoteCrashRecovery(time.Now())
+	}
 	var ce *journal.CorruptError
 	switch {
 	case errors.As(err, &ce):
