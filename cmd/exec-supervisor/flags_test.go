@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // TestInvalidFlags: a bad value is refused before anything starts, with
@@ -72,5 +75,51 @@ func TestInvalidPathsAtStart(t *testing.T) {
 		} else {
 			l.Release()
 		}
+	}
+}
+
+// TestStrayArguments: a word the flags do not take ("--no-cgroups false":
+// a boolean takes its value as --no-cgroups=false) stops the start with
+// exit code 2; it was dropped, and the supervisor ran with cgroups off.
+func TestStrayArguments(t *testing.T) {
+	for _, args := range [][]string{{"--no-cgroups", "false"}, {"extra-arg"}} {
+		var stderr bytes.Buffer
+		if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), "unexpected argument") {
+			t.Errorf("%v: exit %d, stderr %q; want 2, unexpected argument", args, code, stderr.String())
+		}
+	}
+}
+
+// TestSignalsThatWouldOrphan: SIGHUP (a closed terminal), SIGUSR1 and
+// the like leave the supervisor running and supervising (it died at once
+// and left its jobs without an owner; found by an operations audit),
+// while its jobs keep the default disposition (SIGHUP ends a job).
+func TestSignalsThatWouldOrphan(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 30*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGALRM} {
+		if err := s.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLog(t, s, "signal=SIGALRM")
+	if _, err := s.client.Health(ctx); err != nil {
+		t.Fatalf("after the signals: %v", err)
+	}
+	if st, err := s.client.Status(ctx, j.JobID); err != nil || st.State != protocol.StateRunning {
+		t.Fatalf("the job after the signals: %+v, %v", st, err)
+	}
+	if err := syscall.Kill(j.Pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	end, fin, err := s.client.Wait(ctx, j.JobID, 10*time.Second)
+	if err != nil || !fin || end.Signal != "SIGHUP" {
+		t.Fatalf("the job sent SIGHUP: %+v, %v, %v; want killed by it (default disposition)", end, fin, err)
 	}
 }

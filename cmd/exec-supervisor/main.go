@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
@@ -41,6 +42,12 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "exec-supervisor: %v (see exec-supervisor --help)\n", err)
 		return 2
 	}
+	if fs.NArg() > 0 {
+		// (a word after a boolean flag, "--no-cgroups false", is one: a
+		// boolean takes its value as --no-cgroups=false)
+		fmt.Fprintf(stderr, "exec-supervisor: unexpected argument %.80q: the supervisor takes flags only (a boolean flag takes its value as --flag=false) (see exec-supervisor --help)\n", fs.Arg(0))
+		return 2
+	}
 	if *configFile != "" {
 		if err := server.LoadConfigFile(fs, *configFile); err != nil {
 			fmt.Fprintln(stderr, "exec-supervisor: invalid configuration:", err)
@@ -48,7 +55,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}
 	if *version {
-		fmt.Fprintln(stderr, "exec-supervisor", server.Version)
+		fmt.Println("exec-supervisor", server.Version)
 		return 0
 	}
 	if err := cfg.Validate(); err != nil {
@@ -77,6 +84,33 @@ func run(args []string, stderr io.Writer) int {
 	pipes := make(chan os.Signal, 1)
 	signal.Notify(pipes, syscall.SIGPIPE)
 	defer signal.Stop(pipes)
+	// Signals whose default action would end the supervisor at once and
+	// leave its jobs without an owner: SIGHUP (the terminal it ran in
+	// closed; an operator expecting a reload, which there is none of),
+	// SIGUSR1/2, SIGALRM... are caught and logged; it keeps supervising.
+	// (SIGQUIT keeps Go's default: a goroutine dump, then exit; its jobs
+	// are recovered by the next start.) Caught, not ignored, for the jobs'
+	// sake, as SIGPIPE above.
+	others := make(chan os.Signal, 4)
+	signal.Notify(others, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSTKFLT)
+	defer signal.Stop(others)
+	stopOthers, othersDone := make(chan struct{}), make(chan struct{})
+	defer func() { close(stopOthers); <-othersDone }()
+	go func() {
+		defer close(othersDone)
+		for {
+			select {
+			case sig := <-others:
+				name := sig.String()
+				if n, ok := sig.(syscall.Signal); ok {
+					name = unix.SignalName(n)
+				}
+				log.Warn("signal ignored: the supervisor keeps running (stop it with SIGTERM or SIGINT; there is no reload)", "signal", name)
+			case <-stopOthers:
+				return
+			}
+		}
+	}()
 	go func() {
 		select {
 		case <-sigs:

@@ -31,7 +31,9 @@ func LoadConfigFile(fs *pflag.FlagSet, path string) error {
 	}
 	fromCLI := map[string]bool{}
 	fs.Visit(func(fl *pflag.Flag) { fromCLI[fl.Name] = true })
+	setAt := map[string]int{} // line each option was set on
 	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, len(b)+1) // (a line may be as long as the file)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
 		if text == "" || strings.HasPrefix(text, "#") {
@@ -40,14 +42,22 @@ func LoadConfigFile(fs *pflag.FlagSet, path string) error {
 		key, val, ok := strings.Cut(text, "=")
 		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
 		if !ok || key == "" {
-			return fmt.Errorf("--config: %s:%d: want 'option = value', got %q", path, line, text)
+			return fmt.Errorf("--config: %s:%d: want 'option = value', got %.80q", path, line, text)
 		}
 		if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
 			val = val[1 : len(val)-1]
+		} else if strings.HasPrefix(val, "'") {
+			return fmt.Errorf("--config: %s:%d: %s: single quotes are not quoting here (use double quotes, or none)", path, line, key)
+		} else if i := strings.Index(val, "#"); i > 0 && (val[i-1] == ' ' || val[i-1] == '\t') {
+			return fmt.Errorf("--config: %s:%d: %s: a comment after the value (comments go on lines of their own; quote a value that holds \" #\")", path, line, key)
 		}
-		if key == "config" || fs.Lookup(key) == nil {
-			return fmt.Errorf("--config: %s:%d: unknown option %q (options are the flag names, e.g. max-jobs)", path, line, key)
+		if key == "config" || key == "version" || key == "help" || fs.Lookup(key) == nil {
+			return fmt.Errorf("--config: %s:%d: unknown option %.80q (options are the flag names, e.g. max-jobs)", path, line, key)
 		}
+		if prev, twice := setAt[key]; twice && !repeatable(fs.Lookup(key)) {
+			return fmt.Errorf("--config: %s:%d: %s is set again (line %d sets it too)", path, line, key, prev)
+		}
+		setAt[key] = line
 		if fromCLI[key] {
 			continue
 		}
@@ -55,5 +65,14 @@ func LoadConfigFile(fs *pflag.FlagSet, path string) error {
 			return fmt.Errorf("--config: %s:%d: %s: %w", path, line, key, err)
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("--config: read %s: %w", path, err)
+	}
+	return nil
+}
+
+// repeatable reports whether a flag accumulates its values (a list, as
+// allow-uid) rather than taking the last one.
+func repeatable(fl *pflag.Flag) bool {
+	return strings.HasSuffix(fl.Value.Type(), "Slice") || strings.HasSuffix(fl.Value.Type(), "Array")
 }

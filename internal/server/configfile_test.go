@@ -42,10 +42,25 @@ func TestConfigFile(t *testing.T) {
 		"max-jobs = many": "max-jobs",
 		"grace = -":       "grace",
 		"config = x.conf": "unknown option",
+		// (found by an operations audit: each was taken silently)
+		"version = true": "unknown option", // (the supervisor printed its version and exited 0)
+		"control = ipc:///tmp/c.sock # the socket": "a comment after the value",
+		"state-dir = '/x'":                         "single quotes",
 	} {
 		if _, err := parse(write(content)); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), ":1:") {
 			t.Errorf("%q: want an error with %q and the line, got %v", content, want, err)
 		}
+	}
+	// A value holding " #" is quoted; an option given twice (not a list)
+	// is a mistake, a list accumulates; a line longer than 64 KiB is read.
+	if cfg, err := parse(write("control = \"ipc:///tmp/c #1.sock\"\n")); err != nil || cfg.Control != "ipc:///tmp/c #1.sock" {
+		t.Errorf("a quoted value with \" #\": %q, %v", cfg.Control, err)
+	}
+	if _, err := parse(write("max-jobs = 7\nmax-jobs = 9\n")); err == nil || !strings.Contains(err.Error(), ":2:") || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("an option set twice: %v", err)
+	}
+	if _, err := parse(write("# " + strings.Repeat("x", 100<<10) + "\nmax-jobs = 7\n")); err != nil {
+		t.Errorf("a long comment line: %v", err)
 	}
 	if _, err := parse(filepath.Join(dir, "missing.conf")); err == nil {
 		t.Error("a missing file must be an error")
