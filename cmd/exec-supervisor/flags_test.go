@@ -36,6 +36,12 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--control", "tcp://127.0.0.1:abc"}, "--control"},
 		{[]string{"--event", "tcp://127.0.0.1:70000"}, "--event"},
 		{[]string{"--pace-stall-limit", "-1s"}, "--pace-stall-limit"},
+		// (found by an operations audit: 1ns kept an idle supervisor at 98% CPU)
+		{[]string{"--cleanup-interval", "1ns"}, "--cleanup-interval"},
+		// (a directory's path: listening made the directory, then failed,
+		// and the directory was in the way of the next start)
+		{[]string{"--event", "ipc:///tmp/es-flags-test/events.sock/"}, "--event"},
+		{[]string{"--control", "ipc:///tmp/es-flags-test/c.sock", "--event", "ipc:///tmp/es-flags-test//c.sock"}, "must differ"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(tc.args, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
@@ -56,10 +62,21 @@ func TestInvalidPathsAtStart(t *testing.T) {
 	}{
 		{[]string{"--journal", "/nonexistent-es-dir/journal.json"}, "--journal"},
 		{[]string{"--cgroup-parent", "/sys/fs/cgroup/unified/no-such-es-slice.slce"}, "--cgroup-parent"},
+		// A journal path that names something else was moved aside as a
+		// corrupt journal (the state directory itself, its lock: a second
+		// supervisor could then take the directory; found by an
+		// operations audit).
+		{[]string{"--journal", "{dir}/state"}, "the supervisor's own"},
+		{[]string{"--journal", "{dir}/state/lock"}, "the supervisor's own"},
+		{[]string{"--journal", "{dir}"}, "not a regular file"},
 	} {
 		dir := t.TempDir()
+		var extra []string
+		for _, a := range tc.args {
+			extra = append(extra, strings.ReplaceAll(a, "{dir}", dir))
+		}
 		args := append([]string{"--control", "ipc://" + filepath.Join(dir, "c.sock"), "--event", "ipc://" + filepath.Join(dir, "e.sock"),
-			"--state-dir", filepath.Join(dir, "state"), "--metrics-addr", ""}, tc.args...)
+			"--state-dir", filepath.Join(dir, "state"), "--metrics-addr", ""}, extra...)
 		var stderr bytes.Buffer
 		if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", tc.args, code, stderr.String(), tc.want)

@@ -202,6 +202,20 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 }
 
+// sameEndpoint reports whether endpoints a and b name one socket (ipc
+// paths compared cleaned: ipc:///x//c.sock is ipc:///x/c.sock).
+func sameEndpoint(a, b string) bool {
+	sa, pa, errA := zmqx.Split(a)
+	sb, pb, errB := zmqx.Split(b)
+	if errA != nil || errB != nil || sa != sb {
+		return a == b
+	}
+	if sa == "ipc" && !strings.HasPrefix(pa, "@") {
+		return filepath.Clean(pa) == filepath.Clean(pb)
+	}
+	return pa == pb
+}
+
 // Validate checks every option and names the flag of the first bad one.
 func (c *Config) Validate() error {
 	if _, _, err := zmqx.Split(c.Control); err != nil {
@@ -210,7 +224,7 @@ func (c *Config) Validate() error {
 	if _, _, err := zmqx.Split(c.Event); err != nil {
 		return fmt.Errorf("--event: %w", err)
 	}
-	if c.Control == c.Event {
+	if sameEndpoint(c.Control, c.Event) {
 		return fmt.Errorf("--control and --event are both %s; they must differ", c.Control)
 	}
 	if c.MetricsAddr != "" {
@@ -235,7 +249,7 @@ func (c *Config) Validate() error {
 		{c.Jobs.MaxFinished >= 1 && c.Jobs.MaxFinished <= 10000000, "--max-finished-jobs", "must be 1..10000000"},
 		{c.Jobs.MaxFinishedOutput >= 1<<20, "--max-finished-output", "must be >= 1048576 bytes"},
 		{c.Jobs.MaxFinishedServices >= 1 && c.Jobs.MaxFinishedServices <= 1000000, "--max-finished-services", "must be 1..1000000"},
-		{c.Jobs.CleanupInterval > 0, "--cleanup-interval", "must be > 0"},
+		{c.Jobs.CleanupInterval >= 100*time.Millisecond, "--cleanup-interval", "must be >= 100ms (a sweep walks every job)"},
 		{c.Jobs.PaceStallLimit >= 0 && c.Jobs.PaceStallLimit <= 24*time.Hour, "--pace-stall-limit", "must be 0 (never) ..24h"},
 		{c.EventHWM >= 1 && c.EventHWM <= 10000000, "--event-hwm", "must be 1..10000000"},
 		{c.HeartbeatInterval >= 10*time.Millisecond && c.HeartbeatInterval <= time.Hour, "--heartbeat-interval", "must be 10ms..1h"},

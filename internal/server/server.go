@@ -145,6 +145,38 @@ func (s *Server) countTimeout(r protocol.Reason) {
 	}
 }
 
+// checkJournalPath refuses a journal path that names something else: an
+// existing non-regular file (a directory, a socket, a symlink), or a file
+// of the state directory the supervisor keeps for another purpose.
+func checkJournalPath(cfg Config) error {
+	path := cfg.JournalPath()
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			p = a
+		}
+		if r, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+			p = filepath.Join(r, filepath.Base(p))
+		}
+		return p
+	}
+	jp := abs(path)
+	sd := abs(filepath.Join(cfg.StateDir, "x"))
+	sd = filepath.Dir(sd)
+	for _, other := range []string{sd, filepath.Join(sd, "lock"), filepath.Join(sd, "token"), filepath.Join(sd, "notify"), abs(cfg.TokenPath())} {
+		if jp == other {
+			return fmt.Errorf("--journal %s is the supervisor's own %s: give the journal a file of its own (or leave --journal out for <state-dir>/journal.json)", path, other)
+		}
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil // (created by the first write; its directory is checked above)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("--journal %s exists and is not a regular file (%s): refusing to move it aside or replace it", path, fi.Mode().Type())
+	}
+	return nil
+}
+
 // InstanceID identifies this run of the supervisor; it changes on restart.
 func (s *Server) InstanceID() string { return s.instanceID }
 
@@ -171,6 +203,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		} else if err != nil {
 			return &ConfigError{fmt.Errorf("--journal: %w", err)}
 		}
+	}
+	// The journal is replaced and, unreadable, moved aside: a path that is
+	// not a journal's (a directory: the state directory itself, /etc; the
+	// lock or the token, which would then be renamed away) is refused.
+	if err := checkJournalPath(s.cfg); err != nil {
+		return &ConfigError{err}
 	}
 	// One state directory, one owner: taken before anything else.
 	if s.lock, err = journal.Acquire(s.cfg.StateDir, s.instanceID); err != nil {

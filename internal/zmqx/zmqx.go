@@ -64,6 +64,11 @@ func Split(endpoint string) (scheme, addr string, err error) {
 			return "", "", fmt.Errorf("endpoint %q: port %q is not a number 0..65535", endpoint, port)
 		}
 	case "ipc":
+		if addr == "" || strings.HasSuffix(addr, "/") {
+			// (a directory's path: listening made it, then failed, and
+			// the directory stayed in the way of the next start)
+			return "", "", fmt.Errorf("endpoint %q: want ipc:///path/to.sock, a socket file's path (not a directory's)", endpoint)
+		}
 		if !strings.HasPrefix(addr, "/") && !strings.HasPrefix(addr, "@") {
 			// Relative paths work but depend on the cwd: accept them.
 			if strings.ContainsRune(addr, 0) {
