@@ -2106,11 +2106,27 @@ func (j *Job) Write(data []byte, eof bool) (int, error) {
 		}
 		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no stdin: spawn it with stdin: true (or pty)", j.id)
 	}
+	lineMode := isPTY && termLineMode(f)
+	if lineMode {
+		if n := longestLine(data); n > maxTermLine {
+			// The terminal's line discipline keeps 4095 bytes of a line
+			// and drops the rest: the program would get another line
+			// than the one sent (a shell, another command).
+			return 0, protocol.Errorf(protocol.CodeInvalidArgument,
+				"job %s's terminal is in line mode, which keeps at most %d bytes of a line, and this write has a line of %d: nothing was written (send it in a file or to a job with stdin: true; a program that reads its terminal raw, as readline does, takes longer lines)", j.id, maxTermLine, n)
+		}
+	}
 	_ = f.SetWriteDeadline(deadline)
 	n, err := f.Write(data)
 	if err == nil && eof {
 		if isPTY {
-			_, err = f.Write([]byte{4}) // VEOF, Ctrl-D
+			eofs := []byte{4} // VEOF, Ctrl-D
+			if lineMode && len(data) > 0 && data[len(data)-1] != '\n' && data[len(data)-1] != '\r' {
+				// (in line mode the first one only hands over the
+				// unfinished line; the second is the end of input)
+				eofs = []byte{4, 4}
+			}
+			_, err = f.Write(eofs)
 		} else {
 			if err = f.Close(); errors.Is(err, os.ErrClosed) {
 				err = nil // (the job ended meanwhile, and its stdin was closed for it)
@@ -2132,6 +2148,41 @@ func (j *Job) Write(data []byte, eof bool) (int, error) {
 		return n, fmt.Errorf("write to job %s: %w", j.id, err)
 	}
 	return n, nil
+}
+
+// maxTermLine is the longest line a terminal in line (canonical) mode
+// keeps (N_TTY_BUF_SIZE less the newline).
+const maxTermLine = 4095
+
+// termLineMode reports whether the terminal of master f is in line
+// (canonical) mode, as most programs that do not use readline leave it.
+func termLineMode(f *os.File) bool {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	canon := false
+	_ = rc.Control(func(fd uintptr) {
+		if t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS); err == nil {
+			canon = t.Lflag&unix.ICANON != 0
+		}
+	})
+	return canon
+}
+
+// longestLine is the length of the longest line in data (between line
+// ends: \n or \r, which the terminal turns into \n).
+func longestLine(data []byte) int {
+	longest, cur := 0, 0
+	for _, b := range data {
+		if b == '\n' || b == '\r' {
+			cur = 0
+			continue
+		}
+		cur++
+		longest = max(longest, cur)
+	}
+	return longest
 }
 
 // inputGone reports whether err, from writing to a job's input or

@@ -359,3 +359,33 @@ func TestResumedPTYServiceKeepsItsSize(t *testing.T) {
 		return strings.Contains(out.String(), "45 133")
 	})
 }
+
+// TestPTYLineMode: a terminal in line mode keeps 4095 bytes of a line and
+// drops the rest, so a longer line is refused, nothing written (it was
+// cut, and a shell ran another command than the one sent, the write
+// answered as a success); a line that fits goes through; and eof after
+// data that does not end a line ends the input (one Ctrl-D only handed
+// over the unfinished line: the job waited for more). Found by a PTY audit.
+func TestPTYLineMode(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 30*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "stty -echo; echo ready; read x; echo got-${#x}; wc -c", Pty: &protocol.PtyArgs{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "ready", 10*time.Second)
+	if _, err := ts.client.Write(ctx, j.JobID, append(bytes.Repeat([]byte("x"), 5000), '\n'), false); protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "line mode") {
+		t.Fatalf("a 5000-byte line: %v, want invalid-argument (line mode)", err)
+	}
+	if _, err := ts.client.Write(ctx, j.JobID, append(bytes.Repeat([]byte("x"), 3000), '\n'), false); err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "got-3000", 10*time.Second)
+	if _, err := ts.client.Write(ctx, j.JobID, []byte("abc"), true); err != nil {
+		t.Fatal(err)
+	}
+	out, _, exit, _ := waitDone(t, ts.client, j.JobID, 10*time.Second)
+	if exit.Reason != protocol.ReasonExit || !strings.Contains(out, "3") {
+		t.Fatalf("after eof: %q %+v", out, exit)
+	}
+}
