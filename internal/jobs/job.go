@@ -1365,8 +1365,18 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 		close(j.killNow)
 	}
 	j.m.log.Info("job kill", "job", j.id, "reason", string(reason), "signal", protocol.SignalName(first), "grace", j.grace)
+	if j.isPTY && first != sigKill {
+		// As a terminal that closes: SIGHUP, which interactive shells
+		// (that ignore SIGTERM) end on, then SIGTERM; stopped processes
+		// get SIGCONT to act on them. (A shell waited out the grace and
+		// died of SIGKILL at every kill.)
+		_ = j.signalLocked(syscall.SIGHUP)
+	}
 	if err := j.signalLocked(first); err != nil {
 		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
+	}
+	if j.isPTY && first != sigKill {
+		_ = j.signalLocked(syscall.SIGCONT)
 	}
 	if first != sigKill {
 		j.m.wg.Add(1)

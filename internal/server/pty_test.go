@@ -389,3 +389,28 @@ func TestPTYLineMode(t *testing.T) {
 		t.Fatalf("after eof: %q %+v", out, exit)
 	}
 }
+
+// TestPTYKillHangsUp: killing a PTY job hangs it up as a closing terminal
+// does (SIGHUP, SIGTERM, SIGCONT): an interactive shell, which ignores
+// SIGTERM, ends at once instead of waiting out the grace and dying of
+// SIGKILL (found by a PTY audit: 5 s and SIGKILL for every sh -i).
+func TestPTYKillHangsUp(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Jobs.Grace = 20 * time.Second
+	ts := startServer(t, cfg)
+	ctx := ctxT(t, 30*time.Second)
+	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sh", "-i"}, Pty: &protocol.PtyArgs{},
+		Env: map[string]string{"PS1": "PROMPT> ", "ENV": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "PROMPT> ", 10*time.Second)
+	start := time.Now()
+	if _, err := ts.client.Kill(ctx, j.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, _, exit, _ := waitDone(t, ts.client, j.JobID, 15*time.Second)
+	if exit.Reason != protocol.ReasonManualCancel || exit.Signal == "SIGKILL" || time.Since(start) > 10*time.Second {
+		t.Fatalf("kill of sh -i: %+v after %v; want it ended by the hangup, not SIGKILL after the grace", exit, time.Since(start))
+	}
+}

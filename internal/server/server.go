@@ -145,9 +145,11 @@ func (s *Server) countTimeout(r protocol.Reason) {
 	}
 }
 
-// checkJournalPath refuses a journal path that names something else: an
-// existing non-regular file (a directory, a socket, a symlink), or a file
-// of the state directory the supervisor keeps for another purpose.
+// checkJournalPath refuses a journal path that names something else: a
+// file of the state directory the supervisor keeps for another purpose,
+// or, given with --journal, an existing non-regular file (a directory, a
+// socket, a symlink: an unreadable journal is moved aside, and that could
+// be anything of anyone's, /etc).
 func checkJournalPath(cfg Config) error {
 	path := cfg.JournalPath()
 	abs := func(p string) string {
@@ -166,6 +168,9 @@ func checkJournalPath(cfg Config) error {
 		if jp == other {
 			return fmt.Errorf("--journal %s is the supervisor's own %s: give the journal a file of its own (or leave --journal out for <state-dir>/journal.json)", path, other)
 		}
+	}
+	if cfg.Journal == "" {
+		return nil // (<state-dir>/journal.json: anything there is ours, moved aside if unreadable)
 	}
 	fi, err := os.Lstat(path)
 	if err != nil {
