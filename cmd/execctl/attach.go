@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sync"
@@ -67,9 +68,10 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Recent output first, then everything new from the seq after it.
+	out := &terminalWriter{w: g.stdout}
 	if *tail > 0 {
 		if recent, job, err := lastOutput(ctx, g, info, *tail); err == nil {
-			g.stdout.Write(recent)
+			_, _ = out.Write(recent)
 			info = job
 		}
 	}
@@ -133,8 +135,14 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 			if err := ev.DecodePayload(&p); err != nil {
 				return err
 			}
-			_, err := g.stdout.Write(p.Data)
+			_, err := out.Write(p.Data)
 			return err
+		case protocol.KindGap:
+			// (output this terminal did not keep up with: said, not
+			// spliced silently)
+			fmt.Fprint(g.stderr, "\r\n")
+			gapNotice(g, id, ev)
+			fmt.Fprint(g.stderr, "\r")
 		case protocol.KindExited, protocol.KindFailed:
 			ended = true
 			return ev.DecodePayload(&final)
@@ -159,9 +167,16 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	return exitOK, nil
 }
 
-// pollableDup duplicates fd in non-blocking mode, so that Go's poller can
-// interrupt reads on it.
+// pollableDup opens the terminal fd is on anew, in non-blocking mode, so
+// that Go's poller can interrupt reads on it. Opened anew (through
+// /proc/self/fd), not duplicated: a duplicate shares its open file, and
+// with it the non-blocking flag, with stdout when both are the terminal,
+// and writes of output then failed with EAGAIN (attach exited mid-stream
+// whenever the terminal was slower than the job). A dup is the fallback.
 func pollableDup(fd int) (*os.File, error) {
+	if f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), os.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+		return f, nil
+	}
 	d, err := unix.Dup(fd)
 	if err != nil {
 		return nil, fmt.Errorf("dup terminal: %w", err)
@@ -240,4 +255,34 @@ func lastOutput(ctx context.Context, g *globals, info protocol.JobInfo, n int64)
 		return read(job.RetainedFrom) // (skipped offsets in the way)
 	}
 	return out, job, err
+}
+
+// terminalWriter writes all of what it is given to w, waiting while w (a
+// non-blocking file: the terminal, when it was made so) takes no more.
+type terminalWriter struct{ w io.Writer }
+
+func (t *terminalWriter) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := t.w.Write(p[done:])
+		done += n
+		if err == nil {
+			continue
+		}
+		f, ok := t.w.(*os.File)
+		if !ok || !errors.Is(err, syscall.EAGAIN) {
+			return done, err
+		}
+		// (not f.Fd(), which would make the file blocking again, and
+		// with it a duplicate of the terminal reading our input)
+		rc, rerr := f.SyscallConn()
+		if rerr != nil {
+			return done, err
+		}
+		_ = rc.Control(func(fd uintptr) {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+			_, _ = unix.Poll(pfd, 1000)
+		})
+	}
+	return done, nil
 }

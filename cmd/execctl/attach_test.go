@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // tmux runs a tmux command on the test's private server socket.
@@ -117,4 +119,48 @@ func TestTopUnderTmux(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // polling the terminal's screen
 	}
 	tmux(t, sock, "send-keys", "-t", "t", "C-c")
+}
+
+// TestPollableDupLeavesTerminalBlocking: the non-blocking handle attach
+// reads the terminal through does not make the terminal's other handles
+// (stdout) non-blocking: a duplicate shared the flag, and attach died of
+// EAGAIN writing output faster than the terminal took it (found by a
+// PTY audit).
+func TestPollableDupLeavesTerminalBlocking(t *testing.T) {
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pty here: %v", err)
+	}
+	defer ptmx.Close()
+	rc, _ := ptmx.SyscallConn()
+	var name string
+	var perr error
+	_ = rc.Control(func(fd uintptr) {
+		if perr = unix.IoctlSetPointerInt(int(fd), unix.TIOCSPTLCK, 0); perr != nil {
+			return
+		}
+		var n uint32
+		n, perr = unix.IoctlGetUint32(int(fd), unix.TIOCGPTN)
+		name = fmt.Sprintf("/dev/pts/%d", n)
+	})
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	tty, err := unix.Open(name, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tty)
+	in, err := pollableDup(tty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	fl, err := unix.FcntlInt(uintptr(tty), unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl&unix.O_NONBLOCK != 0 {
+		t.Fatal("the terminal's own handle became non-blocking")
+	}
 }
