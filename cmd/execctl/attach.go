@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -71,7 +72,7 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	out := &terminalWriter{w: g.stdout}
 	if *tail > 0 {
 		if recent, job, err := lastOutput(ctx, g, info, *tail); err == nil {
-			_, _ = out.Write(recent)
+			_, _ = out.Write(stripTerminalQueries(recent))
 			info = job
 		}
 	}
@@ -285,4 +286,75 @@ func (t *terminalWriter) Write(p []byte) (int, error) {
 		})
 	}
 	return done, nil
+}
+
+// stripTerminalQueries removes from replayed output the sequences that
+// ask the terminal for an answer (cursor position and status reports,
+// device attributes, mode and colour queries): the program that asked
+// them is not waiting any more, and the answers this terminal would send
+// reach the job as typed input (a prompt filled with ^[[12;1R at every
+// attach).
+func stripTerminalQueries(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		if b[i] != 0x1b || i+1 >= len(b) {
+			out = append(out, b[i])
+			i++
+			continue
+		}
+		switch b[i+1] {
+		case '[': // CSI: parameters, intermediates, a final byte
+			j := i + 2
+			for j < len(b) && b[j] >= 0x20 && b[j] <= 0x3f {
+				j++
+			}
+			for j < len(b) && b[j] >= 0x20 && b[j] <= 0x2f {
+				j++
+			}
+			if j < len(b) {
+				seq := b[i : j+1]
+				final := b[j]
+				query := final == 'n' || final == 'c' || (final == 'p' && j > 0 && b[j-1] == '$') ||
+					(final == 't' && isWindowReport(b[i+2:j]))
+				if !query {
+					out = append(out, seq...)
+				}
+				i = j + 1
+				continue
+			}
+		case ']': // OSC, to BEL or ST: a query asks with "?"
+			j := i + 2
+			for j < len(b) && b[j] != 0x07 && !(b[j] == 0x1b && j+1 < len(b) && b[j+1] == '\\') {
+				j++
+			}
+			end := j + 1
+			if j < len(b) && b[j] == 0x1b {
+				end = j + 2
+			}
+			if j < len(b) {
+				if !bytes.Contains(b[i+2:j], []byte(";?")) {
+					out = append(out, b[i:min(end, len(b))]...)
+				}
+				i = min(end, len(b))
+				continue
+			}
+		case 'Z': // DECID
+			i += 2
+			continue
+		}
+		out = append(out, b[i])
+		i++
+	}
+	return out
+}
+
+// isWindowReport reports whether CSI params ... t asks for a report
+// (window state, position, size: 11, 13, 14, 18, 19, 20, 21).
+func isWindowReport(params []byte) bool {
+	p, _, _ := bytes.Cut(params, []byte(";"))
+	switch string(p) {
+	case "11", "13", "14", "18", "19", "20", "21":
+		return true
+	}
+	return false
 }

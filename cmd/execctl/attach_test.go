@@ -164,3 +164,25 @@ func TestPollableDupLeavesTerminalBlocking(t *testing.T) {
 		t.Fatal("the terminal's own handle became non-blocking")
 	}
 }
+
+// TestStripTerminalQueries: replayed output loses the sequences that make
+// a terminal answer (their answers would be typed into the job: found by
+// a PTY audit), and keeps everything else, colours and cursor moves too.
+func TestStripTerminalQueries(t *testing.T) {
+	for in, want := range map[string]string{
+		"a\x1b[6nb":                       "ab",
+		"\x1b[5n\x1b[?6n":                 "",
+		"\x1b[c\x1b[>c\x1b[0c":            "",
+		"\x1b[?2004$p":                    "",
+		"\x1b[18t\x1b[8;24;80t":           "\x1b[8;24;80t", // (a resize, not a report)
+		"\x1b]10;?\x07\x1b]11;?\x1b\\":    "",
+		"\x1b]0;title\x07":                "\x1b]0;title\x07",
+		"\x1b[31mred\x1b[0m\x1b[2J\x1b[H": "\x1b[31mred\x1b[0m\x1b[2J\x1b[H",
+		"\x1bZx":                          "x",
+		"tail\x1b[":                       "tail\x1b[",
+	} {
+		if got := string(stripTerminalQueries([]byte(in))); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
