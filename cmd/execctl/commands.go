@@ -1128,7 +1128,7 @@ func (*WriteCommand) Synopsis() string {
 func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("write", g)
 	eof := fs.Bool("eof", false, "then close stdin (pipe jobs) or send Ctrl-D (pty jobs)")
-	raw := fs.BoolP("no-newline", "n", false, "do not append a newline to DATA")
+	raw := fs.BoolP("no-newline", "n", false, "do not append a newline (Enter, \\r, for a pty job) to DATA")
 	if err := parse(fs, args); err != nil {
 		return 0, err
 	}
@@ -1149,7 +1149,14 @@ func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	case fs.NArg() == 2:
 		data = []byte(fs.Arg(1))
 		if !*raw {
-			data = append(data, '\n')
+			// Enter, as a terminal sends it, for a PTY job (a program
+			// reading its terminal raw tells Ctrl-J from Enter); a line's
+			// end for a pipe.
+			nl := byte('\n')
+			if st, err := g.client.Status(ctx, id); err == nil && st.Pty {
+				nl = '\r'
+			}
+			data = append(data, nl)
 		}
 	}
 	res, err := g.client.Write(ctx, id, data, *eof)

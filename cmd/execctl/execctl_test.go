@@ -1092,3 +1092,28 @@ func TestAccessHints(t *testing.T) {
 		t.Fatalf("directory of another user: exit %d, stderr:\n%s", code, stderr)
 	}
 }
+
+// TestWriteEnterToPTY: write appends Enter (\r, what a terminal sends)
+// for a PTY job, and a newline for a pipe job (it appended \n to both:
+// a program reading its terminal raw got Ctrl-J, not Enter; found by a
+// PTY audit).
+func TestWriteEnterToPTY(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--pty", "--", "sh", "-c", "stty raw -echo; echo ready; dd bs=1 count=3 2>/dev/null | od -An -c")
+	defer s.ctl(t, "kill", "--signal", "SIGKILL", id)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.mustCtl(t, "poll", id), "ready") {
+		if time.Now().After(deadline) {
+			t.Fatal("the job never got ready")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's output
+	}
+	s.mustCtl(t, "write", id, "ab")
+	if code, _, errs := s.ctl(t, "wait", id); code != 0 {
+		t.Fatalf("wait: %d %s", code, errs)
+	}
+	if out := s.mustCtl(t, "poll", id); !strings.Contains(out, `a   b  \r`) {
+		t.Fatalf("the job read %q, want a b \\r", out)
+	}
+}
