@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -46,7 +47,8 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		return 0, &usageError{msg: fmt.Sprintf("job %s has no terminal", id), hint: "attach works with jobs spawned with --pty; use 'execctl logs -f' and 'execctl write' for others"}
 	}
 	if info.Finished() {
-		return 0, &usageError{msg: fmt.Sprintf("job %s has already ended (%s)", id, info.Reason)}
+		// (a valid command for a job that is over: not a usage error)
+		return 0, fmt.Errorf("job %s has already ended (%s): nothing to attach to; its output: execctl logs %s", id, info.Reason, id)
 	}
 	in, ok := g.stdin.(*os.File)
 	if !ok || !isTerminal(int(in.Fd())) {
@@ -86,6 +88,17 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		}
 	}
 	sendSize()
+	// The job's own size comes back when this terminal leaves (a gateway
+	// driving it at its size found the attaching terminal's after a
+	// detach).
+	if info.Rows > 0 && info.Cols > 0 {
+		rows, cols := info.Rows, info.Cols
+		defer func() {
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer rcancel()
+			_ = g.client.Resize(rctx, id, int(rows), int(cols)) // (fails harmlessly once the job ended)
+		}()
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer input.Close()

@@ -82,8 +82,9 @@ func TestAttachUnderTmux(t *testing.T) {
 	// Ctrl-] detaches; the job is still running.
 	tmux(t, sock, "send-keys", "-t", "t", "C-]")
 	waitScreen("ATTACH-EXIT=0")
-	if st := s.jsonStatus(t, id); st["state"] != "running" {
-		t.Fatalf("job after detach: %v", st)
+	// (its own size is back: the attaching terminal's stayed on it)
+	if st := s.jsonStatus(t, id); st["state"] != "running" || st["rows"] != float64(24) || st["cols"] != float64(80) {
+		t.Fatalf("job after detach: %v; want running, 24x80 again", st)
 	}
 	s.mustCtl(t, "kill", id)
 	_ = os.Remove(sock)
@@ -184,5 +185,19 @@ func TestStripTerminalQueries(t *testing.T) {
 		if got := string(stripTerminalQueries([]byte(in))); got != want {
 			t.Errorf("%q: %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestAttachFinishedJob: attach to a PTY job that ended is a failure
+// (exit 1) that says where its output is, not a usage error (exit 2).
+func TestAttachFinishedJob(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--pty", "--", "true")
+	if code, _, errs := s.ctl(t, "wait", id); code != 0 {
+		t.Fatalf("wait: %d %s", code, errs)
+	}
+	if code, _, errs := s.ctl(t, "attach", id); code != 1 || !strings.Contains(errs, "already ended") || !strings.Contains(errs, "logs") {
+		t.Fatalf("attach to a finished job: exit %d, %q; want 1, already ended, logs", code, errs)
 	}
 }
