@@ -1219,7 +1219,7 @@ func (*SendKeysCommand) Run(ctx context.Context, g *globals, args []string) (int
 		return 0, err
 	}
 	if fs.NArg() < 2 {
-		return 0, &usageError{msg: "want JOB and at least one KEY", hint: "execctl send-keys JOB C-c   (keys: Enter Tab Escape Up Down Left Right Home End PageUp PageDown Delete Backspace F1..F12 C-a..C-z)"}
+		return 0, &usageError{msg: "want JOB and at least one KEY", hint: "execctl send-keys JOB C-c   (keys: Enter Tab Shift-Tab Escape Up Down Left Right Home End PageUp PageDown Delete Backspace F1..F12 C-a..C-z C-\\ C-] ..., M-x or Alt-x, any single character)"}
 	}
 	var data []byte
 	for _, k := range fs.Args()[1:] {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -38,26 +39,49 @@ var Keys = map[string]string{
 	"f1": "\x1bOP", "f2": "\x1bOQ", "f3": "\x1bOR", "f4": "\x1bOS", "f5": "\x1b[15~", "f6": "\x1b[17~",
 	"f7": "\x1b[18~", "f8": "\x1b[19~", "f9": "\x1b[20~", "f10": "\x1b[21~", "f11": "\x1b[23~", "f12": "\x1b[24~",
 	"ctrl-c": "\x03", "ctrl-d": "\x04", "ctrl-z": "\x1a", "ctrl-l": "\x0c", "ctrl-\\": "\x1c",
+	"shift-tab": "\x1b[Z", "backtab": "\x1b[Z",
 }
 
-// KeyBytes returns the bytes for a key name: a name of Keys, or C-x /
-// Ctrl-x for a letter x.
+// ctrlPunct are the bytes of Ctrl with the punctuation keys that have one
+// (as with letters: the key's code less 0x40).
+var ctrlPunct = map[byte]byte{'@': 0, ' ': 0, '[': 0x1b, '\\': 0x1c, ']': 0x1d, '^': 0x1e, '_': 0x1f, '?': 0x7f}
+
+// KeyBytes returns the bytes for a key name: a name of Keys; C-x /
+// Ctrl-x for a letter x or one of @ [ \ ] ^ _ ?; M-x / Alt-x for Escape
+// then x (x a key name or a character); or a single character, as is.
 func KeyBytes(name string) ([]byte, error) {
 	k := strings.ToLower(name)
 	if v, ok := Keys[k]; ok {
 		return []byte(v), nil
 	}
 	for _, p := range []string{"c-", "ctrl-", "ctrl+", "^"} {
-		if rest, ok := strings.CutPrefix(k, p); ok && len(rest) == 1 && rest[0] >= 'a' && rest[0] <= 'z' {
-			return []byte{rest[0] - 'a' + 1}, nil
+		if rest, ok := strings.CutPrefix(k, p); ok && len(rest) == 1 {
+			if rest[0] >= 'a' && rest[0] <= 'z' {
+				return []byte{rest[0] - 'a' + 1}, nil
+			}
+			if b, ok := ctrlPunct[rest[0]]; ok {
+				return []byte{b}, nil
+			}
 		}
+	}
+	for _, p := range []string{"m-", "alt-", "meta-", "alt+"} {
+		if len(k) > len(p) && strings.HasPrefix(k, p) {
+			rest, err := KeyBytes(name[len(p):])
+			if err != nil {
+				return nil, err
+			}
+			return append([]byte{0x1b}, rest...), nil
+		}
+	}
+	if len(name) == 1 || utf8.RuneCountInString(name) == 1 && utf8.ValidString(name) {
+		return []byte(name), nil // a character, as typed (case kept)
 	}
 	names := make([]string, 0, len(Keys))
 	for n := range Keys {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return nil, fmt.Errorf("unknown key %q (known: %s, and C-a..C-z)", name, strings.Join(names, ", "))
+	return nil, fmt.Errorf("unknown key %q (known: %s; C-a..C-z and C-@ C-[ C-\\ C-] C-^ C-_ C-?; M-x or Alt-x for Escape then x; any single character)", name, strings.Join(names, ", "))
 }
 
 // SendKeys sends named keys (see Keys) to a PTY job, in order.
