@@ -908,6 +908,13 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if info.Ownership != "" {
 		row("ownership", info.Ownership)
 	}
+	if info.Pty {
+		t := fmt.Sprintf("pty %dx%d", info.Rows, info.Cols)
+		if info.BracketedPaste {
+			t += ", bracketed paste on"
+		}
+		row("terminal", t)
+	}
 	row("created", fmtTime(info.CreatedAt))
 	row("started", fmtTime(info.StartedAt))
 	if info.Finished() {
@@ -984,6 +991,9 @@ func commandLine(j protocol.JobInfo) string {
 	if s == "" {
 		s = "-" // (list --brief)
 	}
+	// One line, whatever the command holds (a shell script's newlines
+	// and tabs broke the table's rows and columns).
+	s = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`).Replace(s)
 	if len(s) > 60 {
 		s = s[:57] + "..."
 	}

@@ -1117,3 +1117,26 @@ func TestWriteEnterToPTY(t *testing.T) {
 		t.Fatalf("the job read %q, want a b \\r", out)
 	}
 }
+
+// TestStatusAndListShowTerminalAndOneLine: status shows a PTY job's
+// terminal, and list keeps a multi-line command on its row (its newlines
+// broke the table; status left the terminal out: found by a PTY audit).
+func TestStatusAndListShowTerminalAndOneLine(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--pty", "--rows", "30", "--cols", "100", "--shell", "sleep 30\necho two")
+	defer s.ctl(t, "kill", "--signal", "SIGKILL", id)
+	if out := s.mustCtl(t, "status", id); !strings.Contains(out, "pty 30x100") {
+		t.Fatalf("status: %q; want the terminal", out)
+	}
+	out := s.mustCtl(t, "list")
+	var row string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, id) {
+			row = l
+		}
+	}
+	if !strings.Contains(row, `sleep 30\necho two`) {
+		t.Fatalf("list: the job's row %q (all: %q); want its command on it, escaped", row, out)
+	}
+}
