@@ -69,6 +69,9 @@ func TestInvalidPathsAtStart(t *testing.T) {
 		{[]string{"--journal", "{dir}/state"}, "the supervisor's own"},
 		{[]string{"--journal", "{dir}/state/lock"}, "the supervisor's own"},
 		{[]string{"--journal", "{dir}"}, "not a regular file"},
+		// (a token file that cannot be one is a configuration error, not
+		// a failure worth restarting for: it exited 1)
+		{[]string{"--control", "tcp://127.0.0.1:0", "--event", "tcp://127.0.0.2:0", "--token-file", "{dir}"}, "--token-file"},
 	} {
 		dir := t.TempDir()
 		var extra []string

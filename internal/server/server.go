@@ -301,7 +301,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		} else {
 			tok, created, err := loadOrCreateToken(s.cfg.TokenPath())
 			if err != nil {
-				return fmt.Errorf("--token-file: %w", err)
+				return &ConfigError{fmt.Errorf("--token-file: %w", err)}
 			}
 			s.token = tok
 			s.log.Info("tcp clients must authenticate with the token (ZMTP PLAIN password)", "tokenFile", s.cfg.TokenPath(), "created", created)
