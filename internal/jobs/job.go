@@ -1365,18 +1365,11 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 		close(j.killNow)
 	}
 	j.m.log.Info("job kill", "job", j.id, "reason", string(reason), "signal", protocol.SignalName(first), "grace", j.grace)
-	if j.isPTY && first != sigKill {
-		// As a terminal that closes: SIGHUP, which interactive shells
-		// (that ignore SIGTERM) end on, then SIGTERM; stopped processes
-		// get SIGCONT to act on them. (A shell waited out the grace and
-		// died of SIGKILL at every kill.)
-		_ = j.signalLocked(syscall.SIGHUP)
-	}
 	if err := j.signalLocked(first); err != nil {
 		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
 	}
 	if j.isPTY && first != sigKill {
-		_ = j.signalLocked(syscall.SIGCONT)
+		_ = j.signalLocked(syscall.SIGCONT) // (stopped processes act on it)
 	}
 	if first != sigKill {
 		j.m.wg.Add(1)
@@ -1384,6 +1377,10 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 	}
 	return false, nil
 }
+
+// ptyHangupAfter is how long after SIGTERM a PTY job still running is
+// hung up (SIGHUP), within its grace (at most half of it).
+const ptyHangupAfter = time.Second
 
 func (j *Job) escalateLocked() {
 	select {
@@ -1397,7 +1394,31 @@ func (j *Job) escalateLocked() {
 // over, unless the job was finalized first.
 func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}) {
 	defer j.m.wg.Done()
-	t := time.NewTimer(j.grace)
+	grace := j.grace
+	if j.isPTY && grace > 0 {
+		// A terminal's job still there shortly after SIGTERM is hung up
+		// as a closing terminal does (interactive shells ignore SIGTERM
+		// and end on SIGHUP: every kill of sh -i waited out the grace and
+		// ended in SIGKILL); programs that handle SIGTERM had their turn.
+		hup := min(grace/2, ptyHangupAfter)
+		t := time.NewTimer(hup)
+		select {
+		case <-runDone:
+			t.Stop()
+			return
+		case <-killNow:
+			t.Stop()
+		case <-t.C:
+			j.mu.Lock()
+			if !over(runDone) {
+				_ = j.signalLocked(syscall.SIGHUP)
+				_ = j.signalLocked(syscall.SIGCONT)
+			}
+			j.mu.Unlock()
+			grace -= hup
+		}
+	}
+	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-runDone:

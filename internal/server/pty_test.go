@@ -413,4 +413,18 @@ func TestPTYKillHangsUp(t *testing.T) {
 	if exit.Reason != protocol.ReasonManualCancel || exit.Signal == "SIGKILL" || time.Since(start) > 10*time.Second {
 		t.Fatalf("kill of sh -i: %+v after %v; want it ended by the hangup, not SIGKILL after the grace", exit, time.Since(start))
 	}
+	// A program that cleans up on SIGTERM gets SIGTERM first, and its
+	// turn (the hangup came first: no cleanup; found by a review).
+	c, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "trap 'echo CLEANUP; exit 0' TERM; echo ready; while :; do sleep 0.1; done", Pty: &protocol.PtyArgs{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, c.JobID, "ready", 10*time.Second)
+	if _, err := ts.client.Kill(ctx, c.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	out, _, exit, _ := waitDone(t, ts.client, c.JobID, 15*time.Second)
+	if !strings.Contains(out, "CLEANUP") || exit.ExitCode == nil || *exit.ExitCode != 0 {
+		t.Fatalf("kill of a job that cleans up on SIGTERM: %q %+v", out, exit)
+	}
 }
