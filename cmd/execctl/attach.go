@@ -125,13 +125,13 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 				data := buf[:n]
 				if i := indexByte(data, detachKey); i >= 0 {
 					if i > 0 {
-						_, _ = g.client.Write(ctx, id, data[:i], false)
+						_, _ = g.client.Type(ctx, id, data[:i])
 					}
 					close(detached)
 					cancel()
 					return
 				}
-				if _, werr := g.client.Write(ctx, id, data, false); werr != nil && ctx.Err() == nil {
+				if _, werr := g.client.Type(ctx, id, data); werr != nil && ctx.Err() == nil {
 					fmt.Fprintf(g.stderr, "\r\n[input not delivered: %v]\r\n", werr)
 				}
 			}

@@ -74,6 +74,9 @@ type Job struct {
 	// leaderExited: the process was reaped; groupGone: its group is empty
 	// too, so the pgid must never be signalled again (it may be reused).
 	leaderExited bool
+	// termLine is what the writes to a PTY job's terminal left of an
+	// unfinished line (under wsem: see WriteInput).
+	termLine int
 	// svcFinN is a finished service's place in the order services
 	// finished (0 while it is supervised: see Manager.finSvcs).
 	svcFinN atomic.Uint64
@@ -2101,7 +2104,12 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 // Write sends data to the job's stdin pipe or terminal, then (eof) closes
 // stdin or sends the terminal's EOF character. A program that does not
 // read gets WriteTimeout: the bytes written so far are reported.
-func (j *Job) Write(data []byte, eof bool) (int, error) {
+func (j *Job) Write(data []byte, eof bool) (int, error) { return j.WriteInput(data, eof, false) }
+
+// WriteInput is Write; typed marks input a person types at a terminal
+// (attach), which the line-mode limit cuts as a terminal does rather than
+// refuses.
+func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	// One write at a time, each bounded by writeTimeout in all: a write
 	// waiting behind one to a job that does not read its input gives up
 	// with it, rather than adding 2 s per writer in line.
@@ -2138,21 +2146,31 @@ func (j *Job) Write(data []byte, eof bool) (int, error) {
 		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no stdin: spawn it with stdin: true (or pty)", j.id)
 	}
 	lineMode := isPTY && termLineMode(f)
-	if lineMode {
-		if n := longestLine(data); n > maxTermLine {
+	line := 0 // the terminal's unfinished line after data (as far as writes tell)
+	if isPTY {
+		var n int
+		n, line = longestLine(j.termLine, data)
+		if lineMode && !typed && n > maxTermLine {
 			// The terminal's line discipline keeps 4095 bytes of a line
 			// and drops the rest: the program would get another line
 			// than the one sent (a shell, another command).
 			return 0, protocol.Errorf(protocol.CodeInvalidArgument,
-				"job %s's terminal is in line mode, which keeps at most %d bytes of a line, and this write has a line of %d: nothing was written (send it in a file or to a job with stdin: true; a program that reads its terminal raw, as readline does, takes longer lines)", j.id, maxTermLine, n)
+				"job %s's terminal is in line mode, which keeps at most %d bytes of a line, and this write makes a line of %d (with what earlier writes left unfinished): nothing was written (send it in a file or to a job with stdin: true; a program that reads its terminal raw, as readline does, takes longer lines)", j.id, maxTermLine, n)
 		}
 	}
 	_ = f.SetWriteDeadline(deadline)
 	n, err := f.Write(data)
+	if isPTY {
+		j.termLine = line
+		if n < len(data) {
+			j.termLine = 0 // (unknown: do not refuse on a guess)
+		}
+	}
 	if err == nil && eof {
 		if isPTY {
+			j.termLine = 0
 			eofs := []byte{4} // VEOF, Ctrl-D
-			if lineMode && len(data) > 0 && data[len(data)-1] != '\n' && data[len(data)-1] != '\r' {
+			if last := data[max(len(data)-1, 0):]; lineMode && len(last) == 1 && last[0] != '\n' && last[0] != '\r' && last[0] != 4 {
 				// (in line mode the first one only hands over the
 				// unfinished line; the second is the end of input)
 				eofs = []byte{4, 4}
@@ -2201,19 +2219,24 @@ func termLineMode(f *os.File) bool {
 	return canon
 }
 
-// longestLine is the length of the longest line in data (between line
-// ends: \n or \r, which the terminal turns into \n).
-func longestLine(data []byte) int {
-	longest, cur := 0, 0
+// longestLine returns the length of the longest line data makes on a
+// terminal whose unfinished line holds start bytes, and the unfinished
+// line's length after it. A line ends at \n or \r (which the terminal
+// turns into \n), and at Ctrl-C, Ctrl-D and Ctrl-U, which end or discard
+// it.
+func longestLine(start int, data []byte) (longest, after int) {
+	cur := start
+	longest = cur
 	for _, b := range data {
-		if b == '\n' || b == '\r' {
+		switch b {
+		case '\n', '\r', 0x03, 0x04, 0x15:
 			cur = 0
 			continue
 		}
 		cur++
 		longest = max(longest, cur)
 	}
-	return longest
+	return longest, cur
 }
 
 // inputGone reports whether err, from writing to a job's input or

@@ -370,6 +370,7 @@ func TestPTYLineMode(t *testing.T) {
 	ts := startServer(t, testConfig(t))
 	ctx := ctxT(t, 30*time.Second)
 	j, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Shell: "stty -echo; echo ready; read x; echo got-${#x}; wc -c", Pty: &protocol.PtyArgs{}})
+	// (3000 + 1000 typed bytes make the line read: got-4000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,10 +378,21 @@ func TestPTYLineMode(t *testing.T) {
 	if _, err := ts.client.Write(ctx, j.JobID, append(bytes.Repeat([]byte("x"), 5000), '\n'), false); protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "line mode") {
 		t.Fatalf("a 5000-byte line: %v, want invalid-argument (line mode)", err)
 	}
-	if _, err := ts.client.Write(ctx, j.JobID, append(bytes.Repeat([]byte("x"), 3000), '\n'), false); err != nil {
+	// A line made of two writes counts whole (the second write's 3000
+	// bytes joined the first's: the line was cut at 4095; found by a
+	// review).
+	if _, err := ts.client.Write(ctx, j.JobID, bytes.Repeat([]byte("x"), 3000), false); err != nil {
 		t.Fatal(err)
 	}
-	waitForOutput(t, ts, j.JobID, "got-3000", 10*time.Second)
+	if _, err := ts.client.Write(ctx, j.JobID, append(bytes.Repeat([]byte("x"), 3000), '\n'), false); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("a line of 3000 + 3000 bytes in two writes: %v, want invalid-argument", err)
+	}
+	// Typed input (attach) is not refused: the terminal treats it as its
+	// keyboard's (a paste in 4 KiB reads went missing but for its end).
+	if _, err := ts.client.Type(ctx, j.JobID, append(bytes.Repeat([]byte("x"), 1000), '\n')); err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, ts, j.JobID, "got-4000", 10*time.Second)
 	if _, err := ts.client.Write(ctx, j.JobID, []byte("abc"), true); err != nil {
 		t.Fatal(err)
 	}

@@ -852,7 +852,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		n, err := j.Write(a.Data, a.EOF)
+		n, err := j.WriteInput(a.Data, a.EOF, a.Typed)
 		if err != nil {
 			return nil, err
 		}

@@ -24,6 +24,20 @@ func (c *Client) Write(ctx context.Context, jobID string, data []byte, eof bool)
 	return r, err
 }
 
+// Type sends data a person types at a terminal to a PTY job (as execctl
+// attach does): the job's terminal treats it as its keyboard's, cutting a
+// line over its line-mode limit as a terminal does rather than refusing
+// the write (see protocol.WriteArgs.Typed).
+func (c *Client) Type(ctx context.Context, jobID string, data []byte) (protocol.WriteResult, error) {
+	var r protocol.WriteResult
+	a := &protocol.WriteArgs{JobID: jobID, Data: data, Typed: true}
+	if err := a.Validate(); err != nil {
+		return r, err
+	}
+	err := c.Call(ctx, protocol.OpWrite, a, &r)
+	return r, err
+}
+
 // Resize changes a PTY job's terminal size (the program gets SIGWINCH).
 func (c *Client) Resize(ctx context.Context, jobID string, rows, cols int) error {
 	return c.Call(ctx, protocol.OpResize, &protocol.ResizeArgs{JobID: jobID, Rows: rows, Cols: cols}, nil)

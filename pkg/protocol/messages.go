@@ -109,6 +109,10 @@ type WriteArgs struct {
 	// EOF, after Data: closes a pipe job's stdin; sends the terminal's EOF
 	// character (Ctrl-D) to a PTY job.
 	EOF bool `msgpack:"eof,omitempty" json:"eof,omitempty"`
+	// Typed marks input a person types at a terminal (execctl attach): a
+	// PTY job's terminal treats it as its own keyboard's (a line over the
+	// line-mode limit is cut as the terminal cuts it, not refused).
+	Typed bool `msgpack:"typed,omitempty" json:"typed,omitempty"`
 }
 
 // WriteResult is the result of OpWrite.
