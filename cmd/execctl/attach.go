@@ -82,9 +82,16 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
 	defer signal.Stop(winch)
+	var sentMu sync.Mutex
+	var sentRows, sentCols int // the size this terminal last gave the job
 	sendSize := func() {
 		if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
-			_ = g.client.Resize(ctx, id, int(min(ws.Row, protocol.MaxTermSize)), int(min(ws.Col, protocol.MaxTermSize)))
+			r, c := int(min(ws.Row, protocol.MaxTermSize)), int(min(ws.Col, protocol.MaxTermSize))
+			if g.client.Resize(ctx, id, r, c) == nil {
+				sentMu.Lock()
+				sentRows, sentCols = r, c
+				sentMu.Unlock()
+			}
 		}
 	}
 	sendSize()
@@ -96,7 +103,14 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		defer func() {
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer rcancel()
-			_ = g.client.Resize(rctx, id, int(rows), int(cols)) // (fails harmlessly once the job ended)
+			// Only if the size is still the one this terminal gave it
+			// (another client's resize, or another attach's, stays).
+			sentMu.Lock()
+			r, c := sentRows, sentCols
+			sentMu.Unlock()
+			if now, err := g.client.Status(rctx, id); err == nil && now.Rows == uint16(r) && now.Cols == uint16(c) && !now.Finished() {
+				_ = g.client.Resize(rctx, id, int(rows), int(cols))
+			}
 		}()
 	}
 	var wg sync.WaitGroup
@@ -316,39 +330,40 @@ func stripTerminalQueries(b []byte) []byte {
 			continue
 		}
 		switch b[i+1] {
-		case '[': // CSI: parameters, intermediates, a final byte
+		case '[': // CSI: parameter bytes, intermediate bytes, a final byte
 			j := i + 2
-			for j < len(b) && b[j] >= 0x20 && b[j] <= 0x3f {
+			for j < len(b) && b[j] >= 0x30 && b[j] <= 0x3f {
 				j++
 			}
-			for j < len(b) && b[j] >= 0x20 && b[j] <= 0x2f {
-				j++
+			k := j
+			for k < len(b) && b[k] >= 0x20 && b[k] <= 0x2f {
+				k++
 			}
-			if j < len(b) {
-				seq := b[i : j+1]
-				final := b[j]
-				query := final == 'n' || final == 'c' || (final == 'p' && j > 0 && b[j-1] == '$') ||
-					(final == 't' && isWindowReport(b[i+2:j]))
-				if !query {
-					out = append(out, seq...)
+			if k < len(b) && b[k] >= 0x40 && b[k] <= 0x7e {
+				params, inter, final := b[i+2:j], b[j:k], b[k]
+				if !csiQuery(params, inter, final) {
+					out = append(out, b[i:k+1]...)
 				}
-				i = j + 1
+				i = k + 1
 				continue
 			}
-		case ']': // OSC, to BEL or ST: a query asks with "?"
+		case ']', 'P': // OSC, DCS: to BEL (OSC) or ST
 			j := i + 2
-			for j < len(b) && b[j] != 0x07 && !(b[j] == 0x1b && j+1 < len(b) && b[j+1] == '\\') {
+			for j < len(b) && !(b[i+1] == ']' && b[j] == 0x07) && !(b[j] == 0x1b && j+1 < len(b) && b[j+1] == '\\') {
 				j++
 			}
-			end := j + 1
-			if j < len(b) && b[j] == 0x1b {
-				end = j + 2
-			}
 			if j < len(b) {
-				if !bytes.Contains(b[i+2:j], []byte(";?")) {
-					out = append(out, b[i:min(end, len(b))]...)
+				end := j + 1
+				if b[j] == 0x1b {
+					end = j + 2
 				}
-				i = min(end, len(b))
+				body := b[i+2 : j]
+				query := b[i+1] == ']' && bytes.HasSuffix(body, []byte(";?")) || // colours: 4;n;? 10;? 11;?
+					b[i+1] == 'P' && (bytes.HasPrefix(body, []byte("$q")) || bytes.HasPrefix(body, []byte("+q"))) // DECRQSS, XTGETTCAP
+				if !query {
+					out = append(out, b[i:end]...)
+				}
+				i = end
 				continue
 			}
 		case 'Z': // DECID
@@ -359,6 +374,31 @@ func stripTerminalQueries(b []byte) []byte {
 		i++
 	}
 	return out
+}
+
+// csiQuery reports whether CSI params inter final asks the terminal for
+// an answer: status and cursor reports (n, but not the > n setting),
+// device attributes (c), mode queries ($p), XTVERSION (> q), the kitty
+// keyboard query (? u), window reports (t), modifyOtherKeys query (> ... m
+// with ?).
+func csiQuery(params, inter []byte, final byte) bool {
+	switch {
+	case final == 'n':
+		return !bytes.HasPrefix(params, []byte(">"))
+	case final == 'c' && len(inter) == 0:
+		return true
+	case final == 'p' && bytes.Equal(inter, []byte("$")):
+		return true
+	case final == 'q' && bytes.HasPrefix(params, []byte(">")):
+		return true
+	case final == 'u' && bytes.Equal(params, []byte("?")):
+		return true
+	case final == 'm' && bytes.HasPrefix(params, []byte(">")) && bytes.HasSuffix(params, []byte("?")):
+		return true
+	case final == 't':
+		return isWindowReport(params)
+	}
+	return false
 }
 
 // isWindowReport reports whether CSI params ... t asks for a report

@@ -180,6 +180,10 @@ func TestStripTerminalQueries(t *testing.T) {
 		"\x1b]0;title\x07":                "\x1b]0;title\x07",
 		"\x1b[31mred\x1b[0m\x1b[2J\x1b[H": "\x1b[31mred\x1b[0m\x1b[2J\x1b[H",
 		"\x1bZx":                          "x",
+		"\x1b[>q\x1b[?u\x1b[>4;?m":        "",                           // XTVERSION, kitty keyboard, modifyOtherKeys queries
+		"\x1bP$qm\x1b\\\x1bP+q544e\x1b\\": "",                           // DECRQSS, XTGETTCAP
+		"\x1b[>1n\x1b]2;what;?x\x07":      "\x1b[>1n\x1b]2;what;?x\x07", // a setting; a title
+		"\x1b[\x1b[6n":                    "\x1b[",                      // an unfinished CSI, then a query
 		"tail\x1b[":                       "tail\x1b[",
 	} {
 		if got := string(stripTerminalQueries([]byte(in))); got != want {

@@ -48,7 +48,7 @@ func LoadConfigFile(fs *pflag.FlagSet, path string) error {
 			val = val[1 : len(val)-1]
 		} else if strings.HasPrefix(val, "'") {
 			return fmt.Errorf("--config: %s:%d: %s: single quotes are not quoting here (use double quotes, or none)", path, line, key)
-		} else if i := strings.Index(val, "#"); i > 0 && (val[i-1] == ' ' || val[i-1] == '\t') {
+		} else if strings.Contains(val, " #") || strings.Contains(val, "\t#") {
 			return fmt.Errorf("--config: %s:%d: %s: a comment after the value (comments go on lines of their own; quote a value that holds \" #\")", path, line, key)
 		}
 		if key == "config" || key == "version" || key == "help" || fs.Lookup(key) == nil {

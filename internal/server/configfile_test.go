@@ -46,6 +46,7 @@ func TestConfigFile(t *testing.T) {
 		"version = true": "unknown option", // (the supervisor printed its version and exited 0)
 		"control = ipc:///tmp/c.sock # the socket": "a comment after the value",
 		"state-dir = '/x'":                         "single quotes",
+		"control = ipc:///run/x#1/c.sock # main":   "a comment after the value",
 	} {
 		if _, err := parse(write(content)); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), ":1:") {
 			t.Errorf("%q: want an error with %q and the line, got %v", content, want, err)

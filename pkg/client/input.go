@@ -78,7 +78,7 @@ func KeyBytes(name string) ([]byte, error) {
 			}
 		}
 	}
-	for _, p := range []string{"m-", "alt-", "meta-", "alt+"} {
+	for _, p := range []string{"m-", "alt-", "meta-", "alt+", "meta+"} {
 		if len(k) > len(p) && strings.HasPrefix(k, p) {
 			rest, err := KeyBytes(name[len(p):])
 			if err != nil {
@@ -87,7 +87,7 @@ func KeyBytes(name string) ([]byte, error) {
 			return append([]byte{0x1b}, rest...), nil
 		}
 	}
-	if len(name) == 1 || utf8.RuneCountInString(name) == 1 && utf8.ValidString(name) {
+	if utf8.RuneCountInString(name) == 1 && utf8.ValidString(name) {
 		return []byte(name), nil // a character, as typed (case kept)
 	}
 	names := make([]string, 0, len(Keys))
