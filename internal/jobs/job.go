@@ -1376,7 +1376,7 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 	}
 	if first != sigKill {
 		j.m.wg.Add(1)
-		go j.escalateAfterGrace(j.runDone, j.killNow)
+		go j.escalateAfterGrace(j.runDone, j.killNow, j.grace, j.isPTY)
 	}
 	return false, nil
 }
@@ -1394,11 +1394,13 @@ func (j *Job) escalateLocked() {
 }
 
 // escalateAfterGrace sends SIGKILL to the group once the grace period is
-// over, unless the job was finalized first.
-func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}) {
+// over, unless the job was finalized first; a PTY job is hung up before
+// (see ptyHangupAfter).
+func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}, grace time.Duration, pty bool) {
 	defer j.m.wg.Done()
-	grace := j.grace
-	if j.isPTY && grace > 0 {
+	// (grace and pty as they were when the kill began, under j.mu: a
+	// service's next run may set them anew)
+	if pty && grace > 0 {
 		// A terminal's job still there shortly after SIGTERM is hung up
 		// as a closing terminal does (interactive shells ignore SIGTERM
 		// and end on SIGHUP: every kill of sh -i waited out the grace and
