@@ -336,17 +336,7 @@ func TestNoThreadPerRunningJob(t *testing.T) {
 // input each fail within the write timeout (2 s), waiting in line
 // included: six at once do not take six times as long.
 func TestQueuedWritesAreBounded(t *testing.T) {
-	m := New(Config{MaxJobs: 10}, nil, nil)
-	defer m.Close(context.Background())
-	info, err := m.Spawn(protocol.SpawnArgs{Argv: []string{"sleep", "300"}, Stdin: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := m.Get(info.JobID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Kill(protocol.ReasonManualCancel, syscall.SIGKILL)
+	j := spawnWithStdin(t, protocol.SpawnArgs{Argv: []string{"sleep", "300"}, Stdin: true})
 	took := make(chan time.Duration, 6)
 	errs := make(chan error, 6)
 	for range 6 {
@@ -371,9 +361,24 @@ func TestQueuedWritesAreBounded(t *testing.T) {
 // client's late request (invalid-argument, saying so), not an internal
 // error of the supervisor (it was: "write |stdin: broken pipe").
 func TestWriteToClosedInput(t *testing.T) {
+	j := spawnWithStdin(t, protocol.SpawnArgs{Shell: "exec 0<&-; echo closed; exec sleep 300", Stdin: true})
+	waitFor(t, func() bool {
+		res, _ := j.Poll(0, 0)
+		return len(res.Chunks) > 0
+	})
+	_, err := j.Write([]byte("hello\n"), false)
+	if protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "no longer reads its input") {
+		t.Fatalf("write to a closed stdin: %v (code %s), want invalid-argument", err, protocol.CodeOf(err))
+	}
+}
+
+// spawnWithStdin starts args on a manager of its own and returns the job;
+// the job is killed and the manager closed when the test ends.
+func spawnWithStdin(t *testing.T, args protocol.SpawnArgs) *Job {
+	t.Helper()
 	m := New(Config{MaxJobs: 10}, nil, nil)
-	defer m.Close(context.Background())
-	info, err := m.Spawn(protocol.SpawnArgs{Shell: "exec 0<&-; echo closed; exec sleep 300", Stdin: true})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	info, err := m.Spawn(args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,13 +386,6 @@ func TestWriteToClosedInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer j.Kill(protocol.ReasonManualCancel, syscall.SIGKILL)
-	waitFor(t, func() bool {
-		res, _ := j.Poll(0, 0)
-		return len(res.Chunks) > 0
-	})
-	_, err = j.Write([]byte("hello\n"), false)
-	if protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "no longer reads its input") {
-		t.Fatalf("write to a closed stdin: %v (code %s), want invalid-argument", err, protocol.CodeOf(err))
-	}
+	t.Cleanup(func() { j.Kill(protocol.ReasonManualCancel, syscall.SIGKILL) })
+	return j
 }
