@@ -25,6 +25,31 @@ const sigKill = syscall.SIGKILL
 // Terminal sequences that turn bracketed paste on and off.
 var bpOn, bpOff = []byte("\x1b[?2004h"), []byte("\x1b[?2004l")
 
+// bpEdgeLen is what a read keeps of its end to find a bracketed-paste
+// sequence split between it and the next.
+const bpEdgeLen = 7
+
+// trackBracketedPasteLocked follows whether the program asked for
+// bracketed paste, from its output p (one read), a sequence split between
+// reads included (it was missed).
+func (j *Job) trackBracketedPasteLocked(p []byte) {
+	var edge [2 * bpEdgeLen]byte
+	e := append(append(edge[:0], j.bpEdge[:j.bpEdgeN]...), p[:min(len(p), bpEdgeLen)]...)
+	// (a sequence across the edge comes before any wholly in p)
+	if on, off := bytes.LastIndex(e, bpOn), bytes.LastIndex(e, bpOff); on >= 0 || off >= 0 {
+		j.bracketed = on > off
+	}
+	if on, off := bytes.LastIndex(p, bpOn), bytes.LastIndex(p, bpOff); on >= 0 || off >= 0 {
+		j.bracketed = on > off
+	}
+	if len(p) >= bpEdgeLen {
+		j.bpEdgeN = copy(j.bpEdge[:], p[len(p)-bpEdgeLen:])
+	} else {
+		all := append(append(edge[:0], j.bpEdge[:j.bpEdgeN]...), p...)
+		j.bpEdgeN = copy(j.bpEdge[:], all[max(len(all)-bpEdgeLen, 0):])
+	}
+}
+
 // Signals with a meaning for Kill.
 const (
 	SigTerm = syscall.SIGTERM
@@ -141,6 +166,10 @@ type Job struct {
 	stdin      *os.File
 	rows, cols uint16
 	bracketed  bool
+	// bpEdge holds the last bytes of the terminal's output (bpEdgeN of
+	// them), for trackBracketedPasteLocked.
+	bpEdge  [bpEdgeLen]byte
+	bpEdgeN int
 	// wsem serializes writes to the job's input (a semaphore, so that
 	// waiting for it counts against the write's time bound).
 	wsem chan struct{}
@@ -1207,11 +1236,7 @@ func (j *Job) output(i int, buf []byte, start, n int) {
 		j.idleT.Reset(j.noOutput)
 	}
 	if j.isPTY {
-		// Track whether the program asked for bracketed paste (within one
-		// read; a sequence split across reads is missed).
-		if on, off := bytes.LastIndex(p, bpOn), bytes.LastIndex(p, bpOff); on >= 0 || off >= 0 {
-			j.bracketed = on > off
-		}
+		j.trackBracketedPasteLocked(p)
 	}
 	if len(cur)-protocol.OutputHeadroom >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
 		j.flushInOrderLocked(i)

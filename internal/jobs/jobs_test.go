@@ -1027,3 +1027,28 @@ func TestLogOrder(t *testing.T) {
 		t.Fatalf("%d jobs logged started of %d", len(started), len(js))
 	}
 }
+
+// TestBracketedPasteAcrossReads: the program's bracketed-paste switch is
+// seen when its sequence is split between reads, even a byte at a time
+// (it was seen within one read only).
+func TestBracketedPasteAcrossReads(t *testing.T) {
+	for _, c := range []struct {
+		reads []string
+		want  bool
+	}{
+		{[]string{"ab\x1b[?2004h"}, true},
+		{[]string{"ab\x1b[?20", "04hcd"}, true},
+		{[]string{"\x1b[?2004h", "x\x1b[?20", "04l"}, false},
+		{[]string{"\x1b[?2004l\x1b[?2004h"}, true},
+		{[]string{"\x1b", "[", "?", "2", "0", "0", "4", "h"}, true},
+		{[]string{"\x1b[?2004h", "plain output with no sequence"}, true},
+	} {
+		j := &Job{}
+		for _, r := range c.reads {
+			j.trackBracketedPasteLocked([]byte(r))
+		}
+		if j.bracketed != c.want {
+			t.Errorf("%q: bracketed %v, want %v", c.reads, j.bracketed, c.want)
+		}
+	}
+}
