@@ -2137,17 +2137,7 @@ func TestNotifySocketsAfterCrash(t *testing.T) {
 	}
 	s.kill9()
 	s2 := e.start(t)
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		info, err := s2.client.Status(ctx, svc.JobID)
-		if err == nil && info.State == protocol.StateRunning && info.Attempt >= 2 {
-			t.Cleanup(func() { killGroups([]int{info.Pgid}) })
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the service was not resumed: %+v, %v", info, err)
-		}
-		time.Sleep(20 * time.Millisecond) // (polling status: no event to wait on across the restart)
-	}
+	waitRunsAgain(t, s2, svc.JobID, "the service was not resumed")
 	if names := sockets(); len(names) != 1 {
 		t.Errorf("notify sockets after the restart: %v, want the resumed service's only", names)
 	}
@@ -2273,14 +2263,23 @@ func TestCrashDuringKillGrace(t *testing.T) {
 			t.Errorf("job %s: processes left %v", j.JobID, pids)
 		}
 	}
+	waitRunsAgain(t, s2, restarting.JobID, "the service being restarted did not run again after the crash")
+}
+
+// waitRunsAgain waits until service id runs a second run or later on s
+// (resumed after a crash), whose group is killed when the test ends;
+// failing says what.
+func waitRunsAgain(t *testing.T, s *sup, id, what string) {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		info, err := s2.client.Status(ctx, restarting.JobID)
+		info, err := s.client.Status(ctx, id)
 		if err == nil && info.State == protocol.StateRunning && info.Attempt >= 2 {
 			t.Cleanup(func() { killGroups([]int{info.Pgid}) })
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the service being restarted did not run again after the crash: %+v, %v", info, err)
+			t.Fatalf("%s: %+v, %v", what, info, err)
 		}
 		time.Sleep(20 * time.Millisecond) // (polling status: no event to wait on across the restart)
 	}

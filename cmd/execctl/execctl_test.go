@@ -1102,13 +1102,7 @@ func TestWriteEnterToPTY(t *testing.T) {
 	s := startSupervisor(t)
 	id := s.spawnID(t, "--pty", "--", "sh", "-c", "stty raw -echo; echo ready; dd bs=1 count=3 2>/dev/null | od -An -c")
 	defer s.ctl(t, "kill", "--signal", "SIGKILL", id)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(s.mustCtl(t, "poll", id), "ready") {
-		if time.Now().After(deadline) {
-			t.Fatal("the job never got ready")
-		}
-		time.Sleep(20 * time.Millisecond) // polling the job's output
-	}
+	s.waitStatus(t, id, "ready", func(job map[string]any) bool { n, _ := job["outputEnd"].(float64); return n > 0 })
 	s.mustCtl(t, "write", id, "ab")
 	if code, _, errs := s.ctl(t, "wait", id); code != 0 {
 		t.Fatalf("wait: %d %s", code, errs)

@@ -1406,6 +1406,19 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 	return false, nil
 }
 
+// exitOf is how a process ended, from its wait status: its exit code, or
+// the name of the signal that killed it.
+func exitOf(ws syscall.WaitStatus) (code *int, signal string) {
+	switch {
+	case ws.Exited():
+		c := ws.ExitStatus()
+		return &c, ""
+	case ws.Signaled():
+		return nil, protocol.SignalName(ws.Signal())
+	}
+	return nil, ""
+}
+
 // ptyHangupAfter is how long after SIGTERM a PTY job still running is
 // hung up (SIGHUP), within its grace (at most half of it).
 const ptyHangupAfter = time.Second
@@ -1873,13 +1886,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 		}
 	}
 	j.overallT, j.idleT, j.watchdogT = nil, nil, nil
-	switch {
-	case ws.Exited():
-		c := ws.ExitStatus()
-		j.exitCode = &c
-	case ws.Signaled():
-		j.signal = protocol.SignalName(ws.Signal())
-	}
+	j.exitCode, j.signal = exitOf(ws)
 	if j.reason == "" {
 		if ws.Signaled() {
 			j.reason = protocol.ReasonSignal
@@ -2195,13 +2202,13 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	}
 	if err == nil && eof {
 		if isPTY {
-			j.termLine = 0
 			eofs := []byte{4} // VEOF, Ctrl-D
-			if last := data[max(len(data)-1, 0):]; lineMode && len(last) == 1 && last[0] != '\n' && last[0] != '\r' && last[0] != 4 {
+			if lineMode && j.termLine > 0 {
 				// (in line mode the first one only hands over the
 				// unfinished line; the second is the end of input)
 				eofs = []byte{4, 4}
 			}
+			j.termLine = 0
 			_, err = f.Write(eofs)
 		} else {
 			if err = f.Close(); errors.Is(err, os.ErrClosed) {

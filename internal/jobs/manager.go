@@ -244,7 +244,7 @@ type Manager struct {
 	forgotLogged time.Time
 	// finSvcs are the services whose supervision ended, in the order they
 	// finished (entries of services started again or removed since are
-	// dropped when found: see boundFinishedServicesLocked); svcFinN
+	// dropped when found: see addFinishedServiceLocked); svcFinN
 	// numbers their ends.
 	finSvcs []finished
 	svcFinN uint64

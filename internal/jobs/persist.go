@@ -22,6 +22,13 @@ const TailBytes = 4 << 10
 // than 4096 chunk records in every journal write.
 const maxTailChunks = 256
 
+// LeaderExit is how a job's leader process ended: its exit code, or the
+// signal that killed it (a name).
+type LeaderExit struct {
+	ExitCode *int
+	Signal   string
+}
+
 // Snapshot is what persistence needs of a job: its info plus the process
 // fingerprint and the newest output.
 type Snapshot struct {
@@ -57,7 +64,7 @@ type Snapshot struct {
 	// LeaderExit is how a one-shot job's leader ended, set while the rest
 	// of its group is terminated (see afterReap): a job whose supervisor
 	// dies then ends with it.
-	LeaderExit *syscall.WaitStatus
+	LeaderExit *LeaderExit
 	// OutputSkips are a one-shot job's offset ranges below its output end
 	// that never held output (a job interrupted by its supervisor's death
 	// ends past every offset that supervisor may have published, see
@@ -183,8 +190,8 @@ func (j *Job) Snapshot() Snapshot {
 	if j.svc == nil {
 		s.OutputSkips = slices.Clone(j.out.skips)
 		if j.state != Exited && j.leaderWS != nil {
-			ws := *j.leaderWS
-			s.LeaderExit = &ws
+			code, sig := exitOf(*j.leaderWS)
+			s.LeaderExit = &LeaderExit{ExitCode: code, Signal: sig}
 		}
 	} else {
 		s.Service = &ServiceState{

@@ -361,14 +361,8 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 	}
 	r.OutputSkips = offsetPairs(sn.OutputSkips)
 	r.PendingEnd = string(sn.PendingEnd)
-	if ws := sn.LeaderExit; ws != nil {
-		switch {
-		case ws.Exited():
-			c := ws.ExitStatus()
-			r.LeaderExit = &journal.LeaderExit{ExitCode: &c}
-		case ws.Signaled():
-			r.LeaderExit = &journal.LeaderExit{Signal: protocol.SignalName(ws.Signal())}
-		}
+	if le := sn.LeaderExit; le != nil {
+		r.LeaderExit = &journal.LeaderExit{ExitCode: le.ExitCode, Signal: le.Signal}
 	}
 	if sv := sn.Service; sv != nil {
 		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,

@@ -13,8 +13,12 @@ import (
 // Write sends data to a job's stdin (pipe jobs spawned with Stdin) or
 // terminal (PTY jobs); eof then closes stdin, or sends Ctrl-D to a terminal.
 func (c *Client) Write(ctx context.Context, jobID string, data []byte, eof bool) (protocol.WriteResult, error) {
+	return c.write(ctx, &protocol.WriteArgs{JobID: jobID, Data: data, EOF: eof})
+}
+
+// write sends the write op with a.
+func (c *Client) write(ctx context.Context, a *protocol.WriteArgs) (protocol.WriteResult, error) {
 	var r protocol.WriteResult
-	a := &protocol.WriteArgs{JobID: jobID, Data: data, EOF: eof}
 	if err := a.Validate(); err != nil {
 		// (said here: a body over the request limit would only get the
 		// connection closed)
@@ -29,13 +33,7 @@ func (c *Client) Write(ctx context.Context, jobID string, data []byte, eof bool)
 // line over its line-mode limit as a terminal does rather than refusing
 // the write (see protocol.WriteArgs.Typed).
 func (c *Client) Type(ctx context.Context, jobID string, data []byte) (protocol.WriteResult, error) {
-	var r protocol.WriteResult
-	a := &protocol.WriteArgs{JobID: jobID, Data: data, Typed: true}
-	if err := a.Validate(); err != nil {
-		return r, err
-	}
-	err := c.Call(ctx, protocol.OpWrite, a, &r)
-	return r, err
+	return c.write(ctx, &protocol.WriteArgs{JobID: jobID, Data: data, Typed: true})
 }
 
 // Resize changes a PTY job's terminal size (the program gets SIGWINCH).
