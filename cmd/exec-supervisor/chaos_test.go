@@ -2284,3 +2284,130 @@ func waitRunsAgain(t *testing.T, s *sup, id, what string) {
 		time.Sleep(20 * time.Millisecond) // (polling status: no event to wait on across the restart)
 	}
 }
+
+// TestSpawnJustBeforeCrash: a job spawned right before the supervisor
+// dies, before any journal write records it, is known to the next run
+// through the journal's intents: it ends as supervisor-restart and the
+// processes it left (a shell tree) are terminated, with cgroups and
+// without (without intents it was not-found, and without cgroups its
+// processes ran on). Journal writes are made to fail before the spawn
+// (as a full disk would), so that no write can land between the spawn
+// and the crash.
+func TestSpawnJustBeforeCrash(t *testing.T) {
+	for _, noCgroups := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cgroups", true: "no-cgroups"}[noCgroups], func(t *testing.T) {
+			spawnJustBeforeCrash(t, noCgroups)
+		})
+	}
+}
+
+func spawnJustBeforeCrash(t *testing.T, noCgroups bool) {
+	e := newEnv(t)
+	var flags []string
+	if noCgroups {
+		flags = append(flags, "--no-cgroups")
+	}
+	s := e.start(t, flags...)
+	ctx := ctxFor(t, 60*time.Second)
+	jpath := filepath.Join(e.state, "journal.json")
+	before := readJournal(t, jpath)
+	if before.IntentsGeneration == "" {
+		t.Fatalf("the journal names no intents generation")
+	}
+	old, err := os.ReadFile(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every later journal write fails: a non-empty directory cannot be
+	// renamed over.
+	if err := os.Remove(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 300 & sleep 300 & wait", Labels: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	if pids := proctest.InGroup(j.Pgid); len(pids) < 2 {
+		// (the shell starts its sleeps at once; the check below needs them)
+		waitGroupSize(t, j.Pgid, 3)
+	}
+	s.kill9()
+	if err := os.RemoveAll(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jpath, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.start(t, flags...)
+	info, err := s2.client.Status(ctx, j.JobID)
+	if err != nil {
+		t.Fatalf("the job spawned just before the crash: %v", err)
+	}
+	if info.State != protocol.StateExited || info.Reason != protocol.ReasonSupervisorRestart || info.Pid != j.Pid || info.Labels["k"] != "v" {
+		t.Errorf("after the crash: state %s reason %s pid %d labels %v, want exited supervisor-restart pid %d labels k=v", info.State, info.Reason, info.Pid, info.Labels, j.Pid)
+	}
+	if !strings.Contains(info.Error, "terminated") {
+		t.Errorf("after the crash: error %q, want the orphan found and terminated", info.Error)
+	}
+	if pids := proctest.InGroup(j.Pgid); len(pids) > 0 {
+		t.Errorf("processes of the job left: %v", pids)
+	}
+	waitLog(t, s2, "journal intents: job starts the journal had not recorded yet")
+	// The next journal write covers the intent: a third run does not
+	// reconcile the job again.
+	waitJournal(t, jpath, "the recovered job", func(f *journal.File) bool {
+		return f.InstanceID != before.InstanceID && slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID && r.State == "exited" })
+	})
+	s2.kill9()
+	s3 := e.start(t, flags...)
+	if info, err := s3.client.Status(ctx, j.JobID); err != nil || info.Reason != protocol.ReasonSupervisorRestart || info.Error == "" {
+		t.Errorf("third run: %+v, %v", info, err)
+	}
+	if strings.Contains(s3.log.String(), "journal intents: job starts") {
+		t.Errorf("the third run took covered intents for new ones:\n%s", s3.log)
+	}
+}
+
+// waitGroupSize waits until process group pgid has n live members.
+func waitGroupSize(t *testing.T, pgid, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(proctest.InGroup(pgid)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d: %d members after 10 s, want %d", pgid, len(proctest.InGroup(pgid)), n)
+		}
+		time.Sleep(10 * time.Millisecond) // the shell starting its children; no event for that
+	}
+}
+
+// TestCoveredIntentsNotRecovered: a job whose start the journal covers
+// (it finished, was journaled, then removed) is not brought back by its
+// intent after a crash: covered intents are never taken for new ones.
+func TestCoveredIntentsNotRecovered(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	j, fin, err := s.client.SpawnWait(ctx, protocol.SpawnArgs{Argv: []string{"true"}}, 10*time.Second)
+	if err != nil || !fin {
+		t.Fatalf("spawn: %v %v", fin, err)
+	}
+	jpath := filepath.Join(e.state, "journal.json")
+	waitJournal(t, jpath, "the finished job", func(f *journal.File) bool {
+		return slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID && r.State == "exited" })
+	})
+	if err := s.client.Remove(ctx, j.JobID); err != nil {
+		t.Fatal(err)
+	}
+	waitJournal(t, jpath, "the job removed", func(f *journal.File) bool {
+		return !slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID })
+	})
+	s.kill9()
+	s2 := e.start(t)
+	if _, err := s2.client.Status(ctx, j.JobID); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Errorf("a removed job after the crash: %v, want not-found", err)
+	}
+}

@@ -856,6 +856,9 @@ func (j *Job) start() error {
 	}
 	pending := j.pendingKill
 	j.mu.Unlock()
+	if h := j.m.hooks.Started; h != nil {
+		h(j)
+	}
 	if pending != "" {
 		_, _ = j.kill(runDone, pending, 0)
 	}

@@ -146,6 +146,12 @@ type Sink interface {
 // They are called without locks held and must be cheap.
 type Hooks struct {
 	Spawned func()
+	// Started is called once a run's process exists, before the start is
+	// returned to its caller (so before a spawn is answered), with no
+	// lock held; it may call back into the job (Snapshot) and the
+	// Manager (Journaled). The server writes the job's intent record
+	// there (see journal.Intents).
+	Started func(j *Job)
 	// Finished is called when a job is over (a service: when its
 	// supervision ends; its runs are RunEnded's).
 	Finished    func(reason protocol.Reason, service bool)

@@ -46,11 +46,16 @@ var ErrTooLarge = fmt.Errorf("journal document larger than %d bytes (it could no
 
 // File is the on-disk document.
 type File struct {
-	Version    int      `json:"version"`
-	InstanceID string   `json:"instanceId"`
-	Pid        int      `json:"pid"`
-	WrittenAt  int64    `json:"writtenAt"`
-	Jobs       []Record `json:"jobs"`
+	Version    int    `json:"version"`
+	InstanceID string `json:"instanceId"`
+	Pid        int    `json:"pid"`
+	WrittenAt  int64  `json:"writtenAt"`
+	// IntentsGeneration and IntentsCovered name the intents file
+	// generation and its last line that the document covers (see
+	// Intents): lines past it record job starts the document does not.
+	IntentsGeneration string   `json:"intentsGeneration,omitempty"`
+	IntentsCovered    uint64   `json:"intentsCovered,omitempty"`
+	Jobs              []Record `json:"jobs"`
 	// Dropped (not stored) says which records Load left out as invalid
 	// (the others are used), and KeptAt where the file as read was copied.
 	Dropped []string `json:"-"`
@@ -352,15 +357,8 @@ func parse(b []byte) (*File, error) {
 			why = fmt.Sprintf("record %d has no jobId", i)
 		case seen[r.JobID]:
 			why = fmt.Sprintf("job %.128q recorded twice (the first is kept)", r.JobID)
-		case r.Pid < 0 || r.Pgid < 0:
-			why = fmt.Sprintf("job %.128q has a negative pid", r.JobID)
-		}
-		switch r.State {
-		case "starting", "running", "exiting", "restarting", "exited":
 		default:
-			if why == "" {
-				why = fmt.Sprintf("job %.128q has unknown state %.32q", r.JobID, r.State)
-			}
+			why = checkRecord(&r)
 		}
 		if why != "" {
 			doc.Dropped = append(doc.Dropped, why)
@@ -371,6 +369,21 @@ func parse(b []byte) (*File, error) {
 	}
 	doc.Jobs = kept
 	return &doc, nil
+}
+
+// checkRecord says why r cannot be used ("": it can).
+func checkRecord(r *Record) string {
+	switch {
+	case r.JobID == "":
+		return "a record has no jobId"
+	case r.Pid < 0 || r.Pgid < 0:
+		return fmt.Sprintf("job %.128q has a negative pid", r.JobID)
+	}
+	switch r.State {
+	case "starting", "running", "exiting", "restarting", "exited":
+		return ""
+	}
+	return fmt.Sprintf("job %.128q has unknown state %.32q", r.JobID, r.State)
 }
 
 // Save replaces the journal with doc atomically.
@@ -408,7 +421,7 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 			*b = bytes.Buffer{} // do not keep a huge one
 		}
 	}()
-	size := 256 + 6*len(hdr.InstanceID) // (an upper bound: escapes)
+	size := 320 + 6*len(hdr.InstanceID) + 6*len(hdr.IntentsGeneration) // (an upper bound: escapes)
 	for _, r := range jobs {
 		size += len(r) + 1
 	}
@@ -420,7 +433,13 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 	str := func(s string) { e, _ := json.Marshal(s); b.Write(e) }
 	fmt.Fprintf(b, `{"version":%d,"instanceId":`, Version)
 	str(hdr.InstanceID)
-	fmt.Fprintf(b, `,"pid":%d,"writtenAt":%d,"jobs":[`, hdr.Pid, hdr.WrittenAt)
+	fmt.Fprintf(b, `,"pid":%d,"writtenAt":%d,`, hdr.Pid, hdr.WrittenAt)
+	if hdr.IntentsGeneration != "" {
+		b.WriteString(`"intentsGeneration":`)
+		str(hdr.IntentsGeneration)
+		fmt.Fprintf(b, `,"intentsCovered":%d,`, hdr.IntentsCovered)
+	}
+	b.WriteString(`"jobs":[`)
 	for i, r := range jobs {
 		if i > 0 {
 			b.WriteByte(',')

@@ -45,6 +45,7 @@ type Gauges struct {
 	ActiveJobs, KnownJobs, RingBytes, QueueLength  func() float64
 	EventsDropped, GapEvents                       func() float64
 	JournalWrites, JournalFailures, JournalCorrupt func() float64
+	IntentFailures                                 func() float64
 	OrphansReconciled, OrphansReaped               func() float64
 	JobsForgotten                                  func() float64
 	FinishedBytes                                  func() float64
@@ -106,6 +107,7 @@ func New(g Gauges) *Metrics {
 		cf("journal_writes_total", "Successful journal writes.", g.JournalWrites),
 		cf("journal_write_failures_total", "Failed journal writes.", g.JournalFailures),
 		cf("journal_corrupt_total", "Unusable journals moved aside at start.", g.JournalCorrupt),
+		cf("journal_intent_failures_total", "Job starts whose intent record (the journal's append-only companion) could not be written.", g.IntentFailures),
 		cf("orphans_reconciled_total", "Orphaned job process groups terminated at start.", g.OrphansReconciled),
 		cf("orphans_reaped_total", "Orphaned descendants of jobs reaped by the supervisor as child subreaper.", g.OrphansReaped),
 		cf("jobs_forgotten_total", "Finished jobs forgotten before their retention period ended (--max-finished-jobs, --max-finished-output).", g.JobsForgotten),

@@ -30,6 +30,9 @@ import (
 // a previous run left running).
 func (s *Server) recover() error {
 	doc, err := s.journal.Load()
+	if doc != nil {
+		s.openIntents(doc)
+	}
 	// Leftover job cgroups go first, whatever the journal says (even when
 	// it is unusable): those of this base, and those the journal names
 	// elsewhere.
@@ -164,6 +167,55 @@ func (s *Server) recover() error {
 	s.log.Info("journal recovered", "path", s.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
 	s.resumeServices(resume) // (each run is journaled before it starts: BeforeServiceRun)
 	return nil
+}
+
+// openIntents takes over the journal's intents file (see journal.Intents)
+// and puts into doc the job starts it recorded that doc does not cover:
+// each is a job doc lacks, or a newer record of one it has. Without a
+// usable intents file the supervisor runs on without one (logged): jobs
+// spawned just before a crash are then unknown to the next run, as they
+// were before intents existed.
+func (s *Server) openIntents(doc *journal.File) {
+	path := journal.IntentsPath(s.journal.Path())
+	in, rep, err := journal.OpenIntents(path)
+	if rep.MovedTo != "" {
+		s.journalCorrupt.Add(1)
+		s.log.Error("journal intents unusable; moved aside (jobs a crashed run started just before it died may be unknown)", "path", path, "movedTo", rep.MovedTo, "err", rep.Why)
+	}
+	if len(rep.Dropped) > 0 {
+		s.journalCorrupt.Add(1)
+		s.log.Error("journal intents: invalid lines left out", "path", path, "dropped", rep.Dropped)
+	}
+	if rep.Torn {
+		s.log.Info("journal intents: the last line was cut short by the crash (left out)", "path", path)
+	}
+	if err != nil {
+		s.log.Error("journal intents cannot be written; running without them: a job spawned within the journal's pause before a crash will be unknown to the next run (and, without cgroups, its processes left running)", "path", path, "err", err)
+	} else {
+		s.intents = in
+	}
+	unc := journal.Uncovered(doc, rep.Generation, rep.Intents)
+	if len(unc) == 0 {
+		return
+	}
+	at := make(map[string]int, len(doc.Jobs))
+	for i, r := range doc.Jobs {
+		at[r.JobID] = i
+	}
+	var added, newer []string
+	for _, in := range unc {
+		r := in.Record
+		if i, ok := at[r.JobID]; ok {
+			doc.Jobs[i] = r
+			newer = append(newer, r.JobID)
+			continue
+		}
+		at[r.JobID] = len(doc.Jobs)
+		doc.Jobs = append(doc.Jobs, r)
+		added = append(added, r.JobID)
+	}
+	s.log.Warn("journal intents: job starts the journal had not recorded yet (the previous run died within the journal's pause after them)",
+		"path", path, "jobsNotInJournal", added, "newerThanJournal", newer)
 }
 
 // resumeServices starts again the services whose supervision ended only
@@ -390,6 +442,48 @@ func (s *Server) journalBeforeRun(id string) {
 	}
 }
 
+// recordIntent writes the intent record of a job whose run just started
+// (jobs.Hooks.Started), before the start is answered: until the next
+// journal write covers it, it is what tells a supervisor started after a
+// crash that the job ran, with which process (pid, start time, group,
+// cgroup), so that it records the job's fate and terminates what it left
+// running instead of not knowing it. A running one-shot job's record goes
+// cut down as in a journal over its bound (slimRecord).
+func (s *Server) recordIntent(j *jobs.Job) {
+	if s.intents == nil {
+		return
+	}
+	var sn jobs.Snapshot
+	err := s.intents.Append(func() *journal.Record {
+		sn = j.Snapshot()
+		r := s.record(sn)
+		if sn.Service == nil && sn.Info.State != protocol.StateExited {
+			r = *slimRecord(r)
+		}
+		return &r
+	})
+	if err != nil {
+		s.intentFailures.Add(1)
+		s.warnIntents("job start not recorded in the journal intents: if the supervisor dies before the next journal write, the next run will not know this job (nor, without cgroups, terminate its processes)", err, "job", j.ID())
+		return
+	}
+	// (a successor restores the job from this record: what it publishes
+	// from now on counts from it, as from a journal write; see
+	// jobs.Job.journalHeldLocked)
+	s.jobs.Journaled([]jobs.Snapshot{sn})
+}
+
+// warnIntents logs a failure of the journal intents, at most once per
+// durableWarnEvery.
+func (s *Server) warnIntents(msg string, err error, attrs ...any) {
+	now := time.Now().UnixNano()
+	last := s.lastIntentWarn.Load()
+	if now-last < int64(durableWarnEvery) || !s.lastIntentWarn.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Error(msg, append(attrs, "path", journal.IntentsPath(s.journal.Path()), "err", err)...)
+}
+
 // plausibleExit reports whether a journaled leader exit is one (the
 // journal is input): an exit code 0..255, or a signal's name.
 func plausibleExit(le *journal.LeaderExit) bool {
@@ -576,7 +670,7 @@ func (s *Server) writeJournal(periodic bool) {
 	gen := s.recGen
 	encoded := s.encBuf[:0] // running jobs and services, then finished ones
 	fin := s.finBuf[:0]
-	snaps := s.jobs.Snapshots(s.cfg.JournalMaxFinished, func(id string, seq uint64) bool {
+	cached := func(id string, seq uint64) bool {
 		c, ok := s.recCache[id]
 		if ok && c.seq == seq {
 			c.gen = gen
@@ -589,7 +683,20 @@ func (s *Server) writeJournal(periodic bool) {
 			return true
 		}
 		return false
-	})
+	}
+	var snaps []jobs.Snapshot
+	var intentsCovered uint64
+	take := func(last uint64) {
+		intentsCovered = last
+		snaps = s.jobs.Snapshots(s.cfg.JournalMaxFinished, cached)
+	}
+	if s.intents != nil {
+		// (the intents appended before these snapshots are covered by
+		// this write, later ones are newer than it: see Intents.Hold)
+		s.intents.Hold(take)
+	} else {
+		take(0)
+	}
 	if periodic || s.cgroupBase == nil && s.leaderExitUnscanned(snaps) {
 		// (also at once when a job's leader ended and the rest of its
 		// group is being terminated: without cgroups the members found
@@ -682,6 +789,9 @@ func (s *Server) writeJournal(periodic bool) {
 		s.finBuf = fin[:0]
 	}()
 	hdr := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli()}
+	if s.intents != nil {
+		hdr.IntentsGeneration, hdr.IntentsCovered = s.intents.Generation(), intentsCovered
+	}
 	if err := s.journal.SaveEncoded(hdr, encoded); err != nil {
 		if !s.journalFailing {
 			msg := "journal write failed; will keep retrying"
@@ -696,6 +806,11 @@ func (s *Server) writeJournal(periodic bool) {
 	}
 	landed = true
 	s.jobs.Journaled(snaps)
+	if s.intents != nil {
+		if err := s.intents.Covered(intentsCovered); err != nil {
+			s.warnIntents("journal intents not compacted", err)
+		}
+	}
 	if s.journalFailing {
 		s.log.Info("journal writes recovered", "path", s.journal.Path())
 		s.journalFailing = false

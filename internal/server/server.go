@@ -67,6 +67,9 @@ type Server struct {
 	stopPub  chan struct{}
 
 	journal        *journal.Journal
+	intents        *journal.Intents // nil when its file could not be set up
+	intentFailures atomic.Uint64    // starts without an intent record
+	lastIntentWarn atomic.Int64     // unix ns of the last intent failure logged
 	lock           *journal.Lock
 	journalDirty   chan struct{}
 	stopJournal    chan struct{}
@@ -259,6 +262,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
 		Changed:          s.markDirty,
+		Started:          s.recordIntent,
 		BeforeServiceRun: s.journalBeforeRun,
 		Spawned:          s.metrics.Spawned.Inc,
 		Restarted:        s.metrics.Restarts.Inc,
@@ -475,6 +479,9 @@ func (s *Server) Close(ctx context.Context) error {
 	close(s.stopJournal)
 	s.journalWG.Wait()
 	s.writeJournal(false)
+	if s.intents != nil {
+		_ = s.intents.Close()
+	}
 	if s.cgroupBase != nil {
 		// After a forced shutdown the last job cgroups are removed by their
 		// waiters a moment later: give them that moment.
@@ -1043,6 +1050,7 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		JournalWrites:     f(s.journal.Writes.Load),
 		JournalFailures:   f(s.journal.Failures.Load),
 		JournalCorrupt:    f(s.journalCorrupt.Load),
+		IntentFailures:    f(s.intentFailures.Load),
 		OrphansReconciled: f(s.orphansReconciled.Load),
 		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
 		JobsForgotten:     func() float64 { return float64(s.jobs.Forgotten()) },

@@ -1,0 +1,379 @@
+package journal
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Intents is the journal's append-only companion: one line per job start,
+// written before the start is acknowledged, so that a supervisor that
+// dies before the next journal write (the journal is written at most
+// every 100 ms, and each write costs two fsyncs) still leaves a record of
+// the job: the next run reports its fate and terminates its orphans as it
+// does for a journaled job.
+//
+// The file is <journal>.intents: a header line naming its generation,
+// then one Intent per line, numbered from 1 by Seq within the generation
+// (a supervisor that takes over the file goes on numbering). A journal
+// document names the generation and the last seq its snapshot covers
+// (File.IntentsGeneration, File.IntentsCovered): lines past it are newer
+// than the journal, those up to it are not needed any more. Lines are not
+// fsynced (a process crash keeps what was written; a power loss takes the
+// processes too), which keeps an append at one write(2).
+//
+// Once a journal write covers every line, the file is truncated; while
+// new lines keep coming, it is rewritten without the covered ones when it
+// passes intentsCompactBytes.
+type Intents struct {
+	path string
+	gen  string
+
+	mu      sync.Mutex
+	f       *os.File // O_APPEND
+	seq     uint64   // the last line's
+	size    int64
+	pending []intentLine // lines not covered by a journal write, by seq
+
+	// Appends and Failures count Append calls that wrote their line and
+	// those that did not.
+	Appends, Failures atomic.Uint64
+}
+
+type intentLine struct {
+	seq  uint64
+	line []byte // with its newline
+}
+
+// Intent is one line of the intents file: a job's record when it started.
+type Intent struct {
+	Seq    uint64 `json:"seq"`
+	Record Record `json:"record"`
+}
+
+// intentsHeader is the intents file's first line.
+type intentsHeader struct {
+	Intents    int    `json:"intents"` // IntentsVersion
+	Generation string `json:"generation"`
+}
+
+// IntentsVersion is the intents file format version.
+const IntentsVersion = 1
+
+// MaxIntentsBytes bounds the intents file read at start: a larger one is
+// moved aside (it is compacted long before it could grow so large).
+const MaxIntentsBytes = 64 << 20
+
+// intentsCompactBytes is the size past which the file is rewritten
+// without its covered lines.
+const intentsCompactBytes = 1 << 20
+
+// IntentsPath is where the intents of the journal at journalPath live.
+func IntentsPath(journalPath string) string { return journalPath + ".intents" }
+
+// IntentsReport is what OpenIntents found in the file it took over.
+type IntentsReport struct {
+	// Generation and Intents are the file's (no lines: none, or a new file).
+	Generation string
+	Intents    []Intent
+	// Dropped says which lines were left out as invalid; Torn is set when
+	// the last line was cut short (a write the crash interrupted).
+	Dropped []string
+	Torn    bool
+	// MovedTo is where an unusable file was moved (a new one was started),
+	// and Why why it was unusable.
+	MovedTo string
+	Why     error
+}
+
+// OpenIntents takes over the intents file at path: it reads the lines a
+// previous run left (reported, for recovery), keeps them until a journal
+// write covers them, and opens the file for appending. A missing file is
+// created; one that cannot be used is moved aside (reported) and a new
+// one started. An error means no intents file can be written.
+func OpenIntents(path string) (*Intents, IntentsReport, error) {
+	var rep IntentsReport
+	if olds, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")); len(olds) > 0 {
+		for _, o := range olds {
+			os.Remove(o) // (a rewrite the crash interrupted: never the file)
+		}
+	}
+	in := &Intents{path: path}
+	b, err := readIntents(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil && transient(err):
+		return nil, rep, fmt.Errorf("read intents %s: %w", path, err)
+	case err == nil:
+		hdr, lines, perr := parseIntents(b, &rep)
+		if perr == nil {
+			in.gen = hdr.Generation
+			rep.Generation = hdr.Generation
+			for _, l := range lines {
+				in.pending = append(in.pending, l)
+				in.seq = max(in.seq, l.seq)
+			}
+			in.size = int64(len(b))
+			break
+		}
+		err = perr
+		fallthrough
+	default:
+		rep.Why = err
+		rep.Intents, rep.Dropped, rep.Torn = nil, nil, false
+		rep.MovedTo = path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
+		if rerr := os.Rename(path, rep.MovedTo); rerr != nil {
+			return nil, rep, fmt.Errorf("intents %s are unusable (%v) and could not be moved aside: %w", path, err, rerr)
+		}
+	}
+	if in.gen == "" {
+		// A new file: a generation of its own, so that a journal naming
+		// another one (a file removed or moved aside since) covers none
+		// of its lines.
+		var g [8]byte
+		if _, err := rand.Read(g[:]); err != nil {
+			return nil, rep, fmt.Errorf("intents generation: %w", err)
+		}
+		in.gen = hex.EncodeToString(g[:])
+		in.size = 0
+		if err := in.rewriteLocked(); err != nil {
+			return nil, rep, err
+		}
+		return in, rep, nil
+	}
+	if rep.Torn || len(rep.Dropped) > 0 {
+		// (so that the next line does not continue a cut one)
+		if err := in.rewriteLocked(); err != nil {
+			return nil, rep, err
+		}
+		return in, rep, nil
+	}
+	f, err := openNoFollow(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return nil, rep, fmt.Errorf("open intents %s: %w", path, err)
+	}
+	in.f = f
+	return in, rep, nil
+}
+
+// readIntents reads the file at path, refusing what is not a regular
+// file of ours, or too large.
+func readIntents(path string) ([]byte, error) {
+	f, err := openNoFollow(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := ownedByOther(f); err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxIntentsBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxIntentsBytes {
+		return nil, fmt.Errorf("larger than %d bytes", MaxIntentsBytes)
+	}
+	return b, nil
+}
+
+// parseIntents reads an intents file: an unusable header is an error,
+// an invalid line is left out (reported in rep), a last line without its
+// newline is a write the crash cut short.
+func parseIntents(b []byte, rep *IntentsReport) (intentsHeader, []intentLine, error) {
+	var hdr intentsHeader
+	first, rest, ok := bytes.Cut(b, []byte{'\n'})
+	if !ok {
+		return hdr, nil, errors.New("no header line")
+	}
+	if err := json.Unmarshal(first, &hdr); err != nil {
+		return hdr, nil, fmt.Errorf("not an intents file: %w", err)
+	}
+	if hdr.Intents != IntentsVersion || hdr.Generation == "" || len(hdr.Generation) > 64 {
+		return hdr, nil, fmt.Errorf("unknown intents header %.100q (this supervisor writes version %d)", first, IntentsVersion)
+	}
+	var lines []intentLine
+	var last uint64
+	for n := 2; len(rest) > 0; n++ {
+		line, after, ok := bytes.Cut(rest, []byte{'\n'})
+		rest = after
+		if !ok {
+			rep.Torn = true
+			break
+		}
+		var in Intent
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		why := ""
+		if err := dec.Decode(&in); err != nil {
+			why = fmt.Sprintf("line %d: %v", n, err)
+		} else if in.Seq <= last {
+			why = fmt.Sprintf("line %d: seq %d does not follow %d", n, in.Seq, last)
+		} else if w := checkRecord(&in.Record); w != "" {
+			why = fmt.Sprintf("line %d: %s", n, w)
+		}
+		if why != "" {
+			rep.Dropped = append(rep.Dropped, why)
+			continue
+		}
+		last = in.Seq
+		rep.Intents = append(rep.Intents, in)
+		lines = append(lines, intentLine{seq: in.Seq, line: append(bytes.Clone(line), '\n')})
+	}
+	return hdr, lines, nil
+}
+
+// Generation is the file's generation (journal documents name it).
+func (in *Intents) Generation() string { return in.gen }
+
+// Hold runs f with appends held off, passing the seq of the last line
+// appended: a journal snapshot taken in f is newer than every line up to
+// it, and older than every later line (whose record Append takes after f
+// returned), so that a document written from it covers exactly those.
+func (in *Intents) Hold(f func(last uint64)) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	f(in.seq)
+}
+
+// Append writes the record rec returns as the next line (one write(2), no
+// fsync). rec runs with Hold held off (see Hold); a nil record writes
+// nothing.
+func (in *Intents) Append(rec func() *Record) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	r := rec()
+	if r == nil {
+		return nil
+	}
+	b, err := json.Marshal(&Intent{Seq: in.seq + 1, Record: *r})
+	if err == nil && in.f == nil {
+		err = errors.New("intents file not open (its last rewrite failed)")
+	}
+	if err != nil {
+		in.Failures.Add(1)
+		return fmt.Errorf("intent of job %.64q: %w", r.JobID, err)
+	}
+	b = append(b, '\n')
+	n, err := in.f.Write(b)
+	in.size += int64(n)
+	if err != nil {
+		in.Failures.Add(1)
+		if n > 0 {
+			// The cut line must end, or the next one would continue it:
+			// rewritten without it.
+			if rerr := in.rewriteLocked(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+		return fmt.Errorf("write intents %s: %w", in.path, err)
+	}
+	in.seq++
+	in.pending = append(in.pending, intentLine{seq: in.seq, line: b})
+	in.Appends.Add(1)
+	return nil
+}
+
+// Covered says that a journal write landed whose snapshot was taken in
+// Hold given seq: the lines up to seq are not needed any more. The
+// file is truncated when that is all of them, and rewritten without them
+// when it has grown past intentsCompactBytes.
+func (in *Intents) Covered(seq uint64) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	k := 0
+	for k < len(in.pending) && in.pending[k].seq <= seq {
+		k++
+	}
+	if k == 0 && in.f != nil {
+		return nil
+	}
+	in.pending = append(in.pending[:0], in.pending[k:]...)
+	if len(in.pending) == 0 && in.f != nil {
+		hdr := in.headerLine()
+		if err := in.f.Truncate(int64(len(hdr))); err != nil {
+			return fmt.Errorf("truncate intents %s: %w", in.path, err)
+		}
+		in.size = int64(len(hdr))
+		return nil
+	}
+	if in.size <= intentsCompactBytes && in.f != nil {
+		return nil
+	}
+	return in.rewriteLocked()
+}
+
+func (in *Intents) headerLine() []byte {
+	b, _ := json.Marshal(intentsHeader{Intents: IntentsVersion, Generation: in.gen})
+	return append(b, '\n')
+}
+
+// rewriteLocked replaces the file (atomically) with the header and the
+// pending lines, and reopens it for appending.
+func (in *Intents) rewriteLocked() error {
+	var b bytes.Buffer
+	b.Write(in.headerLine())
+	for _, l := range in.pending {
+		b.Write(l.line)
+	}
+	if in.f != nil {
+		in.f.Close()
+		in.f = nil
+	}
+	if err := WriteFileAtomic(in.path, b.Bytes()); err != nil {
+		return err
+	}
+	f, err := openNoFollow(in.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("open intents %s: %w", in.path, err)
+	}
+	in.f = f
+	in.size = int64(b.Len())
+	return nil
+}
+
+// Close closes the file (its lines stay for the next run).
+func (in *Intents) Close() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.f == nil {
+		return nil
+	}
+	err := in.f.Close()
+	in.f = nil
+	return err
+}
+
+// Uncovered returns the intents that doc does not cover, oldest first:
+// those past doc.IntentsCovered when doc names the generation gen, all
+// of them otherwise (the journal was written before this file began, or
+// is gone). Each is newer than doc's record of its job.
+func Uncovered(doc *File, gen string, intents []Intent) []Intent {
+	if doc == nil || doc.IntentsGeneration != gen {
+		return intents
+	}
+	var out []Intent
+	for _, in := range intents {
+		if in.Seq > doc.IntentsCovered {
+			out = append(out, in)
+		}
+	}
+	return out
+}

@@ -1,0 +1,286 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+var errSkip = errors.New("skip")
+
+func intentRec(id string, pid int) func() *Record {
+	return func() *Record { return &Record{JobID: id, Pid: pid, Pgid: pid, State: "running", StartTicks: 7} }
+}
+
+func mustAppend(t *testing.T, in *Intents, id string, pid int) {
+	t.Helper()
+	if err := in.Append(intentRec(id, pid)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func last(in *Intents) uint64 {
+	var l uint64
+	in.Hold(func(s uint64) { l = s })
+	return l
+}
+
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// TestIntentsLifecycle: lines are appended one per start, read back by
+// the next run (which goes on numbering them), truncated once a journal
+// write covers them all, and rewritten without the covered ones when the
+// file grows past its bound while new ones keep coming.
+func TestIntentsLifecycle(t *testing.T) {
+	path := IntentsPath(filepath.Join(t.TempDir(), "journal.json"))
+	in, rep, err := OpenIntents(path)
+	if err != nil || len(rep.Intents) > 0 || rep.MovedTo != "" {
+		t.Fatalf("new file: %v %+v", err, rep)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("file: %v %v", fi, err)
+	}
+	gen := in.Generation()
+	mustAppend(t, in, "j-1", 101)
+	mustAppend(t, in, "j-2", 102)
+	if l := last(in); l != 2 {
+		t.Fatalf("last %d, want 2", l)
+	}
+	if n := len(lines(t, path)); n != 3 {
+		t.Fatalf("%d lines, want header + 2", n)
+	}
+	// A crash: the next run reads both, keeps the generation, numbers on.
+	in2, rep, err := OpenIntents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation != gen || in2.Generation() != gen || len(rep.Intents) != 2 || rep.Intents[1].Record.JobID != "j-2" || rep.Intents[1].Seq != 2 {
+		t.Fatalf("read back: %+v", rep)
+	}
+	mustAppend(t, in2, "j-3", 103)
+	if l := last(in2); l != 3 {
+		t.Fatalf("numbering after takeover: last %d, want 3", l)
+	}
+	// A journal write covering the first two: j-3 stays.
+	if err := in2.Covered(2); err != nil {
+		t.Fatal(err)
+	}
+	_, rep, _ = OpenIntents(path)
+	if len(rep.Intents) != 3 {
+		// (not rewritten: small, covered lines are told apart by seq)
+		t.Fatalf("after covering 2 of 3: %d lines", len(rep.Intents))
+	}
+	doc := &File{IntentsGeneration: gen, IntentsCovered: 2}
+	if u := Uncovered(doc, gen, rep.Intents); len(u) != 1 || u[0].Record.JobID != "j-3" {
+		t.Fatalf("uncovered: %+v", u)
+	}
+	// All covered: truncated to the header.
+	if err := in2.Covered(3); err != nil {
+		t.Fatal(err)
+	}
+	if l := lines(t, path); len(l) != 1 || !strings.Contains(l[0], gen) {
+		t.Fatalf("after covering all: %q", l)
+	}
+	mustAppend(t, in2, "j-4", 104)
+	_, rep, _ = OpenIntents(path)
+	if len(rep.Intents) != 1 || rep.Intents[0].Seq != 4 || rep.Torn || len(rep.Dropped) > 0 {
+		t.Fatalf("append after truncation: %+v", rep)
+	}
+	// Growth past the bound with lines still uncovered: rewritten with
+	// those only.
+	big := strings.Repeat("x", 64<<10)
+	for i := 0; i < 20; i++ {
+		if err := in2.Append(func() *Record { return &Record{JobID: "j-big", State: "running", Shell: big} }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustAppend(t, in2, "j-last", 105)
+	if err := in2.Covered(last(in2) - 1); err != nil {
+		t.Fatal(err)
+	}
+	if l := lines(t, path); len(l) != 2 || !strings.Contains(l[1], "j-last") {
+		t.Fatalf("after compaction: %d lines", len(l))
+	}
+	mustAppend(t, in2, "j-after", 106)
+	_, rep, _ = OpenIntents(path)
+	if len(rep.Intents) != 2 || rep.Intents[1].Record.JobID != "j-after" {
+		t.Fatalf("append after compaction: %+v", rep.Intents)
+	}
+	in.Close()
+	in2.Close()
+}
+
+// TestIntentsDamaged: a line cut short by a crash is left out (and the
+// next line starts on a line of its own); an invalid line is left out,
+// the others kept; an unusable file is moved aside and a new generation
+// begun (a journal naming the old one covers none of its lines).
+func TestIntentsDamaged(t *testing.T) {
+	dir := t.TempDir()
+	path := IntentsPath(filepath.Join(dir, "journal.json"))
+	in, _, err := OpenIntents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := in.Generation()
+	mustAppend(t, in, "j-1", 101)
+	mustAppend(t, in, "j-2", 102)
+	in.Close()
+	b, _ := os.ReadFile(path)
+	// torn: the last line without its end
+	if err := os.WriteFile(path, b[:len(b)-5], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, rep, err := OpenIntents(path)
+	if err != nil || !rep.Torn || len(rep.Intents) != 1 || rep.Intents[0].Record.JobID != "j-1" {
+		t.Fatalf("torn: %v %+v", err, rep)
+	}
+	mustAppend(t, in, "j-3", 103)
+	in.Close()
+	_, rep, _ = OpenIntents(path)
+	if rep.Torn || len(rep.Dropped) > 0 || len(rep.Intents) != 2 || rep.Intents[1].Record.JobID != "j-3" {
+		t.Fatalf("after a torn line: %+v", rep)
+	}
+	// invalid lines among valid ones
+	hdr, _, _ := bytes.Cut(b, []byte{'\n'})
+	bad := string(hdr) + "\n" +
+		`{"seq":1,"record":{"jobId":"j-1","pid":5,"pgid":5,"state":"running"}}` + "\n" +
+		`not json` + "\n" +
+		`{"seq":2,"record":{"jobId":"j-2","pid":-5,"pgid":5,"state":"running"}}` + "\n" +
+		`{"seq":3,"record":{"jobId":"j-3","pid":5,"pgid":5,"state":"flying"}}` + "\n" +
+		`{"seq":1,"record":{"jobId":"j-4","pid":5,"pgid":5,"state":"running"}}` + "\n" +
+		`{"seq":5,"record":{"jobId":"j-5","pid":5,"pgid":5,"state":"running"},"extra":1}` + "\n" +
+		`{"seq":6,"record":{"jobId":"j-6","pid":6,"pgid":6,"state":"running"}}` + "\n"
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, rep, err = OpenIntents(path)
+	if err != nil || len(rep.Dropped) != 5 || len(rep.Intents) != 2 || rep.Intents[1].Record.JobID != "j-6" {
+		t.Fatalf("invalid lines: %v dropped %q kept %+v", err, rep.Dropped, rep.Intents)
+	}
+	if l := last(in); l != 6 {
+		t.Fatalf("numbering goes on from the highest seq: %d", l)
+	}
+	in.Close()
+	// unusable files: moved aside, a new generation begun
+	for name, make := range map[string]func() error{
+		"garbage":   func() error { return os.WriteFile(path, []byte("garbage\n"), 0o600) },
+		"no header": func() error { return os.WriteFile(path, []byte(`{"intents":9,"generation":"x"}`+"\n"), 0o600) },
+		"symlink":   func() error { return os.Symlink(filepath.Join(dir, "elsewhere"), path) },
+		"fifo":      func() error { return syscall.Mkfifo(path, 0o600) },
+		"directory": func() error { return os.Mkdir(path, 0o700) },
+		"foreign": func() error {
+			if err := os.WriteFile(path, []byte(string(hdr)+"\n"), 0o600); err != nil {
+				return err
+			}
+			if err := os.Chown(path, 54321, 54321); err != nil {
+				return errSkip // (not root: no file of another user to be had)
+			}
+			return nil
+		},
+		"too large": func() error {
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Truncate(MaxIntentsBytes + 1)
+		},
+	} {
+		os.RemoveAll(path)
+		if err := make(); err == errSkip {
+			t.Logf("%s: skipped (chown needs root)", name)
+			continue
+		} else if err != nil {
+			t.Fatal(name, err)
+		}
+		in, rep, err := OpenIntents(path)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if rep.MovedTo == "" || rep.Why == nil || len(rep.Intents) > 0 || in.Generation() == gen {
+			t.Errorf("%s: %+v (generation %s)", name, rep, in.Generation())
+		}
+		if _, err := os.Lstat(rep.MovedTo); err != nil {
+			t.Errorf("%s: not moved aside: %v", name, err)
+		}
+		if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s: no new file: %v", name, err)
+		}
+		in.Close()
+		os.RemoveAll(rep.MovedTo)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "elsewhere")); !os.IsNotExist(err) {
+		t.Errorf("the symlink was followed: %v", err)
+	}
+}
+
+// TestUncovered: lines past the journal's covered seq of the same
+// generation are newer than it; every line of another generation (the
+// file began after the journal was written), or without a journal, is.
+func TestUncovered(t *testing.T) {
+	ins := []Intent{{Seq: 3}, {Seq: 4}, {Seq: 9}}
+	for _, c := range []struct {
+		doc  *File
+		want int
+	}{
+		{&File{IntentsGeneration: "g", IntentsCovered: 4}, 1},
+		{&File{IntentsGeneration: "g", IntentsCovered: 9}, 0},
+		{&File{IntentsGeneration: "g", IntentsCovered: 0}, 3},
+		{&File{IntentsGeneration: "other", IntentsCovered: 100}, 3},
+		{&File{}, 3},
+		{nil, 3},
+	} {
+		if got := Uncovered(c.doc, "g", ins); len(got) != c.want {
+			t.Errorf("%+v: %d uncovered, want %d", c.doc, len(got), c.want)
+		}
+	}
+}
+
+// TestAppendFailure: a line that cannot be written is an error and
+// counted; nothing is numbered for it.
+func TestAppendFailure(t *testing.T) {
+	in, _, err := OpenIntents(IntentsPath(filepath.Join(t.TempDir(), "journal.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.f.Close() // (the descriptor gone under it)
+	if err := in.Append(intentRec("j-1", 5)); err == nil {
+		t.Fatal("append to a closed file succeeded")
+	}
+	if in.Failures.Load() != 1 || last(in) != 0 {
+		t.Errorf("failures %d, last %d", in.Failures.Load(), last(in))
+	}
+	if err := in.Append(func() *Record { return nil }); err != nil || last(in) != 0 {
+		t.Errorf("a nil record: %v, last %d", err, last(in))
+	}
+}
+
+// TestJournalNamesIntents: the journal header carries the intents
+// generation and covered seq through a write and a load.
+func TestJournalNamesIntents(t *testing.T) {
+	j := New(filepath.Join(t.TempDir(), "journal.json"))
+	if err := j.SaveEncoded(&File{InstanceID: "i", IntentsGeneration: "g\"1", IntentsCovered: 42}, nil); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := j.Load()
+	if err != nil || doc.IntentsGeneration != "g\"1" || doc.IntentsCovered != 42 {
+		t.Fatalf("%+v %v", doc, err)
+	}
+	if err := j.SaveEncoded(&File{InstanceID: "i"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if doc, err := j.Load(); err != nil || doc.IntentsGeneration != "" || doc.IntentsCovered != 0 {
+		t.Fatalf("without intents: %+v %v", doc, err)
+	}
+}
