@@ -766,7 +766,7 @@ func (j *Job) start() error {
 	if err == nil {
 		// The reaper must not see this leader's zombie before it is known.
 		j.m.reapMu.RLock()
-		p, err = l.start(j.m.pidfds, &j.m.waitSlots)
+		p, err = l.start(j.m.pidfds, &j.m.waitSlots, j.m.tickNanos.Load())
 		if err != nil {
 			err = fmt.Errorf("start %s: %w", quoteClip(argv[0]), err)
 		} else {
@@ -800,9 +800,15 @@ func (j *Job) start() error {
 		return err
 	}
 
+	if p.startTicks != 0 && !j.m.startTicksTrusted(p) {
+		p.startTicks = 0
+	}
 	j.mu.Lock()
 	j.proc = p
 	j.pid = p.pid
+	// The process fingerprint, when the boot clock gave it (else the
+	// first snapshot of the running job reads it: fingerprintLocked).
+	j.startTicks = p.startTicks
 	j.pgid = p.pid // Setpgid with Pgid 0 (or Setsid): the leader's pid
 	j.startedAt = j.m.now()
 	j.lastOutputAt = j.startedAt

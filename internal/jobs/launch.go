@@ -44,6 +44,65 @@ type proc struct {
 	pidfd *os.File
 	rawfd int           // pidfd's descriptor, -1 without (valid until release)
 	slots *atomic.Int32 // the blocking waits in use (released by release)
+	// startTicks is the process's start time as /proc/<pid>/stat gives
+	// it (field 22), known from the boot clock read around the fork when
+	// both reads fell in the same clock tick (0: not known so).
+	startTicks uint64
+}
+
+// atClkTck is the ELF auxiliary vector's AT_CLKTCK: the clock ticks per
+// second of the times in /proc (USER_HZ).
+const atClkTck = 17
+
+// startTickNanos returns the length in nanoseconds of the clock tick in
+// which /proc/<pid>/stat gives a process's start time (1e9/USER_HZ), or 0
+// if it cannot be known (the fingerprint is then read from /proc).
+func startTickNanos() int64 {
+	auxv, err := unix.Auxv()
+	if err != nil {
+		return 0
+	}
+	for _, kv := range auxv {
+		if kv[0] == atClkTck && kv[1] > 0 && 1e9%uint64(kv[1]) == 0 {
+			return int64(1e9 / uint64(kv[1]))
+		}
+	}
+	return 0
+}
+
+// startTickChecks is how many fingerprints known from the boot clock are
+// checked against /proc before the clock is trusted.
+const startTickChecks = 3
+
+// startTicksTrusted reports whether p's start ticks, known from the boot
+// clock, may be used: the first startTickChecks are compared with /proc
+// (p is not reaped yet: its job's waiter waits for the start to return),
+// and one that differs turns the clock's use off for good (logged).
+func (m *Manager) startTicksTrusted(p *proc) bool {
+	if m.tickChecks.Load() <= 0 {
+		return m.tickNanos.Load() > 0
+	}
+	m.tickChecks.Add(-1)
+	t, err := ProcStartTicks(p.pid)
+	if err != nil {
+		return false // (gone already: the next one is checked)
+	}
+	if t != p.startTicks {
+		m.tickNanos.Store(0)
+		m.log.Warn("process start times are read from /proc from now on: the boot clock gave another one", "pid", p.pid, "clock", p.startTicks, "proc", t)
+		return false
+	}
+	return true
+}
+
+// bootNanos reads CLOCK_BOOTTIME, the clock a process's start time in
+// /proc/<pid>/stat counts on (the kernel stamps it during the fork).
+func bootNanos() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return -1
+	}
+	return ts.Nano()
 }
 
 // pidfdsWork reports whether the kernel has what proc needs of pidfds:
@@ -62,19 +121,32 @@ func pidfdsWork() bool {
 }
 
 // start forks and execs l. withPidfd asks for a pidfd (see pidfdsWork);
-// slots counts the blocking waits in use.
-func (l *launch) start(withPidfd bool, slots *atomic.Int32) (*proc, error) {
+// slots counts the blocking waits in use. With tick (startTickNanos) not
+// 0, the boot clock is read before and after the fork: the child's start
+// time is stamped in between, so when both reads are in the same tick,
+// that tick is the process's start time in /proc (proc.startTicks),
+// known without reading /proc (five system calls on the spawn path).
+func (l *launch) start(withPidfd bool, slots *atomic.Int32, tick int64) (*proc, error) {
 	pidfd := -1
 	if withPidfd {
 		l.sys.PidFD = &pidfd
 	}
 	attr := &syscall.ProcAttr{Dir: l.dir, Env: l.env, Sys: l.sys,
 		Files: []uintptr{uintptr(l.stdio[0]), uintptr(l.stdio[1]), uintptr(l.stdio[2])}}
+	var before int64
+	if tick > 0 {
+		before = bootNanos()
+	}
 	pid, err := syscall.ForkExec(l.path, l.argv, attr)
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: l.path, Err: err}
 	}
 	p := &proc{pid: pid, rawfd: -1}
+	if tick > 0 && before >= 0 {
+		if after := bootNanos(); after >= before && before/tick == after/tick {
+			p.startTicks = uint64(before / tick)
+		}
+	}
 	if pidfd < 0 {
 		return p, nil
 	}

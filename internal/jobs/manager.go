@@ -207,8 +207,14 @@ type Manager struct {
 	// waitSlots counts the processes waited for by a blocked thread
 	// (see blockingWaits).
 	waitSlots atomic.Int32
-	bootID    string
-	cgroups   *cgroups.Base
+	// tickNanos is the tick of process start times in /proc (see
+	// launch.start; 0: fingerprints are read from /proc), tickChecks how
+	// many more of the fingerprints so known are checked against /proc
+	// (a mismatch turns the boot clock's use off).
+	tickNanos  atomic.Int64
+	tickChecks atomic.Int32
+	bootID     string
+	cgroups    *cgroups.Base
 	// notifyDir holds the notify sockets of notify jobs; limitsHelper is
 	// the executable that applies rlimits before exec (see internal/limits).
 	notifyDir    string
@@ -326,6 +332,8 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, live: map[string]*Job{}, stop: make(chan struct{}), environ: jobEnviron(os.Environ()), bootID: BootID(), leaders: map[int]struct{}{}}
 	m.runners = newRunners(m.stop, &m.wg)
 	m.devNullFd, m.pidfds = -1, pidfdsWork()
+	m.tickNanos.Store(startTickNanos())
+	m.tickChecks.Store(startTickChecks)
 	if f, err := os.Open(os.DevNull); err == nil {
 		m.devNull = f
 		m.devNullFd = int(f.Fd())
