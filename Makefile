@@ -40,6 +40,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 60s ./pkg/protocol/
 	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatchesGeneric -fuzztime 60s ./pkg/protocol/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 60s ./pkg/protocol/
+	$(GO) test -run '^$$' -fuzz FuzzParseIntents -fuzztime 60s ./internal/journal/
 
 # Run a supervisor in the foreground on the private default endpoints.
 run: build
