@@ -812,9 +812,6 @@ func (j *Job) start() error {
 	j.pgid = p.pid // Setpgid with Pgid 0 (or Setsid): the leader's pid
 	j.startedAt = j.m.now()
 	j.lastOutputAt = j.startedAt
-	// The process fingerprint (start ticks) is read by the first journal
-	// snapshot of the running job (fingerprintLocked), off the spawn path:
-	// the job's first record and its fingerprint reach the disk together.
 	_ = j.transition(Running)
 	close(runStarted)
 	started := j.emitLocked(protocol.KindStarted, j.startedPayload(j.pid, j.attemptTag()))

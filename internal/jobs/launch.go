@@ -85,7 +85,8 @@ func (m *Manager) startTicksTrusted(p *proc) bool {
 	m.tickChecks.Add(-1)
 	t, err := ProcStartTicks(p.pid)
 	if err != nil {
-		return false // (gone already: the next one is checked)
+		m.tickChecks.Add(1) // (not a check: the next one is)
+		return false
 	}
 	if t != p.startTicks {
 		m.tickNanos.Store(0)

@@ -40,8 +40,9 @@ type Intents struct {
 	gen  string
 
 	mu      sync.Mutex
-	f       *os.File // O_APPEND
-	seq     uint64   // the last line's
+	f       *os.File // O_APPEND; nil while the file cannot be written
+	closed  bool
+	seq     uint64 // the last line's
 	size    int64
 	pending []intentLine // lines not covered by a journal write, by seq
 
@@ -100,7 +101,15 @@ type IntentsReport struct {
 // previous run left (reported, for recovery), keeps them until a journal
 // write covers them, and opens the file for appending. A missing file is
 // created; one that cannot be used is moved aside (reported) and a new
-// one started. An error means no intents file can be written.
+// one started.
+//
+// A read that failed for a reason that says nothing about the file (out
+// of descriptors or memory, EIO) returns no Intents and an error: the
+// caller must not start (the lines it did not read would be lost). Any
+// other error returns usable Intents with the error: the file cannot be
+// written for now (Append fails, Covered tries again), but journal
+// writes still name its generation and cover what was read, so that no
+// run replays those lines again.
 func OpenIntents(path string) (*Intents, IntentsReport, error) {
 	var rep IntentsReport
 	if olds, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")); len(olds) > 0 {
@@ -110,6 +119,7 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 	}
 	in := &Intents{path: path}
 	b, err := readIntents(path)
+	var moveErr error
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil && transient(err):
@@ -131,9 +141,11 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 	default:
 		rep.Why = err
 		rep.Intents, rep.Dropped, rep.Torn = nil, nil, false
-		rep.MovedTo = path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
-		if rerr := os.Rename(path, rep.MovedTo); rerr != nil {
-			return nil, rep, fmt.Errorf("intents %s are unusable (%v) and could not be moved aside: %w", path, err, rerr)
+		moved := path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
+		if rerr := os.Rename(path, moved); rerr != nil {
+			moveErr = fmt.Errorf("intents %s are unusable (%v) and could not be moved aside: %w", path, err, rerr)
+		} else {
+			rep.MovedTo = moved
 		}
 	}
 	if in.gen == "" {
@@ -146,24 +158,31 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 		}
 		in.gen = hex.EncodeToString(g[:])
 		in.size = 0
-		if err := in.rewriteLocked(); err != nil {
-			return nil, rep, err
+		if moveErr != nil {
+			return in, rep, moveErr
 		}
-		return in, rep, nil
+		return in, rep, in.rewriteLocked()
 	}
 	if rep.Torn || len(rep.Dropped) > 0 {
 		// (so that the next line does not continue a cut one)
-		if err := in.rewriteLocked(); err != nil {
-			return nil, rep, err
-		}
-		return in, rep, nil
+		return in, rep, in.rewriteLocked()
 	}
 	f, err := openNoFollow(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
-		return nil, rep, fmt.Errorf("open intents %s: %w", path, err)
+		return in, rep, fmt.Errorf("open intents %s: %w", path, err)
 	}
 	in.f = f
 	return in, rep, nil
+}
+
+// NumberFrom makes the next line's seq follow seq at least: the journal
+// on disk covers the lines of this generation up to seq, and a file
+// truncated since (or whose last lines were dropped) no longer says how
+// far numbering went.
+func (in *Intents) NumberFrom(seq uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.seq = max(in.seq, seq)
 }
 
 // readIntents reads the file at path, refusing what is not a regular
@@ -264,8 +283,16 @@ func (in *Intents) Append(rec func() *Record) error {
 		return nil
 	}
 	b, err := json.Marshal(&Intent{Seq: in.seq + 1, Record: *r})
-	if err == nil && in.f == nil {
-		err = errors.New("intents file not open (its last rewrite failed)")
+	switch {
+	case err != nil:
+	case in.closed:
+		err = errors.New("intents closed")
+	case in.f == nil:
+		err = errors.New("intents file cannot be written (see the error logged when that began)")
+	case in.size+int64(len(b))+1 > MaxIntentsBytes:
+		// (what the next run could not read: the journal has not been
+		// written for a long time)
+		err = fmt.Errorf("intents file full (%d bytes): no journal write has covered its lines", in.size)
 	}
 	if err != nil {
 		in.Failures.Add(1)
@@ -278,8 +305,10 @@ func (in *Intents) Append(rec func() *Record) error {
 		in.Failures.Add(1)
 		if n > 0 {
 			// The cut line must end, or the next one would continue it:
-			// rewritten without it.
+			// rewritten without it, and not appended to until then.
 			if rerr := in.rewriteLocked(); rerr != nil {
+				in.f.Close()
+				in.f = nil
 				err = errors.Join(err, rerr)
 			}
 		}
@@ -298,6 +327,9 @@ func (in *Intents) Append(rec func() *Record) error {
 func (in *Intents) Covered(seq uint64) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.closed {
+		return nil
+	}
 	k := 0
 	for k < len(in.pending) && in.pending[k].seq <= seq {
 		k++
@@ -325,20 +357,40 @@ func (in *Intents) headerLine() []byte {
 	return append(b, '\n')
 }
 
-// rewriteLocked replaces the file (atomically) with the header and the
-// pending lines, and reopens it for appending.
+// rewriteLocked replaces the file (atomically: temp file, fsync, rename,
+// fsync of the directory) with the header and the pending lines, and
+// appends to the new file from then on. Until the rename, the old file
+// and its descriptor stay as they were.
 func (in *Intents) rewriteLocked() error {
 	var b bytes.Buffer
 	b.Write(in.headerLine())
 	for _, l := range in.pending {
 		b.Write(l.line)
 	}
+	dir := filepath.Dir(in.path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(in.path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("rewrite intents %s: %w", in.path, err)
+	}
+	name := tmp.Name()
+	_, err = tmp.Write(b.Bytes())
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(name, in.path)
+	}
+	if err != nil {
+		os.Remove(name)
+		return fmt.Errorf("rewrite intents %s: %w", in.path, err)
+	}
+	// The new file is in place: the old descriptor writes nowhere now.
 	if in.f != nil {
 		in.f.Close()
 		in.f = nil
-	}
-	if err := WriteFileAtomic(in.path, b.Bytes()); err != nil {
-		return err
 	}
 	f, err := openNoFollow(in.path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
@@ -346,6 +398,10 @@ func (in *Intents) rewriteLocked() error {
 	}
 	in.f = f
 	in.size = int64(b.Len())
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // (a power loss may bring the old file back: its lines are covered or newer)
+		d.Close()
+	}
 	return nil
 }
 
@@ -353,6 +409,7 @@ func (in *Intents) rewriteLocked() error {
 func (in *Intents) Close() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	in.closed = true
 	if in.f == nil {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -307,4 +308,120 @@ func FuzzParseIntents(f *testing.F) {
 			last = l.seq
 		}
 	})
+}
+
+// TestIntentsNumberingAfterTruncation: once a journal write covered every
+// line the file is truncated, and the next run, reading no line, numbers
+// on from what the journal covers (NumberFrom): numbering from 1 again
+// made its lines look covered by that journal, and a crash before its own
+// first journal write lost them.
+func TestIntentsNumberingAfterTruncation(t *testing.T) {
+	path := IntentsPath(filepath.Join(t.TempDir(), "journal.json"))
+	in, _, err := OpenIntents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		mustAppend(t, in, "j-old", 100+i)
+	}
+	doc := &File{IntentsGeneration: in.Generation(), IntentsCovered: last(in)}
+	if err := in.Covered(doc.IntentsCovered); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	in2, rep, err := OpenIntents(path)
+	if err != nil || len(rep.Intents) != 0 {
+		t.Fatalf("%v %+v", err, rep)
+	}
+	in2.NumberFrom(doc.IntentsCovered)
+	mustAppend(t, in2, "j-new", 200)
+	_, rep, _ = OpenIntents(path)
+	if u := Uncovered(doc, rep.Generation, rep.Intents); len(u) != 1 || u[0].Record.JobID != "j-new" {
+		t.Fatalf("the new run's line after truncation: %+v", u)
+	}
+	in2.Close()
+}
+
+// chattr sets or clears the immutable attribute (which binds root too),
+// or skips the test.
+func chattr(t *testing.T, flag, path string) {
+	t.Helper()
+	if out, err := exec.Command("chattr", flag, path).CombinedOutput(); err != nil {
+		t.Skipf("chattr %s %s: %v %s (needs root and a filesystem with attributes)", flag, path, err, out)
+	}
+}
+
+// TestIntentsUnwritable: a file that can be read but not written is
+// still taken over (its generation and lines known: journals written
+// then cover them, so no later run replays them), appends fail and are
+// counted; a rewrite that fails before its rename leaves the old file
+// and appending to it as they were; Covered after Close reopens nothing.
+func TestIntentsUnwritable(t *testing.T) {
+	dir := t.TempDir()
+	path := IntentsPath(filepath.Join(dir, "journal.json"))
+	in, _, err := OpenIntents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := in.Generation()
+	mustAppend(t, in, "j-1", 101)
+	mustAppend(t, in, "j-2", 102)
+	// A rewrite that cannot even make its temp file: appends go on.
+	chattr(t, "+i", dir)
+	err = func() error {
+		defer chattr(t, "-i", dir)
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return in.rewriteLocked()
+	}()
+	if err == nil {
+		t.Fatal("a rewrite in an immutable directory succeeded")
+	}
+	mustAppend(t, in, "j-3", 103)
+	in.Close()
+	if err := in.Covered(3); err != nil || in.f != nil {
+		t.Fatalf("Covered after Close: %v, file %v", err, in.f)
+	}
+	// An immutable file: read, not writable.
+	chattr(t, "+i", path)
+	defer chattr(t, "-i", path)
+	in2, rep, err := OpenIntents(path)
+	if err == nil || in2 == nil {
+		t.Fatalf("an immutable file: %v, %v", err, in2)
+	}
+	if in2.Generation() != gen || len(rep.Intents) != 3 || last(in2) != 3 || rep.MovedTo != "" {
+		t.Fatalf("taken over: generation %s (want %s), %d lines, last %d", in2.Generation(), gen, len(rep.Intents), last(in2))
+	}
+	if err := in2.Append(intentRec("j-4", 104)); err == nil || in2.Failures.Load() != 1 {
+		t.Fatalf("append to an immutable file: %v (failures %d)", err, in2.Failures.Load())
+	}
+	if err := in2.Covered(3); err == nil {
+		t.Fatal("Covered could rewrite an immutable file")
+	}
+	chattr(t, "-i", path)
+	// Writable again: the next Covered rewrites it and appends work.
+	mustAppendErr := in2.Append(intentRec("j-5", 105))
+	if mustAppendErr == nil {
+		t.Fatal("appended before any rewrite reopened the file")
+	}
+	if err := in2.Covered(3); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, in2, "j-6", 106)
+	in2.Close()
+}
+
+// TestIntentsFull: an append that would take the file past what the
+// next run reads is refused and counted (the journal has not been written
+// for that long), not written.
+func TestIntentsFull(t *testing.T) {
+	in, _, err := OpenIntents(IntentsPath(filepath.Join(t.TempDir(), "journal.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	in.size = MaxIntentsBytes - 10
+	if err := in.Append(intentRec("j-1", 5)); err == nil || !strings.Contains(err.Error(), "full") || in.Failures.Load() != 1 || last(in) != 0 {
+		t.Fatalf("%v, failures %d, last %d", err, in.Failures.Load(), last(in))
+	}
 }

@@ -31,7 +31,9 @@ import (
 func (s *Server) recover() error {
 	doc, err := s.journal.Load()
 	if doc != nil {
-		s.openIntents(doc)
+		if err := s.openIntents(doc); err != nil {
+			return err
+		}
 	}
 	// Leftover job cgroups go first, whatever the journal says (even when
 	// it is unusable): those of this base, and those the journal names
@@ -175,9 +177,14 @@ func (s *Server) recover() error {
 // usable intents file the supervisor runs on without one (logged): jobs
 // spawned just before a crash are then unknown to the next run, as they
 // were before intents existed.
-func (s *Server) openIntents(doc *journal.File) {
+func (s *Server) openIntents(doc *journal.File) error {
 	path := journal.IntentsPath(s.journal.Path())
 	in, rep, err := journal.OpenIntents(path)
+	if in == nil {
+		// (unread: its lines would be lost; try again later, as with the
+		// journal)
+		return fmt.Errorf("%w (nothing was started)", err)
+	}
 	if rep.MovedTo != "" {
 		s.journalCorrupt.Add(1)
 		s.log.Error("journal intents unusable; moved aside (jobs a crashed run started just before it died may be unknown)", "path", path, "movedTo", rep.MovedTo, "err", rep.Why)
@@ -190,13 +197,18 @@ func (s *Server) openIntents(doc *journal.File) {
 		s.log.Info("journal intents: the last line was cut short by the crash (left out)", "path", path)
 	}
 	if err != nil {
-		s.log.Error("journal intents cannot be written; running without them: a job spawned within the journal's pause before a crash will be unknown to the next run (and, without cgroups, its processes left running)", "path", path, "err", err)
-	} else {
-		s.intents = in
+		s.intentFailures.Add(1)
+		s.log.Error("journal intents cannot be written (retried after each journal write): until they can, a job spawned within the journal's pause before a crash is unknown to the next run (and, without cgroups, its processes are left running)", "path", path, "err", err)
+	}
+	s.intents = in
+	if doc.IntentsGeneration == in.Generation() {
+		// (numbering goes on past what the journal covers, whatever the
+		// file still holds: see Intents.NumberFrom)
+		in.NumberFrom(doc.IntentsCovered)
 	}
 	unc := journal.Uncovered(doc, rep.Generation, rep.Intents)
 	if len(unc) == 0 {
-		return
+		return nil
 	}
 	at := make(map[string]int, len(doc.Jobs))
 	for i, r := range doc.Jobs {
@@ -216,6 +228,7 @@ func (s *Server) openIntents(doc *journal.File) {
 	}
 	s.log.Warn("journal intents: job starts the journal had not recorded yet (the previous run died within the journal's pause after them)",
 		"path", path, "jobsNotInJournal", added, "newerThanJournal", newer)
+	return nil
 }
 
 // resumeServices starts again the services whose supervision ended only
@@ -454,17 +467,28 @@ func (s *Server) recordIntent(j *jobs.Job) {
 		return
 	}
 	var sn jobs.Snapshot
+	wrote := false
 	err := s.intents.Append(func() *journal.Record {
 		sn = j.Snapshot()
+		if cur, err := s.jobs.Get(j.ID()); err != nil || cur != j || sn.Info.State == protocol.StateExited {
+			// Over already (a quick one), or even removed: nothing of
+			// it is left to reconcile, and an intent would bring a
+			// removed job back after a crash. The journal records it.
+			return nil
+		}
 		r := s.record(sn)
-		if sn.Service == nil && sn.Info.State != protocol.StateExited {
+		if sn.Service == nil {
 			r = *slimRecord(r)
 		}
+		wrote = true
 		return &r
 	})
 	if err != nil {
 		s.intentFailures.Add(1)
 		s.warnIntents("job start not recorded in the journal intents: if the supervisor dies before the next journal write, the next run will not know this job (nor, without cgroups, terminate its processes)", err, "job", j.ID())
+		return
+	}
+	if !wrote {
 		return
 	}
 	// (a successor restores the job from this record: what it publishes
