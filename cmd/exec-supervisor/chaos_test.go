@@ -1866,17 +1866,7 @@ func TestJournalFailureHoldsOutput(t *testing.T) {
 	waitJournal(t, jpath, "the running job", func(f *journal.File) bool {
 		return slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID && r.State == "running" })
 	})
-	// Every later write fails: a non-empty directory cannot be renamed over.
-	old, err := os.ReadFile(jpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(jpath); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	old := failJournalWrites(t, jpath)
 	var st protocol.JobInfo
 	for deadline := time.Now().Add(60 * time.Second); !st.OutputHeld; {
 		if st, err = s.client.Status(ctx, j.JobID); err != nil {
@@ -2314,18 +2304,7 @@ func spawnJustBeforeCrash(t *testing.T, noCgroups bool) {
 	if before.IntentsGeneration == "" {
 		t.Fatalf("the journal names no intents generation")
 	}
-	old, err := os.ReadFile(jpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every later journal write fails: a non-empty directory cannot be
-	// renamed over.
-	if err := os.Remove(jpath); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	old := failJournalWrites(t, jpath)
 	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 300 & sleep 300 & wait", Labels: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
@@ -2370,6 +2349,23 @@ func spawnJustBeforeCrash(t *testing.T, noCgroups bool) {
 	if strings.Contains(s3.log.String(), "journal intents: job starts") {
 		t.Errorf("the third run took covered intents for new ones:\n%s", s3.log)
 	}
+}
+
+// failJournalWrites makes every later write of the journal at jpath fail
+// (a non-empty directory cannot be renamed over) and returns what it held.
+func failJournalWrites(t *testing.T, jpath string) []byte {
+	t.Helper()
+	old, err := os.ReadFile(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return old
 }
 
 // waitGroupSize waits until process group pgid has n live members.

@@ -122,20 +122,28 @@ func TestIntentsLifecycle(t *testing.T) {
 	in2.Close()
 }
 
+// twoIntents returns a new intents file (its directory, path, Intents)
+// with two lines, j-1 and j-2.
+func twoIntents(t *testing.T) (dir, path string, in *Intents) {
+	t.Helper()
+	dir = t.TempDir()
+	path = IntentsPath(filepath.Join(dir, "journal.json"))
+	in, _, err := OpenIntents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, in, "j-1", 101)
+	mustAppend(t, in, "j-2", 102)
+	return dir, path, in
+}
+
 // TestIntentsDamaged: a line cut short by a crash is left out (and the
 // next line starts on a line of its own); an invalid line is left out,
 // the others kept; an unusable file is moved aside and a new generation
 // begun (a journal naming the old one covers none of its lines).
 func TestIntentsDamaged(t *testing.T) {
-	dir := t.TempDir()
-	path := IntentsPath(filepath.Join(dir, "journal.json"))
-	in, _, err := OpenIntents(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, path, in := twoIntents(t)
 	gen := in.Generation()
-	mustAppend(t, in, "j-1", 101)
-	mustAppend(t, in, "j-2", 102)
 	in.Close()
 	b, _ := os.ReadFile(path)
 	// torn: the last line without its end
@@ -357,18 +365,11 @@ func chattr(t *testing.T, flag, path string) {
 // counted; a rewrite that fails before its rename leaves the old file
 // and appending to it as they were; Covered after Close reopens nothing.
 func TestIntentsUnwritable(t *testing.T) {
-	dir := t.TempDir()
-	path := IntentsPath(filepath.Join(dir, "journal.json"))
-	in, _, err := OpenIntents(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, path, in := twoIntents(t)
 	gen := in.Generation()
-	mustAppend(t, in, "j-1", 101)
-	mustAppend(t, in, "j-2", 102)
 	// A rewrite that cannot even make its temp file: appends go on.
 	chattr(t, "+i", dir)
-	err = func() error {
+	err := func() error {
 		defer chattr(t, "-i", dir)
 		in.mu.Lock()
 		defer in.mu.Unlock()
