@@ -2407,3 +2407,107 @@ func TestCoveredIntentsNotRecovered(t *testing.T) {
 		t.Errorf("a removed job after the crash: %v, want not-found", err)
 	}
 }
+
+// TestSpawnsUnderCrashes: a client spawns jobs (shell trees) one after
+// another while the supervisor is killed (SIGKILL) at random moments,
+// five times, with cgroups and without. Every spawn that was answered is
+// known to the next run (never not-found: the journal or its intents have
+// it) and none of its processes is left running; without cgroups only a
+// spawn that was never answered may leave some (the supervisor died
+// between its fork and its intent: its exec is most of that), with
+// cgroups none may.
+func TestSpawnsUnderCrashes(t *testing.T) {
+	for _, noCgroups := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cgroups", true: "no-cgroups"}[noCgroups], func(t *testing.T) {
+			spawnsUnderCrashes(t, noCgroups)
+		})
+	}
+}
+
+func spawnsUnderCrashes(t *testing.T, noCgroups bool) {
+	e := newEnv(t)
+	var flags []string
+	if noCgroups {
+		flags = append(flags, "--no-cgroups")
+	}
+	// Each spawn's sleeps run "sleep 30.<n>": n tells which spawn a
+	// leftover process came from.
+	tag := fmt.Sprintf("%d", 100000+rand.IntN(800000))
+	leftovers := func() map[int][]int { // spawn n -> live pids
+		out := map[int][]int{}
+		jobs.EachProcess(func(p jobs.Process) bool {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid))
+			if err != nil || p.Zombie {
+				return true
+			}
+			args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+			if len(args) == 2 && args[0] == "sleep" && strings.HasPrefix(args[1], "30."+tag) {
+				if n, err := strconv.Atoi(strings.TrimPrefix(args[1], "30."+tag)); err == nil {
+					out[n] = append(out[n], p.Pid)
+				}
+			}
+			return true
+		})
+		return out
+	}
+	t.Cleanup(func() {
+		for _, pids := range leftovers() {
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGKILL) // (only this test's: its tag is in their argv)
+			}
+		}
+	})
+	acked := map[int]protocol.JobInfo{} // spawn n -> its job
+	n := 0
+	for round := 0; round < 5; round++ {
+		s := e.start(t, flags...)
+		// What the previous run was told: all known, nothing left.
+		ctx := ctxFor(t, 30*time.Second)
+		for k, j := range acked {
+			if info, err := s.client.Status(ctx, j.JobID); err != nil {
+				t.Errorf("round %d: spawn %d (job %s, answered before a crash): %v", round, k, j.JobID, err)
+			} else if info.State != protocol.StateExited {
+				t.Errorf("round %d: spawn %d (job %s): state %s after the restart", round, k, j.JobID, info.State)
+			}
+		}
+		for k, pids := range leftovers() {
+			if _, ok := acked[k]; ok || !noCgroups {
+				t.Errorf("round %d: spawn %d (answered: %v) left processes %v", round, k, ok, pids)
+			} else {
+				t.Logf("round %d: spawn %d, never answered, left %v (its fork came just before the crash)", round, k, pids)
+			}
+		}
+		if t.Failed() {
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				n++
+				j, err := s.client.Spawn(context.Background(), protocol.SpawnArgs{
+					Shell: fmt.Sprintf("sleep 30.%s%d & sleep 30.%s%d & wait", tag, n, tag, n)})
+				if err != nil {
+					return // (the supervisor is gone)
+				}
+				acked[n] = j
+			}
+		}()
+		time.Sleep(time.Duration(30+rand.IntN(200)) * time.Millisecond) // a random moment to crash at
+		s.kill9()
+		<-done
+	}
+	s := e.start(t, flags...) // (reconciles the last crash)
+	ctx := ctxFor(t, 30*time.Second)
+	for k, j := range acked {
+		if _, err := s.client.Status(ctx, j.JobID); err != nil {
+			t.Errorf("last round: spawn %d (job %s): %v", k, j.JobID, err)
+		}
+	}
+	for k, pids := range leftovers() {
+		if _, ok := acked[k]; ok || !noCgroups {
+			t.Errorf("last round: spawn %d (answered: %v) left processes %v", k, ok, pids)
+		}
+	}
+	t.Logf("%d spawns answered across 5 crashes", len(acked))
+}
