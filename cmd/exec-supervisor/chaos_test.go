@@ -2511,3 +2511,51 @@ func spawnsUnderCrashes(t *testing.T, noCgroups bool) {
 	}
 	t.Logf("%d spawns answered across 5 crashes", len(acked))
 }
+
+// TestLostJournalDoesNotReplayIntents: intents a journal write covered
+// are not taken for job starts when that journal is lost later (corrupt,
+// moved aside): a finished job would come back as interrupted, a stopped
+// service would run again. (Here the covering write emptied the file; the
+// covered mark that keeps covered lines still in it from being replayed
+// is TestIntentsLifecycle's.)
+func TestLostJournalDoesNotReplayIntents(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	fin, done, err := s.client.SpawnWait(ctx, protocol.SpawnArgs{Argv: []string{"true"}}, 10*time.Second)
+	if err != nil || !done {
+		t.Fatalf("spawn: %v %v", done, err)
+	}
+	svc, err := s.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{svc.Pgid}) })
+	if _, err := s.client.Stop(ctx, svc.JobID); err != nil {
+		t.Fatal(err)
+	}
+	jpath := filepath.Join(e.state, "journal.json")
+	waitJournal(t, jpath, "both jobs finished", func(f *journal.File) bool {
+		n := 0
+		for _, r := range f.Jobs {
+			if (r.JobID == fin.JobID || r.JobID == svc.JobID) && r.State == "exited" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	s.kill9()
+	if err := os.WriteFile(jpath, []byte("{not a journal"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.start(t)
+	waitLog(t, s2, "journal unusable; moved aside")
+	for _, id := range []string{fin.JobID, svc.JobID} {
+		if info, err := s2.client.Status(ctx, id); protocol.CodeOf(err) != protocol.CodeNotFound {
+			t.Errorf("job %s after its journal was lost: %+v %v, want not-found (its intent was covered)", id, info, err)
+		}
+	}
+	if strings.Contains(s2.log.String(), "journal intents: job starts") {
+		t.Errorf("covered intents replayed:\n%s", s2.log)
+	}
+}

@@ -32,8 +32,12 @@ import (
 // fsynced (a process crash keeps what was written; a power loss takes the
 // processes too), which keeps an append at one write(2).
 //
-// Once a journal write covers every line, the file is truncated; while
-// new lines keep coming, it is rewritten without the covered ones when it
+// After each journal write that landed, the file says itself how far it
+// is covered: a line {"covered":N} (so that covered lines are never taken
+// for new ones, even when the journal is lost later and names no
+// generation, and a successor numbers on past N). Once every line is
+// covered, the file is cut back to its header and that line; while new
+// lines keep coming, it is rewritten without the covered ones when it
 // passes intentsCompactBytes.
 type Intents struct {
 	path string
@@ -43,6 +47,8 @@ type Intents struct {
 	f       *os.File // O_APPEND; nil while the file cannot be written
 	closed  bool
 	seq     uint64 // the last line's
+	covered uint64 // the highest seq a landed journal write covered
+	hdrLen  int64  // the header line's length in the file
 	size    int64
 	pending []intentLine // lines not covered by a journal write, by seq
 
@@ -60,6 +66,14 @@ type intentLine struct {
 type Intent struct {
 	Seq    uint64 `json:"seq"`
 	Record Record `json:"record"`
+}
+
+// intentsLine is any line after the header: an Intent, or a covered mark
+// ({"covered":N}: a journal write that landed covered the lines up to N).
+type intentsLine struct {
+	Seq     uint64  `json:"seq"`
+	Record  *Record `json:"record"`
+	Covered uint64  `json:"covered"`
 }
 
 // intentsHeader is the intents file's first line.
@@ -84,9 +98,11 @@ func IntentsPath(journalPath string) string { return journalPath + ".intents" }
 
 // IntentsReport is what OpenIntents found in the file it took over.
 type IntentsReport struct {
-	// Generation and Intents are the file's (no lines: none, or a new file).
+	// Generation and Intents are the file's (no lines: none, or a new
+	// file); Covered is the highest covered mark in it (see Uncovered).
 	Generation string
 	Intents    []Intent
+	Covered    uint64
 	// Dropped says which lines were left out as invalid; Torn is set when
 	// the last line was cut short (a write the crash interrupted).
 	Dropped []string
@@ -129,10 +145,14 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 		if perr == nil {
 			in.gen = hdr.Generation
 			rep.Generation = hdr.Generation
+			in.covered, in.seq = rep.Covered, rep.Covered
 			for _, l := range lines {
-				in.pending = append(in.pending, l)
+				if l.seq > in.covered {
+					in.pending = append(in.pending, l)
+				}
 				in.seq = max(in.seq, l.seq)
 			}
+			in.hdrLen = int64(bytes.IndexByte(b, '\n') + 1)
 			in.size = int64(len(b))
 			break
 		}
@@ -173,6 +193,22 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 	}
 	in.f = f
 	return in, rep, nil
+}
+
+// Regenerate gives the file a new generation (rewritten, with the lines
+// not covered yet): for a file whose journal does not name it (the
+// journal was lost or moved aside since), so that no journal written
+// before, restored later, can claim to cover the lines written from now
+// on.
+func (in *Intents) Regenerate() error {
+	var g [8]byte
+	if _, err := rand.Read(g[:]); err != nil {
+		return fmt.Errorf("intents generation: %w", err)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.gen = hex.EncodeToString(g[:])
+	return in.rewriteLocked()
 }
 
 // NumberFrom makes the next line's seq follow seq at least: the journal
@@ -237,24 +273,29 @@ func parseIntents(b []byte, rep *IntentsReport) (intentsHeader, []intentLine, er
 			rep.Torn = true
 			break
 		}
-		var in Intent
+		var l intentsLine
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		why := ""
-		if err := dec.Decode(&in); err != nil {
+		if err := dec.Decode(&l); err != nil {
 			why = fmt.Sprintf("line %d: %v", n, err)
-		} else if in.Seq <= last {
-			why = fmt.Sprintf("line %d: seq %d does not follow %d", n, in.Seq, last)
-		} else if w := checkRecord(&in.Record); w != "" {
+		} else if l.Record == nil && l.Seq == 0 && l.Covered > 0 {
+			rep.Covered = max(rep.Covered, l.Covered) // a covered mark
+			continue
+		} else if l.Record == nil || l.Covered != 0 {
+			why = fmt.Sprintf("line %d: neither an intent nor a covered mark", n)
+		} else if l.Seq <= last {
+			why = fmt.Sprintf("line %d: seq %d does not follow %d", n, l.Seq, last)
+		} else if w := checkRecord(l.Record); w != "" {
 			why = fmt.Sprintf("line %d: %s", n, w)
 		}
 		if why != "" {
 			rep.Dropped = append(rep.Dropped, why)
 			continue
 		}
-		last = in.Seq
-		rep.Intents = append(rep.Intents, in)
-		lines = append(lines, intentLine{seq: in.Seq, line: append(bytes.Clone(line), '\n')})
+		last = l.Seq
+		rep.Intents = append(rep.Intents, Intent{Seq: l.Seq, Record: *l.Record})
+		lines = append(lines, intentLine{seq: l.Seq, line: append(bytes.Clone(line), '\n')})
 	}
 	return hdr, lines, nil
 }
@@ -321,35 +362,47 @@ func (in *Intents) Append(rec func() *Record) error {
 }
 
 // Covered says that a journal write landed whose snapshot was taken in
-// Hold given seq: the lines up to seq are not needed any more. The
-// file is truncated when that is all of them, and rewritten without them
-// when it has grown past intentsCompactBytes.
+// Hold given seq: the lines up to seq are not needed any more. The file
+// says so (a covered mark, one write); when that is all of its lines it
+// is cut back to its header and the mark, and it is rewritten without
+// them when it has grown past intentsCompactBytes. A file that could not
+// be written is rewritten (it may be writable again).
 func (in *Intents) Covered(seq uint64) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.closed {
+	if in.closed || seq <= in.covered && in.f != nil {
 		return nil
 	}
+	in.covered = max(in.covered, seq)
 	k := 0
-	for k < len(in.pending) && in.pending[k].seq <= seq {
+	for k < len(in.pending) && in.pending[k].seq <= in.covered {
 		k++
 	}
-	if k == 0 && in.f != nil {
-		return nil
-	}
 	in.pending = append(in.pending[:0], in.pending[k:]...)
-	if len(in.pending) == 0 && in.f != nil {
-		hdr := in.headerLine()
-		if err := in.f.Truncate(int64(len(hdr))); err != nil {
+	if in.f == nil || in.size > intentsCompactBytes {
+		return in.rewriteLocked()
+	}
+	if len(in.pending) == 0 {
+		if err := in.f.Truncate(in.hdrLen); err != nil {
 			return fmt.Errorf("truncate intents %s: %w", in.path, err)
 		}
-		in.size = int64(len(hdr))
-		return nil
+		in.size = in.hdrLen
 	}
-	if in.size <= intentsCompactBytes && in.f != nil {
-		return nil
+	mark := in.coveredLine()
+	n, err := in.f.Write(mark)
+	in.size += int64(n)
+	if err != nil {
+		if n > 0 {
+			return errors.Join(err, in.rewriteLocked())
+		}
+		return fmt.Errorf("write intents %s: %w", in.path, err)
 	}
-	return in.rewriteLocked()
+	return nil
+}
+
+// coveredLine is the covered mark of in.covered.
+func (in *Intents) coveredLine() []byte {
+	return fmt.Appendf(nil, "{\"covered\":%d}\n", in.covered)
 }
 
 func (in *Intents) headerLine() []byte {
@@ -364,6 +417,10 @@ func (in *Intents) headerLine() []byte {
 func (in *Intents) rewriteLocked() error {
 	var b bytes.Buffer
 	b.Write(in.headerLine())
+	hdrLen := int64(b.Len())
+	if in.covered > 0 {
+		b.Write(in.coveredLine())
+	}
 	for _, l := range in.pending {
 		b.Write(l.line)
 	}
@@ -397,7 +454,7 @@ func (in *Intents) rewriteLocked() error {
 		return fmt.Errorf("open intents %s: %w", in.path, err)
 	}
 	in.f = f
-	in.size = int64(b.Len())
+	in.size, in.hdrLen = int64(b.Len()), hdrLen
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // (a power loss may bring the old file back: its lines are covered or newer)
 		d.Close()
@@ -418,17 +475,18 @@ func (in *Intents) Close() error {
 	return err
 }
 
-// Uncovered returns the intents that doc does not cover, oldest first:
-// those past doc.IntentsCovered when doc names the generation gen, all
-// of them otherwise (the journal was written before this file began, or
-// is gone). Each is newer than doc's record of its job.
-func Uncovered(doc *File, gen string, intents []Intent) []Intent {
-	if doc == nil || doc.IntentsGeneration != gen {
-		return intents
+// Uncovered returns the intents of rep (what OpenIntents read) that no
+// journal write covers, oldest first: those past the file's own covered
+// mark and, when doc names the file's generation, past doc's
+// IntentsCovered. Each is newer than doc's record of its job.
+func Uncovered(doc *File, rep IntentsReport) []Intent {
+	covered := rep.Covered
+	if doc != nil && doc.IntentsGeneration == rep.Generation {
+		covered = max(covered, doc.IntentsCovered)
 	}
 	var out []Intent
-	for _, in := range intents {
-		if in.Seq > doc.IntentsCovered {
+	for _, in := range rep.Intents {
+		if in.Seq > covered {
 			out = append(out, in)
 		}
 	}

@@ -30,6 +30,17 @@ func last(in *Intents) uint64 {
 	return l
 }
 
+// reread returns what a new run would read of the file at path.
+func reread(t *testing.T, path string) IntentsReport {
+	t.Helper()
+	in, rep, err := OpenIntents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	return rep
+}
+
 func lines(t *testing.T, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -73,28 +84,30 @@ func TestIntentsLifecycle(t *testing.T) {
 	if l := last(in2); l != 3 {
 		t.Fatalf("numbering after takeover: last %d, want 3", l)
 	}
-	// A journal write covering the first two: j-3 stays.
+	// A journal write covering the first two: j-3 stays, and the file
+	// says the others are covered (even to a run whose journal is lost).
 	if err := in2.Covered(2); err != nil {
 		t.Fatal(err)
 	}
-	_, rep, _ = OpenIntents(path)
-	if len(rep.Intents) != 3 {
-		// (not rewritten: small, covered lines are told apart by seq)
-		t.Fatalf("after covering 2 of 3: %d lines", len(rep.Intents))
+	rep = reread(t, path)
+	if len(rep.Intents) != 3 || rep.Covered != 2 {
+		// (not rewritten: small; covered lines are told apart by seq)
+		t.Fatalf("after covering 2 of 3: %d lines, covered %d", len(rep.Intents), rep.Covered)
 	}
-	doc := &File{IntentsGeneration: gen, IntentsCovered: 2}
-	if u := Uncovered(doc, gen, rep.Intents); len(u) != 1 || u[0].Record.JobID != "j-3" {
-		t.Fatalf("uncovered: %+v", u)
+	for _, doc := range []*File{{IntentsGeneration: gen, IntentsCovered: 2}, {IntentsGeneration: gen, IntentsCovered: 1}, {}, nil} {
+		if u := Uncovered(doc, rep); len(u) != 1 || u[0].Record.JobID != "j-3" {
+			t.Fatalf("uncovered with journal %+v: %+v", doc, u)
+		}
 	}
-	// All covered: truncated to the header.
+	// All covered: cut back to the header and the covered mark.
 	if err := in2.Covered(3); err != nil {
 		t.Fatal(err)
 	}
-	if l := lines(t, path); len(l) != 1 || !strings.Contains(l[0], gen) {
+	if l := lines(t, path); len(l) != 2 || !strings.Contains(l[0], gen) || l[1] != `{"covered":3}` {
 		t.Fatalf("after covering all: %q", l)
 	}
 	mustAppend(t, in2, "j-4", 104)
-	_, rep, _ = OpenIntents(path)
+	rep = reread(t, path)
 	if len(rep.Intents) != 1 || rep.Intents[0].Seq != 4 || rep.Torn || len(rep.Dropped) > 0 {
 		t.Fatalf("append after truncation: %+v", rep)
 	}
@@ -110,13 +123,22 @@ func TestIntentsLifecycle(t *testing.T) {
 	if err := in2.Covered(last(in2) - 1); err != nil {
 		t.Fatal(err)
 	}
-	if l := lines(t, path); len(l) != 2 || !strings.Contains(l[1], "j-last") {
+	if l := lines(t, path); len(l) != 3 || !strings.HasPrefix(l[1], `{"covered":`) || !strings.Contains(l[2], "j-last") {
 		t.Fatalf("after compaction: %d lines", len(l))
 	}
 	mustAppend(t, in2, "j-after", 106)
-	_, rep, _ = OpenIntents(path)
-	if len(rep.Intents) != 2 || rep.Intents[1].Record.JobID != "j-after" {
-		t.Fatalf("append after compaction: %+v", rep.Intents)
+	rep = reread(t, path)
+	if len(rep.Intents) != 2 || rep.Intents[1].Record.JobID != "j-after" || rep.Covered != last(in2)-2 {
+		t.Fatalf("append after compaction: %+v", rep)
+	}
+	// A new generation (the journal was lost): the lines not covered
+	// stay, numbering goes on.
+	if err := in2.Regenerate(); err != nil {
+		t.Fatal(err)
+	}
+	rep = reread(t, path)
+	if rep.Generation == gen || len(rep.Intents) != 2 || last(in2) != 106-100+20 {
+		t.Fatalf("after Regenerate: generation %s, %d lines, last %d", rep.Generation, len(rep.Intents), last(in2))
 	}
 	in.Close()
 	in2.Close()
@@ -234,24 +256,28 @@ func TestIntentsDamaged(t *testing.T) {
 	}
 }
 
-// TestUncovered: lines past the journal's covered seq of the same
-// generation are newer than it; every line of another generation (the
-// file began after the journal was written), or without a journal, is.
+// TestUncovered: lines past the file's covered mark, and past the
+// journal's covered seq when it names the file's generation, are newer
+// than the journal; without either, all are.
 func TestUncovered(t *testing.T) {
 	ins := []Intent{{Seq: 3}, {Seq: 4}, {Seq: 9}}
 	for _, c := range []struct {
-		doc  *File
-		want int
+		doc     *File
+		covered uint64
+		want    int
 	}{
-		{&File{IntentsGeneration: "g", IntentsCovered: 4}, 1},
-		{&File{IntentsGeneration: "g", IntentsCovered: 9}, 0},
-		{&File{IntentsGeneration: "g", IntentsCovered: 0}, 3},
-		{&File{IntentsGeneration: "other", IntentsCovered: 100}, 3},
-		{&File{}, 3},
-		{nil, 3},
+		{&File{IntentsGeneration: "g", IntentsCovered: 4}, 0, 1},
+		{&File{IntentsGeneration: "g", IntentsCovered: 9}, 0, 0},
+		{&File{IntentsGeneration: "g", IntentsCovered: 0}, 0, 3},
+		{&File{IntentsGeneration: "other", IntentsCovered: 100}, 0, 3},
+		{&File{IntentsGeneration: "other", IntentsCovered: 100}, 3, 2},
+		{&File{IntentsGeneration: "g", IntentsCovered: 3}, 4, 1},
+		{&File{}, 0, 3},
+		{nil, 0, 3},
+		{nil, 9, 0},
 	} {
-		if got := Uncovered(c.doc, "g", ins); len(got) != c.want {
-			t.Errorf("%+v: %d uncovered, want %d", c.doc, len(got), c.want)
+		if got := Uncovered(c.doc, IntentsReport{Generation: "g", Intents: ins, Covered: c.covered}); len(got) != c.want {
+			t.Errorf("%+v, file covered %d: %d uncovered, want %d", c.doc, c.covered, len(got), c.want)
 		}
 	}
 }
@@ -337,17 +363,21 @@ func TestIntentsNumberingAfterTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Close()
+	// (the file's covered mark says how far numbering went; a crash
+	// between the cut and the mark leaves that to the journal)
+	if err := os.WriteFile(path, []byte(lines(t, path)[0]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	in2, rep, err := OpenIntents(path)
 	if err != nil || len(rep.Intents) != 0 {
 		t.Fatalf("%v %+v", err, rep)
 	}
 	in2.NumberFrom(doc.IntentsCovered)
 	mustAppend(t, in2, "j-new", 200)
-	_, rep, _ = OpenIntents(path)
-	if u := Uncovered(doc, rep.Generation, rep.Intents); len(u) != 1 || u[0].Record.JobID != "j-new" {
+	in2.Close()
+	if u := Uncovered(doc, reread(t, path)); len(u) != 1 || u[0].Record.JobID != "j-new" {
 		t.Fatalf("the new run's line after truncation: %+v", u)
 	}
-	in2.Close()
 }
 
 // chattr sets or clears the immutable attribute (which binds root too),

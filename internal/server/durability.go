@@ -30,6 +30,18 @@ import (
 // a previous run left running).
 func (s *Server) recover() error {
 	doc, err := s.journal.Load()
+	var ce *journal.CorruptError
+	if errors.As(err, &ce) {
+		// (said first: whatever stops the start below, the next start
+		// finds no journal to report)
+		s.journalCorrupt.Add(1)
+		s.log.Error("journal unusable; moved aside, starting with an empty job table", "path", ce.Path, "movedTo", ce.MovedTo, "err", ce.Err)
+		if s.cgroupBase == nil {
+			// (with cgroups, leftover job cgroups are swept below
+			// whatever the journal said)
+			s.log.Warn("without cgroups the previous run's jobs are found through the journal only: processes it left running (if it crashed) are not terminated; look for them in the moved-aside journal (pid, pgid)", "movedTo", ce.MovedTo)
+		}
+	}
 	if doc != nil {
 		if err := s.openIntents(doc); err != nil {
 			return err
@@ -52,17 +64,7 @@ func (s *Server) recover() error {
 		// before it died may be in no record (not-found says so).
 		s.jobs.NoteCrashRecovery(time.Now())
 	}
-	var ce *journal.CorruptError
-	switch {
-	case errors.As(err, &ce):
-		s.journalCorrupt.Add(1)
-		s.log.Error("journal unusable; moved aside, starting with an empty job table", "path", ce.Path, "movedTo", ce.MovedTo, "err", ce.Err)
-		if s.cgroupBase == nil {
-			// (with cgroups, leftover job cgroups were swept above
-			// whatever the journal said)
-			s.log.Warn("without cgroups the previous run's jobs are found through the journal only: processes it left running (if it crashed) are not terminated; look for them in the moved-aside journal (pid, pgid)", "movedTo", ce.MovedTo)
-		}
-	case err != nil:
+	if err != nil && ce == nil {
 		return fmt.Errorf("%w (fix its permissions or move it away; nothing was started)", err)
 	}
 	if doc != nil && len(doc.Dropped) > 0 {
@@ -205,8 +207,15 @@ func (s *Server) openIntents(doc *journal.File) error {
 		// (numbering goes on past what the journal covers, whatever the
 		// file still holds: see Intents.NumberFrom)
 		in.NumberFrom(doc.IntentsCovered)
+	} else if rep.Generation != "" {
+		// The journal does not name the file it was written with (lost,
+		// moved aside): a new generation, so that it cannot be restored
+		// later to claim lines written from now on.
+		if err := in.Regenerate(); err != nil {
+			s.warnIntents("journal intents not given a new generation", err)
+		}
 	}
-	unc := journal.Uncovered(doc, rep.Generation, rep.Intents)
+	unc := journal.Uncovered(doc, rep)
 	if len(unc) == 0 {
 		return nil
 	}
@@ -470,10 +479,11 @@ func (s *Server) recordIntent(j *jobs.Job) {
 	wrote := false
 	err := s.intents.Append(func() *journal.Record {
 		sn = j.Snapshot()
-		if cur, err := s.jobs.Get(j.ID()); err != nil || cur != j || sn.Info.State == protocol.StateExited {
-			// Over already (a quick one), or even removed: nothing of
-			// it is left to reconcile, and an intent would bring a
-			// removed job back after a crash. The journal records it.
+		if cur, err := s.jobs.Get(j.ID()); err != nil || cur != j {
+			// Removed already (a quick one whose end a client saw): an
+			// intent would bring it back after a crash. (One over but
+			// not removed gets its finished record: its spawn is being
+			// answered, and must not be unknown after a crash.)
 			return nil
 		}
 		r := s.record(sn)
