@@ -1118,7 +1118,7 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		fmt.Fprintf(g.stdout, "no cgroup per job (%s): process groups only\n", h.CgroupsNote)
 	}
 	if h.JournalError != "" {
-		fmt.Fprintf(g.stdout, "JOURNAL FAILING, %s: a crash now would be recovered from an older journal (see its log; disk full?)\n", h.JournalError)
+		fmt.Fprintf(g.stdout, "JOURNAL FAILING, %s: a crash now would be recovered from an older record of the jobs (see its log; disk full?)\n", h.JournalError)
 	}
 	if !h.OK || h.JournalError != "" {
 		return exitFailed, nil

@@ -462,6 +462,13 @@ func (in *Intents) rewriteLocked() error {
 	return nil
 }
 
+// Writable reports whether lines can be appended now.
+func (in *Intents) Writable() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.f != nil && !in.closed
+}
+
 // Close closes the file (its lines stay for the next run).
 func (in *Intents) Close() error {
 	in.mu.Lock()

@@ -200,6 +200,7 @@ func (s *Server) openIntents(doc *journal.File) error {
 	}
 	if err != nil {
 		s.intentFailures.Add(1)
+		s.intentErr.Store(&journalFailure{err: err, since: time.Now()})
 		s.log.Error("journal intents cannot be written (retried after each journal write): until they can, a job spawned within the journal's pause before a crash is unknown to the next run (and, without cgroups, its processes are left running)", "path", path, "err", err)
 	}
 	s.intents = in
@@ -495,16 +496,35 @@ func (s *Server) recordIntent(j *jobs.Job) {
 	})
 	if err != nil {
 		s.intentFailures.Add(1)
+		if s.intentErr.Load() == nil {
+			s.intentErr.CompareAndSwap(nil, &journalFailure{err: err, since: time.Now()})
+		}
 		s.warnIntents("job start not recorded in the journal intents: if the supervisor dies before the next journal write, the next run will not know this job (nor, without cgroups, terminate its processes)", err, "job", j.ID())
 		return
 	}
 	if !wrote {
 		return
 	}
+	if f := s.intentErr.Load(); f != nil && s.intentErr.CompareAndSwap(f, nil) {
+		s.log.Info("journal intents written again", "path", journal.IntentsPath(s.journal.Path()))
+	}
 	// (a successor restores the job from this record: what it publishes
 	// from now on counts from it, as from a journal write; see
 	// jobs.Job.journalHeldLocked)
 	s.jobs.Journaled([]jobs.Snapshot{sn})
+}
+
+// journalHealth is health's journalError: why journal writes fail, and
+// why job starts cannot be recorded in its intents ("" when both work).
+func (s *Server) journalHealth() string {
+	j, in := s.journalErr.Load().String(), s.intentErr.Load().String()
+	switch {
+	case in == "":
+		return j
+	case j == "":
+		return "intents " + in
+	}
+	return j + "; intents " + in
 }
 
 // warnIntents logs a failure of the journal intents, at most once per
@@ -841,8 +861,13 @@ func (s *Server) writeJournal(periodic bool) {
 	landed = true
 	s.jobs.Journaled(snaps)
 	if s.intents != nil {
+		// (a file that could not be written is rewritten by Covered: if
+		// that worked, intents are written again)
+		was := s.intents.Writable()
 		if err := s.intents.Covered(intentsCovered); err != nil {
 			s.warnIntents("journal intents not compacted", err)
+		} else if f := s.intentErr.Load(); f != nil && !was && s.intents.Writable() && s.intentErr.CompareAndSwap(f, nil) {
+			s.log.Info("journal intents can be written again", "path", journal.IntentsPath(s.journal.Path()))
 		}
 	}
 	if s.journalFailing {

@@ -67,9 +67,10 @@ type Server struct {
 	stopPub  chan struct{}
 
 	journal        *journal.Journal
-	intents        *journal.Intents // nil when its file could not be set up
-	intentFailures atomic.Uint64    // starts without an intent record
-	lastIntentWarn atomic.Int64     // unix ns of the last intent failure logged
+	intents        *journal.Intents               // nil when its file could not be set up
+	intentFailures atomic.Uint64                  // starts without an intent record
+	intentErr      atomic.Pointer[journalFailure] // while intents cannot be written (health)
+	lastIntentWarn atomic.Int64                   // unix ns of the last intent failure logged
 	lock           *journal.Lock
 	journalDirty   chan struct{}
 	stopJournal    chan struct{}
@@ -785,7 +786,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 			OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
 			Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
 			ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
-			Cgroups: s.cgroupBase != nil, CgroupsNote: s.cgroupNote, JournalError: s.journalErr.Load().String(),
+			Cgroups: s.cgroupBase != nil, CgroupsNote: s.cgroupNote, JournalError: s.journalHealth(),
 		}, nil
 	case protocol.OpSpawn:
 		var a protocol.SpawnArgs
