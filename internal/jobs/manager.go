@@ -587,7 +587,7 @@ func (m *Manager) Get(id string) (*Job, error) {
 	m.mu.Unlock()
 	if j == nil {
 		if at := m.crashRecovery.Load(); at != nil {
-			return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job spawned just before that is in no record)", id, at.UTC().Format(time.RFC3339))
+			return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job whose spawn it had not answered yet may be in no record)", id, at.UTC().Format(time.RFC3339))
 		}
 		return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period)", id)
 	}

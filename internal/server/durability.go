@@ -60,8 +60,8 @@ func (s *Server) recover() error {
 	}
 	reaped := s.reapLeftoverCgroups(recorded)
 	if len(reaped) > 0 || doc != nil && slices.ContainsFunc(doc.Jobs, func(r journal.Record) bool { return !r.Finished() }) {
-		// The previous run did not shut down: a job it spawned just
-		// before it died may be in no record (not-found says so).
+		// The previous run did not shut down: a job whose spawn it had
+		// not answered yet may be in no record (not-found says so).
 		s.jobs.NoteCrashRecovery(time.Now())
 	}
 	if err != nil && ce == nil {
@@ -175,10 +175,11 @@ func (s *Server) recover() error {
 
 // openIntents takes over the journal's intents file (see journal.Intents)
 // and puts into doc the job starts it recorded that doc does not cover:
-// each is a job doc lacks, or a newer record of one it has. Without a
-// usable intents file the supervisor runs on without one (logged): jobs
-// spawned just before a crash are then unknown to the next run, as they
-// were before intents existed.
+// each is a job doc lacks, or a newer record of one it has. An intents
+// file that cannot be written is still taken over (logged, in health;
+// retried after each journal write): meanwhile jobs spawned just before a
+// crash are unknown to the next run, as before intents existed. One that
+// cannot be read for a passing reason stops the start (an error).
 func (s *Server) openIntents(doc *journal.File) error {
 	path := journal.IntentsPath(s.journal.Path())
 	in, rep, err := journal.OpenIntents(path)
