@@ -2559,3 +2559,42 @@ func TestLostJournalDoesNotReplayIntents(t *testing.T) {
 		t.Errorf("covered intents replayed:\n%s", s2.log)
 	}
 }
+
+// TestYoungJobDescendantsWithoutCgroups: without cgroups, the members of
+// a job's group are recorded soon after it starts (not only at the
+// periodic scan, here made 60 s): a leader that exits after the
+// supervisor died leaves a descendant the next run can prove is the
+// job's, and terminates (it was left running when the job was younger
+// than the periodic scan).
+func TestYoungJobDescendantsWithoutCgroups(t *testing.T) {
+	e := newEnv(t)
+	flags := []string{"--no-cgroups", "--journal-flush-interval", "60s"}
+	s := e.start(t, flags...)
+	ctx := ctxFor(t, 30*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 300 & exec sleep 2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the young job's group members", func(f *journal.File) bool {
+		return slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID && len(r.Members) >= 2 })
+	})
+	s.kill9()
+	deadline := time.Now().Add(10 * time.Second)
+	for jobs.Identify(j.Pid, 0, "") != jobs.Gone { // the leader (sleep 2) ends on its own
+		if time.Now().After(deadline) {
+			t.Fatal("leader did not exit")
+		}
+		time.Sleep(20 * time.Millisecond) // no notification for a non-child's exit
+	}
+	if len(proctest.InGroup(j.Pgid)) == 0 {
+		t.Fatal("the background child should still be alive in the group")
+	}
+	s2 := e.start(t, flags...)
+	if live := proctest.InGroup(j.Pgid); len(live) > 0 {
+		t.Fatalf("the young job's descendants %v survived the recovery", live)
+	}
+	if info, err := s2.client.Status(ctx, j.JobID); err != nil || !strings.Contains(info.Error, "orphaned descendants") {
+		t.Fatalf("status: %+v %v", info, err)
+	}
+}

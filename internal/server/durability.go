@@ -650,12 +650,24 @@ func (s *Server) markDirty() {
 func (s *Server) journalLoop(stop <-chan struct{}) {
 	t := time.NewTicker(s.cfg.JournalFlushInterval)
 	defer t.Stop()
+	// young fires when the members of young jobs are due (youngScanDue).
+	young := time.NewTimer(time.Hour)
+	young.Stop()
+	defer young.Stop()
+	armed := time.Time{}
+	arm := func() {
+		if due := s.youngScanDue(); !due.IsZero() && !due.Equal(armed) {
+			armed = due
+			young.Reset(max(time.Until(due), 0))
+		}
+	}
 	for {
 		select {
 		case <-stop:
 			return
 		case <-s.journalDirty:
 			s.writeJournal(false)
+			arm()
 			// Coalesce bursts: changes arriving now are written together
 			// after a short pause, bounding the write rate.
 			pause := time.NewTimer(s.journalPause())
@@ -665,8 +677,13 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 				return
 			case <-pause.C:
 			}
+		case <-young.C:
+			armed = time.Time{}
+			s.writeJournal(false)
+			arm()
 		case <-t.C:
 			s.writeJournal(true)
+			arm()
 		}
 	}
 }
@@ -752,11 +769,17 @@ func (s *Server) writeJournal(periodic bool) {
 	} else {
 		take(0)
 	}
-	if periodic || s.cgroupBase == nil && s.leaderExitUnscanned(snaps) {
+	scan := periodic || s.cgroupBase == nil && s.leaderExitUnscanned(snaps)
+	if !scan && s.cgroupBase == nil {
+		scan = s.youngScanDueLocked(snaps)
+	}
+	if scan {
 		// (also at once when a job's leader ended and the rest of its
-		// group is being terminated: without cgroups the members found
-		// now are how a restarted supervisor proves them its own)
+		// group is being terminated, and soon after a job started:
+		// without cgroups the members found now are how a restarted
+		// supervisor proves them its own)
 		s.scanMembers(snaps)
+		s.lastScan, s.youngScanAt = time.Now(), time.Time{}
 	}
 	var slimmable []int // running one-shot jobs' records, in encoded
 	var slimRecs []journal.Record
@@ -954,6 +977,52 @@ func slimRecord(r journal.Record) *journal.Record {
 		r.Labels = kept
 	}
 	return &r
+}
+
+// Without cgroups, a job started since the last member scan has its
+// group's members recorded youngScanAge after it started (its first
+// descendants are there by then), at most every youngScanEvery: without
+// them, descendants left running by a leader that died with the
+// supervisor could not be proven the job's after a crash until the
+// periodic scan (--journal-flush-interval, 5 s).
+const (
+	youngScanAge   = 200 * time.Millisecond
+	youngScanEvery = time.Second
+)
+
+// youngScanDueLocked reports whether this write should scan the members
+// of jobs started since the last scan; if one is due later, it sets
+// youngScanAt to when (the journal loop writes then). s.journalMu held.
+func (s *Server) youngScanDueLocked(snaps []jobs.Snapshot) bool {
+	last := s.lastScan.UnixMilli()
+	var oldest int64
+	for _, sn := range snaps {
+		i := sn.Info
+		if (i.State == protocol.StateRunning || i.State == protocol.StateExiting) && !sn.GroupGone && i.Pgid > 1 && i.StartedAt > last && (oldest == 0 || i.StartedAt < oldest) {
+			oldest = i.StartedAt
+		}
+	}
+	if oldest == 0 {
+		s.youngScanAt = time.Time{}
+		return false
+	}
+	due := time.UnixMilli(oldest).Add(youngScanAge)
+	if next := s.lastScan.Add(youngScanEvery); next.After(due) {
+		due = next
+	}
+	if !time.Now().Before(due) {
+		return true
+	}
+	s.youngScanAt = due
+	return false
+}
+
+// youngScanDue is when a write should scan the members of young jobs
+// (zero: none is due).
+func (s *Server) youngScanDue() time.Time {
+	s.journalMu.Lock()
+	defer s.journalMu.Unlock()
+	return s.youngScanAt
 }
 
 // scanMembers records the live members of every running job's process

@@ -93,6 +93,8 @@ type Server struct {
 	attemptDone      chan struct{}
 	lastDurableWarn  atomic.Int64    // unix ns of the last "reply before the journal" warning
 	leaderScanned    map[string]bool // under journalMu: jobs whose members were scanned for their leaderExit
+	lastScan         time.Time       // under journalMu: the last member scan
+	youngScanAt      time.Time       // under journalMu: when young jobs' members are due (zero: none)
 	journalOverBound bool            // under journalMu: running jobs and services alone passed JournalMaxBytes
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
