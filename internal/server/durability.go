@@ -226,8 +226,8 @@ func (s *Server) openIntents(doc *journal.File) error {
 		at[r.JobID] = i
 	}
 	var added, newer []string
-	for _, in := range unc {
-		r := in.Record
+	for _, it := range unc {
+		r := it.Record
 		if i, ok := at[r.JobID]; ok {
 			doc.Jobs[i] = r
 			newer = append(newer, r.JobID)
@@ -471,8 +471,8 @@ func (s *Server) journalBeforeRun(id string) {
 // journal write covers it, it is what tells a supervisor started after a
 // crash that the job ran, with which process (pid, start time, group,
 // cgroup), so that it records the job's fate and terminates what it left
-// running instead of not knowing it. A running one-shot job's record goes
-// cut down as in a journal over its bound (slimRecord).
+// running instead of not knowing it. A one-shot job's record goes cut
+// down as in a journal over its bound (slimRecord).
 func (s *Server) recordIntent(j *jobs.Job) {
 	if s.intents == nil {
 		return
