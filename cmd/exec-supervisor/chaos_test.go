@@ -586,8 +586,16 @@ func TestKill9DuringJournalWrites(t *testing.T) {
 // recorded by the periodic journal scan prove the group is still the job's,
 // so the next run terminates it.
 func TestOrphanedDescendantsOfDeadLeader(t *testing.T) {
+	deadLeaderLeavesDescendant(t, "--journal-flush-interval", "50ms")
+}
+
+// deadLeaderLeavesDescendant spawns a job whose leader ends after the
+// supervisor (started with flags) was killed, leaving a background child
+// in its group, once the journal has the group's members; the next run
+// (same flags) terminates the child.
+func deadLeaderLeavesDescendant(t *testing.T, flags ...string) {
 	e := newEnv(t)
-	s := e.start(t, "--journal-flush-interval", "50ms")
+	s := e.start(t, flags...)
 	ctx := ctxFor(t, 30*time.Second)
 	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 300 & exec sleep 2"})
 	if err != nil {
@@ -595,12 +603,7 @@ func TestOrphanedDescendantsOfDeadLeader(t *testing.T) {
 	}
 	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
 	waitJournal(t, filepath.Join(e.state, "journal.json"), "the job's group members", func(f *journal.File) bool {
-		for _, r := range f.Jobs {
-			if r.JobID == j.JobID && len(r.Members) >= 2 {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID && len(r.Members) >= 2 })
 	})
 	s.kill9()
 	deadline := time.Now().Add(10 * time.Second)
@@ -613,7 +616,7 @@ func TestOrphanedDescendantsOfDeadLeader(t *testing.T) {
 	if len(proctest.InGroup(j.Pgid)) == 0 {
 		t.Fatal("the background child should still be alive in the group")
 	}
-	s2 := e.start(t)
+	s2 := e.start(t, flags...)
 	if live := proctest.InGroup(j.Pgid); len(live) > 0 {
 		t.Fatalf("orphaned descendants %v survived the recovery", live)
 	}
@@ -2283,20 +2286,10 @@ func waitRunsAgain(t *testing.T, s *sup, id, what string) {
 // processes ran on). Journal writes are made to fail before the spawn
 // (as a full disk would), so that no write can land between the spawn
 // and the crash.
-func TestSpawnJustBeforeCrash(t *testing.T) {
-	for _, noCgroups := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cgroups", true: "no-cgroups"}[noCgroups], func(t *testing.T) {
-			spawnJustBeforeCrash(t, noCgroups)
-		})
-	}
-}
+func TestSpawnJustBeforeCrash(t *testing.T) { bothCgroupModes(t, spawnJustBeforeCrash) }
 
-func spawnJustBeforeCrash(t *testing.T, noCgroups bool) {
+func spawnJustBeforeCrash(t *testing.T, noCgroups bool, flags []string) {
 	e := newEnv(t)
-	var flags []string
-	if noCgroups {
-		flags = append(flags, "--no-cgroups")
-	}
 	s := e.start(t, flags...)
 	ctx := ctxFor(t, 60*time.Second)
 	jpath := filepath.Join(e.state, "journal.json")
@@ -2348,6 +2341,18 @@ func spawnJustBeforeCrash(t *testing.T, noCgroups bool) {
 	}
 	if strings.Contains(s3.log.String(), "journal intents: job starts") {
 		t.Errorf("the third run took covered intents for new ones:\n%s", s3.log)
+	}
+}
+
+// bothCgroupModes runs f as a subtest with a cgroup per job and without
+// (flags: the supervisor's for the mode).
+func bothCgroupModes(t *testing.T, f func(t *testing.T, noCgroups bool, flags []string)) {
+	for _, noCgroups := range []bool{false, true} {
+		name, flags := "cgroups", []string(nil)
+		if noCgroups {
+			name, flags = "no-cgroups", []string{"--no-cgroups"}
+		}
+		t.Run(name, func(t *testing.T) { f(t, noCgroups, flags) })
 	}
 }
 
@@ -2416,20 +2421,10 @@ func TestCoveredIntentsNotRecovered(t *testing.T) {
 // spawn that was never answered may leave some (the supervisor died
 // between its fork and its intent: its exec is most of that), with
 // cgroups none may.
-func TestSpawnsUnderCrashes(t *testing.T) {
-	for _, noCgroups := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cgroups", true: "no-cgroups"}[noCgroups], func(t *testing.T) {
-			spawnsUnderCrashes(t, noCgroups)
-		})
-	}
-}
+func TestSpawnsUnderCrashes(t *testing.T) { bothCgroupModes(t, spawnsUnderCrashes) }
 
-func spawnsUnderCrashes(t *testing.T, noCgroups bool) {
+func spawnsUnderCrashes(t *testing.T, noCgroups bool, flags []string) {
 	e := newEnv(t)
-	var flags []string
-	if noCgroups {
-		flags = append(flags, "--no-cgroups")
-	}
 	// Each spawn's sleeps run "sleep 30.<n>": n tells which spawn a
 	// leftover process came from.
 	tag := fmt.Sprintf("%d", 100000+rand.IntN(800000))
@@ -2567,34 +2562,5 @@ func TestLostJournalDoesNotReplayIntents(t *testing.T) {
 // job's, and terminates (it was left running when the job was younger
 // than the periodic scan).
 func TestYoungJobDescendantsWithoutCgroups(t *testing.T) {
-	e := newEnv(t)
-	flags := []string{"--no-cgroups", "--journal-flush-interval", "60s"}
-	s := e.start(t, flags...)
-	ctx := ctxFor(t, 30*time.Second)
-	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 300 & exec sleep 2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
-	waitJournal(t, filepath.Join(e.state, "journal.json"), "the young job's group members", func(f *journal.File) bool {
-		return slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID && len(r.Members) >= 2 })
-	})
-	s.kill9()
-	deadline := time.Now().Add(10 * time.Second)
-	for jobs.Identify(j.Pid, 0, "") != jobs.Gone { // the leader (sleep 2) ends on its own
-		if time.Now().After(deadline) {
-			t.Fatal("leader did not exit")
-		}
-		time.Sleep(20 * time.Millisecond) // no notification for a non-child's exit
-	}
-	if len(proctest.InGroup(j.Pgid)) == 0 {
-		t.Fatal("the background child should still be alive in the group")
-	}
-	s2 := e.start(t, flags...)
-	if live := proctest.InGroup(j.Pgid); len(live) > 0 {
-		t.Fatalf("the young job's descendants %v survived the recovery", live)
-	}
-	if info, err := s2.client.Status(ctx, j.JobID); err != nil || !strings.Contains(info.Error, "orphaned descendants") {
-		t.Fatalf("status: %+v %v", info, err)
-	}
+	deadLeaderLeavesDescendant(t, "--no-cgroups", "--journal-flush-interval", "60s")
 }
