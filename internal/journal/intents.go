@@ -344,16 +344,7 @@ func (in *Intents) Append(rec func() *Record) error {
 	in.size += int64(n)
 	if err != nil {
 		in.Failures.Add(1)
-		if n > 0 {
-			// The cut line must end, or the next one would continue it:
-			// rewritten without it, and not appended to until then.
-			if rerr := in.rewriteLocked(); rerr != nil {
-				in.f.Close()
-				in.f = nil
-				err = errors.Join(err, rerr)
-			}
-		}
-		return fmt.Errorf("write intents %s: %w", in.path, err)
+		return in.cutShortLocked(err, n)
 	}
 	in.seq++
 	in.pending = append(in.pending, intentLine{seq: in.seq, line: b})
@@ -379,25 +370,44 @@ func (in *Intents) Covered(seq uint64) error {
 		k++
 	}
 	in.pending = append(in.pending[:0], in.pending[k:]...)
+	var rerr error
 	if in.f == nil || in.size > intentsCompactBytes {
-		return in.rewriteLocked()
-	}
-	if len(in.pending) == 0 {
+		if rerr = in.rewriteLocked(); rerr == nil || in.f == nil {
+			return rerr
+		}
+		// (the compaction failed: the old file stays, and still gets
+		// the mark)
+	} else if len(in.pending) == 0 {
 		if err := in.f.Truncate(in.hdrLen); err != nil {
 			return fmt.Errorf("truncate intents %s: %w", in.path, err)
 		}
 		in.size = in.hdrLen
 	}
-	mark := in.coveredLine()
-	n, err := in.f.Write(mark)
+	n, err := in.f.Write(in.coveredLine())
 	in.size += int64(n)
 	if err != nil {
-		if n > 0 {
-			return errors.Join(err, in.rewriteLocked())
-		}
-		return fmt.Errorf("write intents %s: %w", in.path, err)
+		return errors.Join(rerr, in.cutShortLocked(err, n))
 	}
-	return nil
+	return rerr
+}
+
+// cutShortLocked handles a line write that failed with err after n bytes:
+// a line cut short must end before the next is appended, so the file is
+// rewritten without it (its pending lines and covered mark), or, if that
+// fails too, not appended to until a rewrite works.
+func (in *Intents) cutShortLocked(err error, n int) error {
+	err = fmt.Errorf("write intents %s: %w", in.path, err)
+	if n == 0 {
+		return err
+	}
+	if rerr := in.rewriteLocked(); rerr != nil {
+		if in.f != nil {
+			in.f.Close()
+			in.f = nil
+		}
+		return errors.Join(err, rerr)
+	}
+	return err
 }
 
 // coveredLine is the covered mark of in.covered.

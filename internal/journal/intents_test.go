@@ -456,3 +456,41 @@ func TestIntentsFull(t *testing.T) {
 		t.Fatalf("%v, failures %d, last %d", err, in.Failures.Load(), last(in))
 	}
 }
+
+// TestIntentsCutShort: a line whose write failed part way is not
+// continued by the next one: the file is rewritten without it, or, when
+// that fails too, nothing more is appended until a rewrite works.
+func TestIntentsCutShort(t *testing.T) {
+	dir, path, in := twoIntents(t)
+	defer in.Close()
+	cut := func() error {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		n, _ := in.f.Write([]byte(`{"seq":3,"rec`)) // (a write that stopped there)
+		in.size += int64(n)
+		return in.cutShortLocked(errors.New("disk gone"), n)
+	}
+	if err := cut(); err == nil {
+		t.Fatal("no error for the cut line")
+	}
+	mustAppend(t, in, "j-3", 103)
+	if rep := reread(t, path); rep.Torn || len(rep.Dropped) > 0 || len(rep.Intents) != 3 {
+		t.Fatalf("after a cut line: %+v", rep)
+	}
+	chattr(t, "+i", dir)
+	err := cut()
+	chattr(t, "-i", dir)
+	if err == nil || in.Writable() {
+		t.Fatalf("a cut line that cannot be rewritten away: %v, writable %v", err, in.Writable())
+	}
+	if err := in.Append(intentRec("j-4", 104)); err == nil {
+		t.Fatal("appended after a cut line")
+	}
+	if err := in.Covered(last(in)); err != nil || !in.Writable() {
+		t.Fatalf("Covered did not rewrite it: %v", err)
+	}
+	mustAppend(t, in, "j-5", 105)
+	if rep := reread(t, path); rep.Torn || len(rep.Dropped) > 0 || rep.Intents[len(rep.Intents)-1].Record.JobID != "j-5" {
+		t.Fatalf("after the rewrite: %+v", rep)
+	}
+}
