@@ -48,6 +48,7 @@ type Intents struct {
 	closed  bool
 	seq     uint64 // the last line's
 	covered uint64 // the highest seq a landed journal write covered
+	marked  uint64 // the highest covered mark in the file
 	hdrLen  int64  // the header line's length in the file
 	size    int64
 	pending []intentLine // lines not covered by a journal write, by seq
@@ -88,6 +89,10 @@ const IntentsVersion = 1
 // MaxIntentsBytes bounds the intents file read at start: a larger one is
 // moved aside (it is compacted long before it could grow so large).
 const MaxIntentsBytes = 64 << 20
+
+// markRoom is what an append leaves free below MaxIntentsBytes for the
+// covered mark that follows it.
+const markRoom = 64
 
 // intentsCompactBytes is the size past which the file is rewritten
 // without its covered lines.
@@ -145,7 +150,7 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 		if perr == nil {
 			in.gen = hdr.Generation
 			rep.Generation = hdr.Generation
-			in.covered, in.seq = rep.Covered, rep.Covered
+			in.covered, in.marked, in.seq = rep.Covered, rep.Covered, rep.Covered
 			for _, l := range lines {
 				if l.seq > in.covered {
 					in.pending = append(in.pending, l)
@@ -330,7 +335,7 @@ func (in *Intents) Append(rec func() *Record) error {
 		err = errors.New("intents closed")
 	case in.f == nil:
 		err = errors.New("intents file cannot be written (see the error logged when that began)")
-	case in.size+int64(len(b))+1 > MaxIntentsBytes:
+	case in.size+int64(len(b))+1+markRoom > MaxIntentsBytes:
 		// (what the next run could not read: the journal has not been
 		// written for a long time)
 		err = fmt.Errorf("intents file full (%d bytes): no journal write has covered its lines", in.size)
@@ -361,7 +366,7 @@ func (in *Intents) Append(rec func() *Record) error {
 func (in *Intents) Covered(seq uint64) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.closed || seq <= in.covered && in.f != nil {
+	if in.closed || seq <= in.marked && in.f != nil {
 		return nil
 	}
 	in.covered = max(in.covered, seq)
@@ -388,6 +393,7 @@ func (in *Intents) Covered(seq uint64) error {
 	if err != nil {
 		return errors.Join(rerr, in.cutShortLocked(err, n))
 	}
+	in.marked = in.covered
 	return rerr
 }
 
@@ -464,7 +470,7 @@ func (in *Intents) rewriteLocked() error {
 		return fmt.Errorf("open intents %s: %w", in.path, err)
 	}
 	in.f = f
-	in.size, in.hdrLen = int64(b.Len()), hdrLen
+	in.size, in.hdrLen, in.marked = int64(b.Len()), hdrLen, in.covered
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // (a power loss may bring the old file back: its lines are covered or newer)
 		d.Close()

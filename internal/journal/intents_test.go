@@ -494,3 +494,26 @@ func TestIntentsCutShort(t *testing.T) {
 		t.Fatalf("after the rewrite: %+v", rep)
 	}
 }
+
+// TestIntentsMarkRetried: a covered mark that could not be written is
+// written by the next Covered, even for the same seq (it was skipped as
+// done, and a journal lost later let covered lines be replayed).
+func TestIntentsMarkRetried(t *testing.T) {
+	_, path, in := twoIntents(t)
+	defer in.Close()
+	chattr(t, "+i", path)
+	err := in.Covered(1)
+	chattr(t, "-i", path)
+	if err == nil {
+		t.Fatal("a mark written to an immutable file")
+	}
+	if rep := reread(t, path); rep.Covered != 0 {
+		t.Fatalf("covered %d before the retry", rep.Covered)
+	}
+	if err := in.Covered(1); err != nil {
+		t.Fatal(err)
+	}
+	if rep := reread(t, path); rep.Covered != 1 || len(Uncovered(nil, rep)) != 1 {
+		t.Fatalf("after the retry: covered %d, %d uncovered", rep.Covered, len(Uncovered(nil, rep)))
+	}
+}

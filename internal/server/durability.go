@@ -656,7 +656,11 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 	defer young.Stop()
 	armed := time.Time{}
 	arm := func() {
-		if due := s.youngScanDue(); !due.IsZero() && !due.Equal(armed) {
+		switch due := s.youngScanDue(); {
+		case due.IsZero() && !armed.IsZero():
+			young.Stop() // (scanned meanwhile, or the young job ended)
+			armed = time.Time{}
+		case !due.IsZero() && !due.Equal(armed):
 			armed = due
 			young.Reset(max(time.Until(due), 0))
 		}
@@ -780,6 +784,12 @@ func (s *Server) writeJournal(periodic bool) {
 		// supervisor proves them its own)
 		s.scanMembers(snaps)
 		s.lastScan, s.youngScanAt = time.Now(), time.Time{}
+		s.scannedRuns = make(map[string]int64, len(snaps))
+		for _, sn := range snaps {
+			if youngScanned(sn) {
+				s.scannedRuns[sn.Info.JobID] = sn.Info.StartedAt
+			}
+		}
 	}
 	var slimmable []int // running one-shot jobs' records, in encoded
 	var slimRecs []journal.Record
@@ -990,15 +1000,23 @@ const (
 	youngScanEvery = time.Second
 )
 
+// youngScanned reports whether a member scan covers sn's run: one running,
+// with a group of its own.
+func youngScanned(sn jobs.Snapshot) bool {
+	i := sn.Info
+	return (i.State == protocol.StateRunning || i.State == protocol.StateExiting) && !sn.GroupGone && i.Pgid > 1
+}
+
 // youngScanDueLocked reports whether this write should scan the members
-// of jobs started since the last scan; if one is due later, it sets
-// youngScanAt to when (the journal loop writes then). s.journalMu held.
+// of runs the last scan did not see (by job id and start, not by clock:
+// a run that started while a scan was under way, or a clock stepped
+// back, is not missed); if one is due later, it sets youngScanAt to when
+// (the journal loop writes then). s.journalMu held.
 func (s *Server) youngScanDueLocked(snaps []jobs.Snapshot) bool {
-	last := s.lastScan.UnixMilli()
 	var oldest int64
 	for _, sn := range snaps {
 		i := sn.Info
-		if (i.State == protocol.StateRunning || i.State == protocol.StateExiting) && !sn.GroupGone && i.Pgid > 1 && i.StartedAt > last && (oldest == 0 || i.StartedAt < oldest) {
+		if youngScanned(sn) && s.scannedRuns[i.JobID] != i.StartedAt && (oldest == 0 || i.StartedAt < oldest) {
 			oldest = i.StartedAt
 		}
 	}
@@ -1006,11 +1024,15 @@ func (s *Server) youngScanDueLocked(snaps []jobs.Snapshot) bool {
 		s.youngScanAt = time.Time{}
 		return false
 	}
+	now := time.Now()
 	due := time.UnixMilli(oldest).Add(youngScanAge)
+	if due.After(now.Add(youngScanAge)) {
+		due = now // (a start in the future: the clock was stepped back)
+	}
 	if next := s.lastScan.Add(youngScanEvery); next.After(due) {
 		due = next
 	}
-	if !time.Now().Before(due) {
+	if !now.Before(due) {
 		return true
 	}
 	s.youngScanAt = due

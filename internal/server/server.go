@@ -91,11 +91,12 @@ type Server struct {
 	attempted        uint64 // under attemptMu
 	landed           uint64 // under attemptMu: the newest ticket a successful write covered
 	attemptDone      chan struct{}
-	lastDurableWarn  atomic.Int64    // unix ns of the last "reply before the journal" warning
-	leaderScanned    map[string]bool // under journalMu: jobs whose members were scanned for their leaderExit
-	lastScan         time.Time       // under journalMu: the last member scan
-	youngScanAt      time.Time       // under journalMu: when young jobs' members are due (zero: none)
-	journalOverBound bool            // under journalMu: running jobs and services alone passed JournalMaxBytes
+	lastDurableWarn  atomic.Int64     // unix ns of the last "reply before the journal" warning
+	leaderScanned    map[string]bool  // under journalMu: jobs whose members were scanned for their leaderExit
+	lastScan         time.Time        // under journalMu: the last member scan
+	scannedRuns      map[string]int64 // under journalMu: the runs (job id: startedAt) the last scan saw running
+	youngScanAt      time.Time        // under journalMu: when young jobs' members are due (zero: none)
+	journalOverBound bool             // under journalMu: running jobs and services alone passed JournalMaxBytes
 	// Counters for metrics and health.
 	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
