@@ -53,9 +53,8 @@ type Intents struct {
 	size    int64
 	pending []intentLine // lines not covered by a journal write, by seq
 
-	// Appends and Failures count Append calls that wrote their line and
-	// those that did not.
-	Appends, Failures atomic.Uint64
+	// Failures counts Append calls that did not write their line.
+	Failures atomic.Uint64
 }
 
 type intentLine struct {
@@ -177,11 +176,9 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 		// A new file: a generation of its own, so that a journal naming
 		// another one (a file removed or moved aside since) covers none
 		// of its lines.
-		var g [8]byte
-		if _, err := rand.Read(g[:]); err != nil {
-			return nil, rep, fmt.Errorf("intents generation: %w", err)
+		if in.gen, err = newGeneration(); err != nil {
+			return nil, rep, err
 		}
-		in.gen = hex.EncodeToString(g[:])
 		in.size = 0
 		if moveErr != nil {
 			return in, rep, moveErr
@@ -206,14 +203,23 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 // before, restored later, can claim to cover the lines written from now
 // on.
 func (in *Intents) Regenerate() error {
-	var g [8]byte
-	if _, err := rand.Read(g[:]); err != nil {
-		return fmt.Errorf("intents generation: %w", err)
+	gen, err := newGeneration()
+	if err != nil {
+		return err
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.gen = hex.EncodeToString(g[:])
+	in.gen = gen
 	return in.rewriteLocked()
+}
+
+// newGeneration returns a random generation name.
+func newGeneration() (string, error) {
+	var g [8]byte
+	if _, err := rand.Read(g[:]); err != nil {
+		return "", fmt.Errorf("intents generation: %w", err)
+	}
+	return hex.EncodeToString(g[:]), nil
 }
 
 // NumberFrom makes the next line's seq follow seq at least: the journal
@@ -353,7 +359,6 @@ func (in *Intents) Append(rec func() *Record) error {
 	}
 	in.seq++
 	in.pending = append(in.pending, intentLine{seq: in.seq, line: b})
-	in.Appends.Add(1)
 	return nil
 }
 
@@ -440,27 +445,13 @@ func (in *Intents) rewriteLocked() error {
 	for _, l := range in.pending {
 		b.Write(l.line)
 	}
-	dir := filepath.Dir(in.path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(in.path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("rewrite intents %s: %w", in.path, err)
+	if renamed, err := replaceFile(in.path, b.Bytes()); !renamed {
+		return fmt.Errorf("rewrite intents: %w", err)
 	}
-	name := tmp.Name()
-	_, err = tmp.Write(b.Bytes())
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(name, in.path)
-	}
-	if err != nil {
-		os.Remove(name)
-		return fmt.Errorf("rewrite intents %s: %w", in.path, err)
-	}
-	// The new file is in place: the old descriptor writes nowhere now.
+	// (an error after the rename, syncing the directory, is let go: a
+	// power loss may bring the old file back, whose lines are covered
+	// or newer.) The new file is in place: the old descriptor writes
+	// nowhere now.
 	if in.f != nil {
 		in.f.Close()
 		in.f = nil
@@ -471,10 +462,6 @@ func (in *Intents) rewriteLocked() error {
 	}
 	in.f = f
 	in.size, in.hdrLen, in.marked = int64(b.Len()), hdrLen, in.covered
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // (a power loss may bring the old file back: its lines are covered or newer)
-		d.Close()
-	}
 	return nil
 }
 

@@ -459,16 +459,24 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 // old or its new complete content: temp file in the same directory (mode
 // 0600), fsync, rename, fsync of the directory.
 func WriteFileAtomic(path string, data []byte) error {
+	_, err := replaceFile(path, data)
+	return err
+}
+
+// replaceFile is WriteFileAtomic, also saying whether the rename was done
+// (an error after it, syncing the directory, leaves path with the new
+// content).
+func replaceFile(path string, data []byte) (renamed bool, err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	name := tmp.Name()
-	fail := func(err error) error {
+	fail := func(err error) (bool, error) {
 		tmp.Close()
 		os.Remove(name)
-		return fmt.Errorf("write %s: %w", path, err)
+		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	if _, err := tmp.Write(data); err != nil {
 		return fail(err)
@@ -481,17 +489,17 @@ func WriteFileAtomic(path string, data []byte) error {
 	}
 	if err := os.Rename(name, path); err != nil {
 		os.Remove(name)
-		return fmt.Errorf("write %s: %w", path, err)
+		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("write %s: sync directory: %w", path, err)
+		return true, fmt.Errorf("write %s: sync directory: %w", path, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("write %s: sync directory: %w", path, err)
+		return true, fmt.Errorf("write %s: sync directory: %w", path, err)
 	}
-	return nil
+	return true, nil
 }
 
 func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -200,7 +201,6 @@ func (s *Server) openIntents(doc *journal.File) error {
 		s.log.Info("journal intents: the last line was cut short by the crash (left out)", "path", path)
 	}
 	if err != nil {
-		s.intentFailures.Add(1)
 		s.intentErr.Store(&journalFailure{err: err, since: time.Now()})
 		s.log.Error("journal intents cannot be written (retried after each journal write): until they can, a job spawned within the journal's pause before a crash is unknown to the next run (and, without cgroups, its processes are left running)", "path", path, "err", err)
 	}
@@ -496,7 +496,6 @@ func (s *Server) recordIntent(j *jobs.Job) {
 		return &r
 	})
 	if err != nil {
-		s.intentFailures.Add(1)
 		if s.intentErr.Load() == nil {
 			s.intentErr.CompareAndSwap(nil, &journalFailure{err: err, since: time.Now()})
 		}
@@ -531,9 +530,7 @@ func (s *Server) journalHealth() string {
 // warnIntents logs a failure of the journal intents, at most once per
 // durableWarnEvery.
 func (s *Server) warnIntents(msg string, err error, attrs ...any) {
-	now := time.Now().UnixNano()
-	last := s.lastIntentWarn.Load()
-	if now-last < int64(durableWarnEvery) || !s.lastIntentWarn.CompareAndSwap(last, now) {
+	if !warnNow(&s.lastIntentWarn) {
 		return
 	}
 	s.log.Error(msg, append(attrs, "path", journal.IntentsPath(s.journal.Path()), "err", err)...)
@@ -609,15 +606,22 @@ func (s *Server) awaitJournal(op, job string) {
 	}
 }
 
+// warnNow reports whether a warning rate-limited by last (unix ns of the
+// last one logged) may be logged now, at most once per durableWarnEvery,
+// and notes it as logged.
+func warnNow(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	l := last.Load()
+	return now-l >= int64(durableWarnEvery) && last.CompareAndSwap(l, now)
+}
+
 // durableWarnEvery bounds how often warnNotDurable logs.
 const durableWarnEvery = 10 * time.Second
 
 // warnNotDurable logs that a reply goes before its change is journaled
 // (at most once per durableWarnEvery).
 func (s *Server) warnNotDurable(op, job, why string) {
-	now := time.Now().UnixNano()
-	last := s.lastDurableWarn.Load()
-	if now-last < int64(durableWarnEvery) || !s.lastDurableWarn.CompareAndSwap(last, now) {
+	if !warnNow(&s.lastDurableWarn) {
 		return
 	}
 	s.log.Warn("reply sent before the journal recorded its change: a crash now would undo it", "op", op, "job", job, "why", why)

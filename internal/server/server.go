@@ -67,8 +67,7 @@ type Server struct {
 	stopPub  chan struct{}
 
 	journal        *journal.Journal
-	intents        *journal.Intents               // nil when its file could not be set up
-	intentFailures atomic.Uint64                  // starts without an intent record
+	intents        *journal.Intents               // set by recover (Start stops without one)
 	intentErr      atomic.Pointer[journalFailure] // while intents cannot be written (health)
 	lastIntentWarn atomic.Int64                   // unix ns of the last intent failure logged
 	lock           *journal.Lock
@@ -1054,7 +1053,7 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		JournalWrites:     f(s.journal.Writes.Load),
 		JournalFailures:   f(s.journal.Failures.Load),
 		JournalCorrupt:    f(s.journalCorrupt.Load),
-		IntentFailures:    f(s.intentFailures.Load),
+		IntentFailures:    s.intentFailures,
 		OrphansReconciled: f(s.orphansReconciled.Load),
 		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
 		JobsForgotten:     func() float64 { return float64(s.jobs.Forgotten()) },
@@ -1063,6 +1062,14 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		HeldWaits:         func() float64 { return float64(s.heldWaits()) },
 		PacedJobs:         func() float64 { return float64(s.jobs.Paced()) },
 	})
+}
+
+// intentFailures counts the job starts whose intent could not be written.
+func (s *Server) intentFailures() float64 {
+	if s.intents == nil { // (before recover)
+		return 0
+	}
+	return float64(s.intents.Failures.Load())
 }
 
 // cgroupBasePrefix starts the name of every supervisor's job cgroup base.
