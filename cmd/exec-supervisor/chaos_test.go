@@ -2417,13 +2417,13 @@ func TestCoveredIntentsNotRecovered(t *testing.T) {
 // another while the supervisor is killed (SIGKILL) at random moments,
 // five times, with cgroups and without. Every spawn that was answered is
 // known to the next run (never not-found: the journal or its intents have
-// it) and none of its processes is left running; without cgroups only a
-// spawn that was never answered may leave some (the supervisor died
-// between its fork and its intent: its exec is most of that), with
-// cgroups none may.
+// it), and no process of any spawn is left running, not even of one that
+// was never answered (the supervisor died between its fork and its
+// intent): its cgroup, or without cgroups the mark in its processes'
+// environment, finds it.
 func TestSpawnsUnderCrashes(t *testing.T) { bothCgroupModes(t, spawnsUnderCrashes) }
 
-func spawnsUnderCrashes(t *testing.T, noCgroups bool, flags []string) {
+func spawnsUnderCrashes(t *testing.T, _ bool, flags []string) {
 	e := newEnv(t)
 	// Each spawn's sleeps run "sleep 30.<n>": n tells which spawn a
 	// leftover process came from.
@@ -2466,11 +2466,10 @@ func spawnsUnderCrashes(t *testing.T, noCgroups bool, flags []string) {
 			}
 		}
 		for k, pids := range leftovers() {
-			if _, ok := acked[k]; ok || !noCgroups {
-				t.Errorf("round %d: spawn %d (answered: %v) left processes %v", round, k, ok, pids)
-			} else {
-				t.Logf("round %d: spawn %d, never answered, left %v (its fork came just before the crash)", round, k, pids)
-			}
+			// (one never answered, forked just before the crash, is in
+			// no record: its cgroup, or its mark, finds it)
+			_, ok := acked[k]
+			t.Errorf("round %d: spawn %d (answered: %v) left processes %v", round, k, ok, pids)
 		}
 		if t.Failed() {
 			return
@@ -2500,9 +2499,8 @@ func spawnsUnderCrashes(t *testing.T, noCgroups bool, flags []string) {
 		}
 	}
 	for k, pids := range leftovers() {
-		if _, ok := acked[k]; ok || !noCgroups {
-			t.Errorf("last round: spawn %d (answered: %v) left processes %v", k, ok, pids)
-		}
+		_, ok := acked[k]
+		t.Errorf("last round: spawn %d (answered: %v) left processes %v", k, ok, pids)
 	}
 	t.Logf("%d spawns answered across 5 crashes", len(acked))
 }
@@ -2563,4 +2561,167 @@ func TestLostJournalDoesNotReplayIntents(t *testing.T) {
 // than the periodic scan).
 func TestYoungJobDescendantsWithoutCgroups(t *testing.T) {
 	deadLeaderLeavesDescendant(t, "--no-cgroups", "--journal-flush-interval", "60s")
+}
+
+// TestUnrecordedSpawnEnded: a job the crash kept out of every record (it
+// was forked, then the supervisor died before its intent was written:
+// here, the journal from before the spawn restored and the intents file
+// removed) leaves nothing running after the restart, with cgroups (its
+// cgroup is swept) and without (its processes carry the state's mark).
+func TestUnrecordedSpawnEnded(t *testing.T) { bothCgroupModes(t, unrecordedSpawnEnded) }
+
+func unrecordedSpawnEnded(t *testing.T, noCgroups bool, flags []string) {
+	e := newEnv(t)
+	s := e.start(t, flags...)
+	ctx := ctxFor(t, 60*time.Second)
+	jpath := filepath.Join(e.state, "journal.json")
+	old := failJournalWrites(t, jpath)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "sleep 300 & setsid sleep 300 & wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	escaped := waitEscaped(t, j.Pgid, j.Pid, 2)
+	killLater(t, escaped)
+	s.kill9()
+	if err := os.RemoveAll(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jpath, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(jpath + ".intents"); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.start(t, flags...)
+	if pids := proctest.InGroup(j.Pgid); len(pids) > 0 {
+		t.Errorf("processes of the unrecorded job left in its group: %v", pids)
+	}
+	if proctest.Alive(escaped) {
+		t.Errorf("its descendant in a session of its own (pid %d) was left running", escaped)
+	}
+	if _, err := s2.client.Status(ctx, j.JobID); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Errorf("status of the unrecorded job: %v, want not-found", err)
+	}
+	if noCgroups {
+		waitLog(t, s2, "found by their jobs' mark and terminated")
+		if !strings.Contains(s2.log.String(), j.JobID) {
+			t.Errorf("the log does not name the job:\n%s", s2.log)
+		}
+	}
+}
+
+// killLater SIGKILLs pid when the test ends if it is still the process it
+// is now (its pid may be another's by then).
+func killLater(t *testing.T, pid int) {
+	ticks, err := jobs.ProcStartTicks(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if jobs.Identify(pid, ticks, jobs.BootID()) == jobs.Ours {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// waitEscaped waits for the process of the job led by leader that left
+// its group for a session of its own (setsid), and for group pgid to have
+// n members; it returns the escaped process's pid.
+func waitEscaped(t *testing.T, pgid, leader, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var found []int
+		jobs.EachProcess(func(p jobs.Process) bool {
+			if p.Sid == p.Pid && p.Pgid != pgid && !p.Zombie && slices.Contains(proctest.Children(leader), p.Pid) {
+				found = append(found, p.Pid)
+			}
+			return true
+		})
+		if len(found) == 1 && len(proctest.InGroup(pgid)) >= n {
+			return found[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no process of the job in a session of its own: %v", found)
+		}
+		time.Sleep(10 * time.Millisecond) // the shell starting its children; no event for that
+	}
+}
+
+// TestEscapedDescendantEndedAfterCrash: without cgroups, a descendant that
+// left its job's group for a session of its own is still found after a
+// crash (by the state's mark in its environment) and terminated with the
+// rest of the job; the job's note says so.
+func TestEscapedDescendantEndedAfterCrash(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--no-cgroups")
+	ctx := ctxFor(t, 60*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "setsid sleep 300 & wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	escaped := waitEscaped(t, j.Pgid, j.Pid, 1)
+	killLater(t, escaped)
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the job", func(f *journal.File) bool {
+		return slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID })
+	})
+	s.kill9()
+	s2 := e.start(t, "--no-cgroups")
+	if proctest.Alive(escaped) {
+		t.Errorf("the job's descendant in a session of its own (pid %d) was left running", escaped)
+	}
+	info, err := s2.client.Status(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Reason != protocol.ReasonSupervisorRestart || !strings.Contains(info.Error, "found by the job's mark and terminated") {
+		t.Errorf("after the restart: reason %s, error %q", info.Reason, info.Error)
+	}
+}
+
+// TestMarkSweepOnlyAfterCrash: without cgroups, what a job left running
+// outside its group is let go by a clean stop (every job ended) and never
+// hunted afterwards (the next run has a new mark), while what a run that
+// crashed left is found by its mark and ended.
+func TestMarkSweepOnlyAfterCrash(t *testing.T) {
+	e := newEnv(t)
+	escapee := func(s *sup) (alive func() bool, jobID string) {
+		t.Helper()
+		ctx := ctxFor(t, 60*time.Second)
+		j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "setsid sleep 300 & wait"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+		escaped := waitEscaped(t, j.Pgid, j.Pid, 1)
+		killLater(t, escaped)
+		ticks, _ := jobs.ProcStartTicks(escaped)
+		return func() bool { return jobs.Identify(escaped, ticks, jobs.BootID()) == jobs.Ours }, j.JobID
+	}
+	s := e.start(t, "--no-cgroups")
+	letGo, _ := escapee(s)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	if !letGo() {
+		t.Fatal("the descendant in a session of its own did not outlive its job (no cgroups: it should have)")
+	}
+	s2 := e.start(t, "--no-cgroups")
+	if !letGo() {
+		t.Fatalf("after a clean stop, the next start ended what a finished job had let go:\n%s", s2.log)
+	}
+	left, jobID := escapee(s2)
+	s2.kill9()
+	s3 := e.start(t, "--no-cgroups")
+	if left() {
+		t.Error("after a crash, a process carrying the state's mark was left running")
+	}
+	if !letGo() {
+		t.Error("what a clean stop let go was ended after a later crash")
+	}
+	waitLog(t, s3, "found by their jobs' mark and terminated")
+	if !strings.Contains(s3.log.String(), jobID) {
+		t.Errorf("the log does not name the job:\n%s", s3.log)
+	}
 }

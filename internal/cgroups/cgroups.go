@@ -35,6 +35,9 @@ import (
 // on the spawn path).
 type Base struct {
 	Dir string
+	// Path is Dir as /proc/<pid>/cgroup names it (its path in the
+	// cgroup v2 hierarchy).
+	Path string
 
 	mu   sync.Mutex
 	idle []*Cgroup
@@ -82,7 +85,8 @@ func Detect(parent, name string) (*Base, error) {
 	if _, err := os.Stat(filepath.Join(base, "cgroup.procs")); err != nil {
 		return nil, fmt.Errorf("%s is not a cgroup v2 directory: %w", base, err)
 	}
-	return &Base{Dir: base, tag: strconv.FormatInt(time.Now().UnixNano(), 36)}, nil
+	rel := "/" + strings.TrimPrefix(strings.TrimPrefix(base, mnt), "/")
+	return &Base{Dir: base, Path: rel, tag: strconv.FormatInt(time.Now().UnixNano(), 36)}, nil
 }
 
 // cgroup2Mount returns the mount point of the cgroup v2 hierarchy.

@@ -691,22 +691,33 @@ func lookPath(file, path string) (string, error) {
 
 // buildEnv returns the job's environment. With nothing to change it is
 // the supervisor's own slice, shared: it must not be modified (setEnv
-// copies).
+// copies). With a mark (WithMark) the job's mark is set last, replacing
+// any value inherited or given.
 func (j *Job) buildEnv() []string {
+	mark := j.m.mark
 	if len(j.spec.Env) == 0 && j.spec.EnvMode != protocol.EnvReplace {
-		return j.m.environ
+		if mark == "" {
+			return j.m.environ
+		}
+		base := j.m.environUnmarked
+		return append(base[:len(base):len(base)], EnvJobID+"="+j.id, EnvStateID+"="+mark)
 	}
 	var env []string
 	if j.spec.EnvMode != protocol.EnvReplace {
 		for _, kv := range j.m.environ {
 			k, _, _ := strings.Cut(kv, "=")
-			if _, over := j.spec.Env[k]; !over {
+			if _, over := j.spec.Env[k]; !over && (mark == "" || !isMarkVar(k)) {
 				env = append(env, kv)
 			}
 		}
 	}
 	for k, v := range j.spec.Env {
-		env = append(env, k+"="+v)
+		if mark == "" || !isMarkVar(k) {
+			env = append(env, k+"="+v)
+		}
+	}
+	if mark != "" {
+		env = append(env, EnvJobID+"="+j.id, EnvStateID+"="+mark)
 	}
 	return env
 }

@@ -198,7 +198,11 @@ type Manager struct {
 	// environ is the supervisor's environment, read once; devNull is the
 	// shared read-only stdin of pipe jobs.
 	environ []string
-	devNull *os.File
+	// mark is the state's mark (WithMark; "" without), environUnmarked
+	// environ without the mark's variables.
+	mark            string
+	environUnmarked []string
+	devNull         *os.File
 	// devNullFd is devNull's descriptor (-1 without it), the stdin of
 	// jobs without one; pidfds is whether processes are waited for
 	// through pidfds.

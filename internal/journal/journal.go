@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -508,7 +509,14 @@ func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
 
 // Lock is an exclusive owner lock on a state directory.
 type Lock struct {
-	f *os.File
+	f     *os.File
+	owner string // the first line: "pid N instance I"
+	// PreviousStopped says the previous holder stopped cleanly
+	// (MarkStopped): every job it ran had ended.
+	PreviousStopped bool
+	// WriteErr is why the holder's line could not be written (nil: it
+	// was).
+	WriteErr error
 }
 
 // HeldError says another live process owns the state directory.
@@ -523,7 +531,8 @@ func (e *HeldError) Error() string {
 
 // Acquire takes the exclusive lock <dir>/lock (flock, non-blocking) and
 // records pid and instance in it. A lock left by a dead process is free:
-// the kernel releases flocks when their holder dies.
+// the kernel releases flocks when their holder dies. What the previous
+// holder noted there (see MarkStopped) is in the Lock's PreviousStopped.
 func Acquire(dir, instance string) (*Lock, error) {
 	path := filepath.Join(dir, "lock")
 	f, err := openNoFollow(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -534,7 +543,7 @@ func Acquire(dir, instance string) (*Lock, error) {
 		b, _ := io.ReadAll(io.LimitReader(f, 256))
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			owner := strings.TrimSpace(string(b))
+			owner, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 			if owner == "" {
 				owner = "another process"
 			}
@@ -542,11 +551,62 @@ func Acquire(dir, instance string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte("pid "+strconv.Itoa(os.Getpid())+" instance "+instance+"\n"), 0)
-		_ = f.Sync()
+	l := &Lock{f: f, owner: "pid " + strconv.Itoa(os.Getpid()) + " instance " + instance + "\n"}
+	if b, err := io.ReadAll(io.LimitReader(f, 256)); err == nil {
+		l.PreviousStopped = slices.Contains(strings.Split(string(b), "\n"), stoppedLine)
 	}
-	return &Lock{f: f}, nil
+	// The clean stop stays noted until ClearStopped: a start that fails
+	// before any job of its own started leaves it for the next one.
+	note := l.owner
+	if l.PreviousStopped {
+		note += stoppedLine + "\n"
+	}
+	if err := l.rewrite(note); err != nil {
+		l.WriteErr = err
+	}
+	return l, nil
+}
+
+// rewrite replaces the lock file's content with s.
+func (l *Lock) rewrite(s string) error {
+	if err := l.f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := l.f.WriteAt([]byte(s), 0); err != nil {
+		return err
+	}
+	return l.f.Sync()
+}
+
+// ClearStopped removes the previous holder's clean-stop note (see
+// PreviousStopped): call it before this holder starts anything a crash
+// would leave behind. An error means a crash of this holder could pass
+// for a clean stop.
+func (l *Lock) ClearStopped() error {
+	if l == nil || l.f == nil || !l.PreviousStopped {
+		return nil
+	}
+	return l.rewrite(l.owner)
+}
+
+// stoppedLine is the lock file's last line after a clean stop.
+const stoppedLine = "stopped"
+
+// MarkStopped notes in the lock file that its holder stopped cleanly,
+// every job it ran ended: the next holder's PreviousStopped. Call it last,
+// before Release.
+func (l *Lock) MarkStopped() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	st, err := l.f.Stat()
+	if err != nil {
+		return err
+	}
+	if _, err := l.f.WriteAt([]byte(stoppedLine+"\n"), st.Size()); err != nil {
+		return err
+	}
+	return l.f.Sync()
 }
 
 // Release drops the lock.

@@ -1066,3 +1066,63 @@ func TestFIFOJournalMovedAside(t *testing.T) {
 		t.Fatal("Load blocked on a FIFO")
 	}
 }
+
+// TestLockNotesCleanStop: a holder that stopped cleanly says so to the
+// next one (PreviousStopped), once; a holder that did not (a crash: the
+// lock just released) leaves nothing said.
+func TestLockNotesCleanStop(t *testing.T) {
+	dir := t.TempDir()
+	acquire := func(inst string) *Lock {
+		t.Helper()
+		l, err := Acquire(dir, inst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.WriteErr != nil {
+			t.Fatalf("%s: %v", inst, l.WriteErr)
+		}
+		return l
+	}
+	l := acquire("a")
+	if l.PreviousStopped {
+		t.Fatal("a new lock file says a previous holder stopped")
+	}
+	if err := l.MarkStopped(); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if b, _ := os.ReadFile(filepath.Join(dir, "lock")); !strings.HasSuffix(string(b), "instance a\nstopped\n") {
+		t.Errorf("lock file after a clean stop: %q", b)
+	}
+	l = acquire("b")
+	if !l.PreviousStopped {
+		t.Error("the clean stop was not seen")
+	}
+	l.Release() // (a start that failed before ClearStopped: still noted)
+	l = acquire("b2")
+	if !l.PreviousStopped {
+		t.Error("the clean stop was forgotten by a start that started nothing")
+	}
+	if err := l.ClearStopped(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "lock")); strings.Contains(string(b), "stopped") {
+		t.Errorf("lock file after ClearStopped: %q", b)
+	}
+	l.Release() // (a crash: no MarkStopped)
+	l = acquire("c")
+	if l.PreviousStopped {
+		t.Error("a holder that did not stop cleanly passed for one that did")
+	}
+	l.Release()
+	// A held lock's owner is its first line only.
+	l = acquire("d")
+	if err := l.MarkStopped(); err != nil {
+		t.Fatal(err)
+	}
+	var he *HeldError
+	if _, err := Acquire(dir, "e"); !errors.As(err, &he) || strings.Contains(he.Owner, "stopped") {
+		t.Errorf("second Acquire: %v", err)
+	}
+	l.Release()
+}

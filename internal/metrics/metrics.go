@@ -108,7 +108,7 @@ func New(g Gauges) *Metrics {
 		cf("journal_write_failures_total", "Failed journal writes.", g.JournalFailures),
 		cf("journal_corrupt_total", "Unusable journals moved aside at start.", g.JournalCorrupt),
 		cf("journal_intent_failures_total", "Job starts whose intent record (the journal's append-only companion) could not be written.", g.IntentFailures),
-		cf("orphans_reconciled_total", "Orphaned job process groups terminated at start.", g.OrphansReconciled),
+		cf("orphans_reconciled_total", "Orphaned job process groups, job cgroups and marked processes (per job) of an earlier run terminated at start.", g.OrphansReconciled),
 		cf("orphans_reaped_total", "Orphaned descendants of jobs reaped by the supervisor as child subreaper.", g.OrphansReaped),
 		cf("jobs_forgotten_total", "Finished jobs forgotten before their retention period ended (--max-finished-jobs, --max-finished-output).", g.JobsForgotten),
 	)

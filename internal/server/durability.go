@@ -28,8 +28,10 @@ import (
 // normal TERM/grace/KILL path. Anything else is never touched. An error
 // means the journal can be neither read nor moved aside: the supervisor
 // must not start (its first write would replace the record of the jobs
-// a previous run left running).
-func (s *Server) recover() error {
+// a previous run left running). It returns the services to resume (the
+// caller resumes them once nothing a crash would leave can pass for a
+// clean stop: journal.Lock.ClearStopped).
+func (s *Server) recover() (resume []string, err error) {
 	doc, err := s.journal.Load()
 	var ce *journal.CorruptError
 	if errors.As(err, &ce) {
@@ -40,12 +42,12 @@ func (s *Server) recover() error {
 		if s.cgroupBase == nil {
 			// (with cgroups, leftover job cgroups are swept below
 			// whatever the journal said)
-			s.log.Warn("without cgroups the previous run's jobs are found through the journal only: processes it left running (if it crashed) are not terminated; look for them in the moved-aside journal (pid, pgid)", "movedTo", ce.MovedTo)
+			s.log.Warn("without cgroups the previous run's processes are found by their jobs' mark only (below): one that cleared its environment is not; look for such leftovers (if it crashed) in the moved-aside journal (pid, pgid)", "movedTo", ce.MovedTo)
 		}
 	}
 	if doc != nil {
 		if err := s.openIntents(doc); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// Leftover job cgroups go first, whatever the journal says (even when
@@ -66,21 +68,30 @@ func (s *Server) recover() error {
 		s.jobs.NoteCrashRecovery(time.Now())
 	}
 	if err != nil && ce == nil {
-		return fmt.Errorf("%w (fix its permissions or move it away; nothing was started)", err)
+		return nil, fmt.Errorf("%w (fix its permissions or move it away; nothing was started)", err)
 	}
 	if doc != nil && len(doc.Dropped) > 0 {
 		s.journalCorrupt.Add(1)
 		s.log.Error("journal records invalid; left out (the others are recovered)", "path", s.journal.Path(), "keptAt", doc.KeptAt, "dropped", doc.Dropped)
 	}
 	if doc == nil || len(doc.Jobs) == 0 {
-		return nil
+		s.sweepMarked(doc)
+		return nil, nil
 	}
 	now := time.Now()
 	cutoff := now.Add(-s.cfg.Jobs.Retention).UnixMilli()
 	var wg sync.WaitGroup
-	var mu sync.Mutex
 	restored := 0
-	var resume []string // services the supervisor (not a user or their policy) ended
+	// Unfinished records are reconciled at once (each may wait out a
+	// grace period), then the marked processes left are ended, then the
+	// records are restored with what was found.
+	type interrupted struct {
+		r          journal.Record
+		note       string
+		wasRunning bool
+	}
+	var unfinished []*interrupted
+	// resume: services the supervisor (not a user or their policy) ended
 	for _, r := range doc.Jobs {
 		if r.Finished() {
 			if r.Service != nil && r.Reason == string(protocol.ReasonShutdown) {
@@ -98,19 +109,20 @@ func (s *Server) recover() error {
 			}
 			continue
 		}
+		it := &interrupted{r: r, wasRunning: r.State != string(protocol.StateRestarting)}
+		unfinished = append(unfinished, it)
 		wg.Add(1)
-		go func(r journal.Record) {
+		go func() {
 			defer wg.Done()
 			// Cgroups are named by job id in journals of older versions.
 			cg := r.JobID
 			if r.Cgroup != "" {
 				cg = filepath.Base(r.Cgroup)
 			}
-			wasRunning := r.State != string(protocol.StateRestarting)
 			note, ok := reaped[cg]
 			switch {
 			case ok:
-			case !wasRunning:
+			case !it.wasRunning:
 				// A service between runs: no process of it ran. The pid
 				// and group of its last run were reaped long ago and may
 				// belong to anyone now: nothing is reconciled.
@@ -118,60 +130,65 @@ func (s *Server) recover() error {
 			default:
 				note = s.reconcile(r, doc.InstanceID)
 			}
-			// A job whose kill was under way ends as it was being ended
-			// (its grace period ran when the supervisor died: the end was
-			// asked for, this supervisor finished it); a service being
-			// stopped or killed stays down.
-			reason, goesOn := jobs.EndReasonAfterCrash(protocol.Reason(r.PendingEnd))
-			if le := r.LeaderExit; le != nil && r.Service == nil && r.PendingEnd == "" && plausibleExit(le) {
-				// Its leader had ended; the supervisor died while ending
-				// the rest of its group: it ends as it would have.
-				reason = protocol.ReasonExit
-				if le.ExitCode == nil {
-					reason = protocol.ReasonSignal
-				}
-				r.ExitCode, r.Signal = le.ExitCode, le.Signal
-				note = "the job's process had ended; the supervisor died while terminating what it left running (" + note + ")"
-			}
-			r.LeaderExit = nil
-			r.State = string(protocol.StateExited)
-			r.Reason = string(reason)
-			r.Error = note
-			r.EndedAt = time.Now().UnixMilli()
-			if sv := r.Service; sv != nil && wasRunning {
-				// The interrupted run goes into the service's history.
-				sv.History = append(sv.History, protocol.RunRecord{
-					Attempt: sv.Attempt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DurationMs: max(0, r.EndedAt-r.StartedAt),
-					Pid: r.Pid, Reason: reason, Error: note, Restarted: s.cfg.ResumeServices && goesOn,
-					Tail: jobs.TailLines(runTail(r), protocol.HistoryLines),
-				})
-				if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
-					sv.History = sv.History[n:]
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if r.Service != nil && goesOn {
-				resume = append(resume, r.JobID)
-			}
-			sn := snapshotOf(r)
-			sn.Interrupted = true
-			if err := s.jobs.Restore(sn); err != nil {
-				s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
-			} else {
-				restored++
-				if r.Service == nil || !s.cfg.ResumeServices || !goesOn {
-					// It ended here (a resumed service ends later, and is
-					// counted then).
-					s.countFinished(reason, r.Service != nil)
-				}
-			}
-		}(r)
+			it.note = note
+		}()
 	}
 	wg.Wait()
+	swept := s.sweepMarked(doc)
+	for _, it := range unfinished {
+		r, note, wasRunning := it.r, it.note, it.wasRunning
+		if n := swept[r.JobID]; n > 0 {
+			note += fmt.Sprintf("; then %d of its processes still running were found by the job's mark and terminated", n)
+		}
+		// A job whose kill was under way ends as it was being ended
+		// (its grace period ran when the supervisor died: the end was
+		// asked for, this supervisor finished it); a service being
+		// stopped or killed stays down.
+		reason, goesOn := jobs.EndReasonAfterCrash(protocol.Reason(r.PendingEnd))
+		if le := r.LeaderExit; le != nil && r.Service == nil && r.PendingEnd == "" && plausibleExit(le) {
+			// Its leader had ended; the supervisor died while ending
+			// the rest of its group: it ends as it would have.
+			reason = protocol.ReasonExit
+			if le.ExitCode == nil {
+				reason = protocol.ReasonSignal
+			}
+			r.ExitCode, r.Signal = le.ExitCode, le.Signal
+			note = "the job's process had ended; the supervisor died while terminating what it left running (" + note + ")"
+		}
+		r.LeaderExit = nil
+		r.State = string(protocol.StateExited)
+		r.Reason = string(reason)
+		r.Error = note
+		r.EndedAt = time.Now().UnixMilli()
+		if sv := r.Service; sv != nil && wasRunning {
+			// The interrupted run goes into the service's history.
+			sv.History = append(sv.History, protocol.RunRecord{
+				Attempt: sv.Attempt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DurationMs: max(0, r.EndedAt-r.StartedAt),
+				Pid: r.Pid, Reason: reason, Error: note, Restarted: s.cfg.ResumeServices && goesOn,
+				Tail: jobs.TailLines(runTail(r), protocol.HistoryLines),
+			})
+			if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
+				sv.History = sv.History[n:]
+			}
+		}
+		if r.Service != nil && goesOn {
+			resume = append(resume, r.JobID)
+		}
+		sn := snapshotOf(r)
+		sn.Interrupted = true
+		if err := s.jobs.Restore(sn); err != nil {
+			s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
+		} else {
+			restored++
+			if r.Service == nil || !s.cfg.ResumeServices || !goesOn {
+				// It ended here (a resumed service ends later, and is
+				// counted then).
+				s.countFinished(reason, r.Service != nil)
+			}
+		}
+	}
 	s.log.Info("journal recovered", "path", s.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
-	s.resumeServices(resume) // (each run is journaled before it starts: BeforeServiceRun)
-	return nil
+	return resume, nil
 }
 
 // openIntents takes over the journal's intents file (see journal.Intents)
@@ -1082,6 +1099,102 @@ func (s *Server) scanMembers(snaps []jobs.Snapshot) {
 		}
 		s.members[byGroup[pgid]] = ms
 	}
+}
+
+// sweepMarked ends the processes of this state directory's jobs that a
+// previous run left running and that are still there once the journal's
+// records were reconciled and leftover cgroups reaped: found by the mark
+// every job carries in its environment (jobs.WithMark), whatever the
+// journal says (doc may be nil): a job whose start the crash kept from
+// any record, a descendant that left its job's group, members of a group
+// whose ownership could not be proven otherwise. Only after a run that did
+// not stop cleanly (after a clean stop every job had ended; what a job
+// left behind then was let go). It runs before any job of this run
+// starts, and returns the number of processes ended per job id.
+func (s *Server) sweepMarked(doc *journal.File) map[string]int {
+	if s.lock.PreviousStopped {
+		return nil
+	}
+	var within []string // (besides our own cgroup)
+	if s.cgroupBase != nil {
+		within = append(within, s.cgroupBase.Path)
+	}
+	per := map[string]int{}
+	var ended []jobs.MarkedProcess
+	seen := map[jobs.ProcID]bool{}
+	killed := false
+	// Again while something is found: a leftover may start another
+	// process (outside its group) while the previous ones are ended.
+	for round := 0; ; round++ {
+		found, err := jobs.FindMarked(s.mark, within...)
+		if err != nil {
+			s.sweepLeft = true
+			s.log.Error("reconcile: processes an earlier run left running could not be looked for by their jobs' mark; the next start looks again", "err", err)
+			break
+		}
+		if len(found) == 0 {
+			break
+		}
+		if round == 3 {
+			s.sweepLeft = true
+			s.log.Error("reconcile: processes of an earlier run carrying their jobs' mark keep appearing; left running, the next start looks again", "pids", pidsOf(found, 64))
+			break
+		}
+		e, k, left := jobs.TerminateMarked(found, s.mark, s.cfg.Jobs.Grace)
+		killed = killed || k
+		for _, p := range e {
+			if id := (jobs.ProcID{Pid: p.Pid, StartTicks: p.StartTicks}); !seen[id] {
+				seen[id] = true
+				ended = append(ended, p)
+			}
+		}
+		if left {
+			s.sweepLeft = true
+			s.log.Error("reconcile: processes of an earlier run found by their jobs' mark survived SIGKILL (stuck in the kernel?); the next start looks again", "pids", pidsOf(e, 64))
+			break
+		}
+		if len(e) == 0 {
+			break // (all gone by themselves meanwhile)
+		}
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	known := map[string]journal.Record{}
+	if doc != nil {
+		for _, r := range doc.Jobs {
+			known[r.JobID] = r
+		}
+	}
+	var unrecorded, finished []string
+	for _, p := range ended {
+		if per[p.JobID] == 0 {
+			if r, ok := known[p.JobID]; !ok {
+				unrecorded = append(unrecorded, p.JobID)
+			} else if r.Finished() {
+				finished = append(finished, p.JobID)
+			}
+			s.orphansReconciled.Add(1)
+		}
+		per[p.JobID]++
+	}
+	if len(unrecorded) > 0 {
+		// The previous run did not shut down (or its journal is lost).
+		s.jobs.NoteCrashRecovery(time.Now())
+	}
+	s.log.Warn("reconcile: processes of an earlier run found by their jobs' mark and terminated",
+		"processes", len(ended), "pids", pidsOf(ended, 64), "jobs", len(per), "sigkill", killed,
+		"unrecordedJobs", unrecorded, "finishedJobs", finished)
+	return per
+}
+
+// pidsOf returns the pids of at most n of ps.
+func pidsOf(ps []jobs.MarkedProcess, n int) []int {
+	var out []int
+	for _, p := range ps[:min(n, len(ps))] {
+		out = append(out, p.Pid)
+	}
+	return out
 }
 
 // reapLeftoverCgroups terminates what is left in the job cgroups of a

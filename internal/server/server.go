@@ -46,9 +46,15 @@ type Server struct {
 	// cgroupBase is where job cgroups go (nil: none); cgroupNote says why not.
 	cgroupBase *cgroups.Base
 	cgroupNote string
-	jobs       *jobs.Manager
-	pub        *publisher
-	metrics    *metrics.Metrics
+	// mark is the state directory's mark, in every job's environment
+	// (stateMark): how a restart finds what an earlier run left running.
+	mark string
+	// sweepLeft: the start's sweep (sweepMarked) could not end, or look
+	// for, everything an earlier run left: this run's stop is not clean.
+	sweepLeft bool
+	jobs      *jobs.Manager
+	pub       *publisher
+	metrics   *metrics.Metrics
 
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
@@ -238,7 +244,22 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	} else if n > 0 {
 		s.log.Info("removed notify sockets left by an earlier run", "dir", notifyDir, "count", n)
 	}
-	jopts := []jobs.Option{jobs.WithNotifyDir(notifyDir)}
+	if s.lock.WriteErr != nil {
+		s.log.Warn("the state directory's lock file could not be written", "err", s.lock.WriteErr)
+	}
+	// After a clean stop, a new mark: what the previous run's jobs left
+	// running outside their groups was let go, and is never taken for
+	// what this run leaves.
+	var moved string
+	if s.mark, moved, err = loadStateMark(s.cfg.StateDir, s.lock.PreviousStopped); err != nil {
+		s.lock.Release()
+		s.cancel()
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	if moved != "" {
+		s.log.Error("state mark unusable; moved aside and a new one made: processes an earlier run left running are not found by their mark", "movedTo", moved)
+	}
+	jopts := []jobs.Option{jobs.WithNotifyDir(notifyDir), jobs.WithMark(s.mark)}
 	if s.cfg.LimitsHelper != "" {
 		jopts = append(jopts, jobs.WithLimitsHelper(s.cfg.LimitsHelper))
 	}
@@ -332,9 +353,16 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 	}
 	// Settle what a previous run left behind before serving anyone.
-	if err := s.recover(); err != nil {
+	resume, err := s.recover()
+	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	// From here on this run may leave processes behind: its crash must
+	// not pass for the previous run's clean stop.
+	if err := s.lock.ClearStopped(); err != nil {
+		s.log.Error("the previous run's clean stop could not be cleared from the lock file: if this run crashes, the next start will not look for the processes it left running", "err", err)
+	}
+	s.resumeServices(resume) // (each run is journaled before it starts: BeforeServiceRun)
 	s.writeJournal(false)
 
 	s.pub.sock = eventSink{s}
@@ -500,6 +528,13 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	// (The socket files went with the listeners, if still theirs.)
+	if jerr == nil && !s.sweepLeft {
+		// Every job ended (and the start found none of an earlier run
+		// left): the next start has no leftovers to look for.
+		if err := s.lock.MarkStopped(); err != nil {
+			s.log.Warn("clean stop not noted in the lock file: the next start will look for leftover processes", "err", err)
+		}
+	}
 	s.lock.Release()
 	s.log.Info("supervisor stopped", "instance", s.instanceID)
 	return jerr
@@ -1079,14 +1114,17 @@ const cgroupBasePrefix = "exec-supervisor-"
 // one per state directory, however it is spelled (relative, through a
 // symlink, with a trailing slash: a restart that spelled it otherwise
 // looked for the leftovers of its previous run in another base).
-func cgroupBaseName(dir string) string {
+func cgroupBaseName(dir string) string { return legacyCgroupBaseName(canonicalDir(dir)) }
+
+// canonicalDir spells dir one way: absolute, symlinks resolved.
+func canonicalDir(dir string) string {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
-	return legacyCgroupBaseName(dir)
+	return dir
 }
 
 // legacyCgroupBaseName is the base name versions before cgroupBaseName

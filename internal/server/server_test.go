@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -248,8 +249,9 @@ func TestEnvAndCwd(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _, _, _ = waitDone(t, ts.client, job.JobID, 10*time.Second)
-	if out != "ONLY=1\n" {
-		t.Fatalf("replace: %q", out)
+	// (and the job's mark, always: see jobs.WithMark)
+	if want := "ONLY=1\n" + jobs.EnvJobID + "=" + job.JobID + "\n" + jobs.EnvStateID + "=" + ts.Server.mark + "\n"; out != want {
+		t.Fatalf("replace: %q, want %q", out, want)
 	}
 }
 
