@@ -1882,12 +1882,7 @@ func TestJournalFailureHoldsOutput(t *testing.T) {
 	}
 	waitLog(t, s, "job output held")
 	s.kill9()
-	if err := os.RemoveAll(jpath); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(jpath, old, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	restoreJournal(t, jpath, old)
 	s2 := e.start(t)
 	res, err := s2.client.Subscribe(ctx, j.JobID, st.LastSeq, 0)
 	if err != nil {
@@ -2308,12 +2303,7 @@ func spawnJustBeforeCrash(t *testing.T, noCgroups bool, flags []string) {
 		waitGroupSize(t, j.Pgid, 3)
 	}
 	s.kill9()
-	if err := os.RemoveAll(jpath); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(jpath, old, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	restoreJournal(t, jpath, old)
 	s2 := e.start(t, flags...)
 	info, err := s2.client.Status(ctx, j.JobID)
 	if err != nil {
@@ -2371,6 +2361,17 @@ func failJournalWrites(t *testing.T, jpath string) []byte {
 		t.Fatal(err)
 	}
 	return old
+}
+
+// restoreJournal puts back at jpath the journal failJournalWrites took.
+func restoreJournal(t *testing.T, jpath string, old []byte) {
+	t.Helper()
+	if err := os.RemoveAll(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jpath, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitGroupSize waits until process group pgid has n live members.
@@ -2584,12 +2585,7 @@ func unrecordedSpawnEnded(t *testing.T, noCgroups bool, flags []string) {
 	escaped := waitEscaped(t, j.Pgid, j.Pid, 2)
 	killLater(t, escaped)
 	s.kill9()
-	if err := os.RemoveAll(jpath); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(jpath, old, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	restoreJournal(t, jpath, old)
 	if err := os.Remove(jpath + ".intents"); err != nil {
 		t.Fatal(err)
 	}
