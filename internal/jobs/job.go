@@ -1781,7 +1781,7 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 		// Members that lost their parent are the subreaper's children:
 		// once the group is gone, their zombies are reaped at once, not
 		// at the reaper's next pass. (Zombies never count as alive.)
-		defer j.m.reapOrphans()
+		defer j.m.reapZombies()
 	}
 	if !j.scopeAlive() {
 		j.markGroupGone()

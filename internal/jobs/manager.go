@@ -231,6 +231,17 @@ type Manager struct {
 	lmu     sync.Mutex
 	leaders map[int]struct{}
 	reaped  atomic.Uint64
+	// Reaper passes (passMu): adopted orphans of finished jobs being
+	// ended (ending, see judgeOrphan) and running ones whose job was seen
+	// running (orphans), by pid; hurry: the Manager stops in a hurry.
+	passMu       sync.Mutex
+	ending       map[int]*endingOrphan
+	orphans      map[int]orphanSeen
+	hurry        bool
+	orphansEnded atomic.Uint64
+	orphansLeft  atomic.Int64
+	// stopCtx is Close's context, set before stop is closed.
+	stopCtx context.Context
 
 	mu     sync.Mutex
 	jobs   map[string]*Job
@@ -873,14 +884,14 @@ wait:
 			if notEnded := waitJobs(js, killReapBound); notEnded > 0 {
 				// The manager's own goroutines (sweeper, escape watcher,
 				// idle runners) stop; jobs' waiters end with their jobs.
-				m.stopO.Do(func() { close(m.stop) })
+				m.stopO.Do(func() { m.stopCtx = ctx; close(m.stop) })
 				return fmt.Errorf("close job manager: %d jobs not ended %v after SIGKILL: %w", notEnded, killReapBound, ctx.Err())
 			}
 			break wait
 		}
 	}
 	m.closeO.Do(func() {
-		m.stopO.Do(func() { close(m.stop) })
+		m.stopO.Do(func() { m.stopCtx = ctx; close(m.stop) })
 		m.wg.Wait()
 		if m.devNull != nil {
 			m.devNull.Close()

@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -300,4 +303,273 @@ func groupPids(pgid int) []int {
 		return true
 	})
 	return out
+}
+
+// TestOrphansOfFinishedJobsEnded: without cgroups, a process a job left
+// outside its group, adopted by the subreaper, is ended once its job has
+// finished (SIGTERM, then SIGKILL after the grace period), found by the
+// mark in its environment; while its job runs it is left alone, and so is
+// one without a mark.
+func TestOrphansOfFinishedJobsEnded(t *testing.T) {
+	state := fmt.Sprintf("orphans-%d-%d", os.Getpid(), time.Now().UnixNano())
+	m := New(Config{Grace: 300 * time.Millisecond}, nil, nil, WithMark(state))
+	if err := m.EnableSubreaper(); err != nil {
+		m.Close(context.Background())
+		t.Skipf("cannot be a child subreaper here: %v", err)
+	}
+	t.Cleanup(func() {
+		m.Close(context.Background())
+		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	})
+	tag := strconv.FormatInt(time.Now().UnixNano()%1000000, 10)
+	// The process running sleep <arg> that left its job's group (it leads
+	// a session of its own), with cond.
+	find := func(arg string, cond func(Process) bool) int {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var found []int
+			EachProcess(func(p Process) bool {
+				if p.Sid == p.Pid && !p.Zombie && cond(p) {
+					if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid)); string(b) == "sleep\x00"+arg+"\x00" {
+						found = append(found, p.Pid)
+					}
+				}
+				return true
+			})
+			if len(found) == 1 {
+				pid := found[0]
+				ticks, _ := ProcStartTicks(pid)
+				t.Cleanup(func() {
+					if Identify(pid, ticks, BootID()) == Ours {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				})
+				return pid
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no process running sleep %s in a session of its own: %v", arg, found)
+			}
+			time.Sleep(5 * time.Millisecond) // forks, setsid and reparenting have no event to wait on
+		}
+	}
+	adopted := func(p Process) bool { return p.PPid == os.Getpid() }
+	child := func(arg string) int { return find(arg, adopted) }
+	alive := func(pid int) bool { p, ok := LookupProcess(pid); return ok && !p.Zombie }
+	waitEnded := func(pid int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("orphan %d of a finished job still running", pid)
+			}
+			m.reapOrphans()                   // (the reaper's pass, without waiting for its tick)
+			time.Sleep(10 * time.Millisecond) // its end: no event to wait on for a child the reaper may reap
+		}
+	}
+
+	// A running job's orphan is left alone; once the job ends, it is ended.
+	info, err := m.Spawn(protocol.SpawnArgs{Shell: "(setsid sleep 30" + tag + "1 &); exec sleep 30" + tag + "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := child("30" + tag + "1")
+	m.reapOrphans()
+	m.reapOrphans()
+	if !alive(running) {
+		t.Fatal("the orphan of a running job was ended")
+	}
+	j, err := m.Get(info.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Kill(protocol.ReasonManualCancel, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-j.Done()
+	waitEnded(running)
+
+	// A finished job's orphans: one takes SIGTERM, one ignores it (SIGKILL
+	// after the grace period); one without a mark is left alone.
+	// (The job's shell exits once they have left its group, which it would
+	// otherwise end with it; they are found before the job ends: the
+	// reaper may end them right after.)
+	fifo := filepath.Join(t.TempDir(), "go")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	info, err = m.Spawn(protocol.SpawnArgs{Shell: "setsid sleep 30" + tag + "3 & setsid sh -c 'trap \"\" TERM; exec sleep 30" + tag + "4' & env -u " + EnvJobID + " setsid sleep 30" + tag + "5 & read _ < " + fifo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	any := func(Process) bool { return true }
+	polite, stubborn, unmarked := find("30"+tag+"3", any), find("30"+tag+"4", any), find("30"+tag+"5", any)
+	if err := os.WriteFile(fifo, []byte("\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	child("30" + tag + "5") // (adopted once the shell exited: the reaper sees it)
+	if j, err = m.Get(info.JobID); err != nil {
+		t.Fatal(err)
+	}
+	<-j.Done()
+	waitEnded(polite)
+	waitEnded(stubborn)
+	m.reapOrphans()
+	if !alive(unmarked) {
+		t.Error("an orphan without a mark was ended")
+	}
+	if n := m.OrphansEnded(); n != 3 {
+		t.Errorf("OrphansEnded = %d, want 3", n)
+	}
+}
+
+// TestOrphanGroupHeld: a finished job's orphan that leads a group whose
+// other member ignores SIGTERM is kept unreaped (a zombie: its group's
+// number stays its own) until the grace period ends, then its group gets
+// SIGKILL and it is reaped.
+func TestOrphanGroupHeld(t *testing.T) {
+	m, fifo := orphanManager(t, 500*time.Millisecond)
+	info, err := m.Spawn(protocol.SpawnArgs{Shell: "setsid sh -c '(trap \"\" TERM; exec sleep 3071) & exec sleep 3072' & read _ < " + fifo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := findSleeping(t, "3072", func(p Process) bool { return p.Sid == p.Pid })
+	member := findSleeping(t, "3071", func(p Process) bool { return p.Pgid == leader })
+	release(t, fifo)
+	j, _ := m.Get(info.JobID)
+	<-j.Done()
+	start := time.Now()
+	deadline := start.Add(10 * time.Second)
+	sawHeld := false
+	for {
+		m.reapOrphans()
+		lp, lok := LookupProcess(leader)
+		mp, mok := LookupProcess(member)
+		memberAlive := mok && !mp.Zombie
+		if lok && lp.Zombie && memberAlive {
+			sawHeld = true
+			if time.Since(start) > 5*time.Second {
+				t.Fatal("held past the grace period")
+			}
+		}
+		if lok && !lp.Zombie && time.Since(start) > 5*time.Second {
+			t.Fatal("the orphan was not ended")
+		}
+		if !lok && !memberAlive {
+			break
+		}
+		if !lok && memberAlive && time.Since(start) < 500*time.Millisecond {
+			// (after the grace period its group got SIGKILL first: the
+			// member may still be dying)
+			t.Fatal("the group's leader was reaped within the grace period while its group lived on (its number could be reused)")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leader %v %+v, member %v %+v", lok, lp, mok, mp)
+		}
+		time.Sleep(10 * time.Millisecond) // the processes' ends: no event to wait on here
+	}
+	if !sawHeld {
+		t.Error("the leader was never seen held as a zombie while its group lived")
+	}
+}
+
+// TestOrphansEndedAtClose: Close ends what finished jobs left (the jobs it
+// ends itself included), waiting out the grace period for one that
+// ignores SIGTERM; with Close's context done, at once with SIGKILL.
+func TestOrphansEndedAtClose(t *testing.T) {
+	for _, hurry := range []bool{false, true} {
+		t.Run(map[bool]string{false: "grace", true: "hurry"}[hurry], func(t *testing.T) {
+			grace := 300 * time.Millisecond
+			if hurry {
+				grace = time.Minute
+			}
+			m, _ := orphanManager(t, grace)
+			// (adopted while its job runs: the subshell that started it exits)
+			if _, err := m.Spawn(protocol.SpawnArgs{Shell: "(setsid sh -c 'trap \"\" TERM; exec sleep 3081' &); exec sleep 3082"}); err != nil {
+				t.Fatal(err)
+			}
+			orphan := findSleeping(t, "3081", func(p Process) bool { return p.Sid == p.Pid && p.PPid == os.Getpid() })
+			ticks, _ := ProcStartTicks(orphan)
+			ctx := context.Background()
+			if hurry {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+				defer cancel()
+			}
+			start := time.Now()
+			m.Close(ctx)
+			if Identify(orphan, ticks, BootID()) == Ours {
+				t.Errorf("the job's orphan outlived Close")
+			}
+			if d := time.Since(start); hurry && d > 30*time.Second {
+				t.Errorf("Close in a hurry took %v", d)
+			}
+			if m.OrphansLeft() != 0 {
+				t.Errorf("OrphansLeft = %d", m.OrphansLeft())
+			}
+		})
+	}
+}
+
+// orphanManager returns a Manager with a mark, without cgroups, as child
+// subreaper (this test process, for the test), closed and the subreaper
+// turned off when the test ends; and a FIFO its jobs' shells can wait on
+// (see release).
+func orphanManager(t *testing.T, grace time.Duration) (*Manager, string) {
+	t.Helper()
+	m := New(Config{Grace: grace}, nil, nil, WithMark(fmt.Sprintf("orphans-%d-%d", os.Getpid(), time.Now().UnixNano())))
+	if err := m.EnableSubreaper(); err != nil {
+		m.Close(context.Background())
+		t.Skipf("cannot be a child subreaper here: %v", err)
+	}
+	t.Cleanup(func() {
+		m.Close(context.Background())
+		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	})
+	fifo := filepath.Join(t.TempDir(), "go")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return m, fifo
+}
+
+// release lets a job's shell waiting on fifo go on.
+func release(t *testing.T, fifo string) {
+	t.Helper()
+	if err := os.WriteFile(fifo, []byte("\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// findSleeping returns the process running "sleep <arg>" for which cond
+// holds, waiting for it (10 s at most), and SIGKILLs it when the test ends
+// if it is still that process.
+func findSleeping(t *testing.T, arg string, cond func(Process) bool) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var found []int
+		EachProcess(func(p Process) bool {
+			if !p.Zombie && cond(p) {
+				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid)); string(b) == "sleep\x00"+arg+"\x00" {
+					found = append(found, p.Pid)
+				}
+			}
+			return true
+		})
+		if len(found) == 1 {
+			pid := found[0]
+			ticks, _ := ProcStartTicks(pid)
+			t.Cleanup(func() {
+				if Identify(pid, ticks, BootID()) == Ours {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no process running sleep %s as wanted: %v", arg, found)
+		}
+		time.Sleep(5 * time.Millisecond) // forks, setsid and reparenting have no event to wait on
+	}
 }

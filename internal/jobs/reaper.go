@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -43,7 +44,7 @@ func (m *Manager) reapLoop() {
 	for {
 		select {
 		case <-m.stop:
-			m.reapOrphans()
+			m.endLastOrphans(m.stopCtx)
 			return
 		case <-t.C:
 			m.reapOrphans()
@@ -54,38 +55,249 @@ func (m *Manager) reapLoop() {
 // reapInterval is the period of the orphan reaping passes.
 const reapInterval = time.Second
 
-// reapOrphans reaps exited children that are not job leaders (those are
-// reaped by their job's waiter). The candidates are found without a lock;
-// the reaping itself holds the write lock, which excludes the window in
-// which a new leader exists but is not yet registered.
+// orphanSeen is what a pass learnt of a running orphan whose job ran:
+// its job (by its mark; "" without one), for that process (start ticks).
+type orphanSeen struct {
+	ticks uint64
+	job   string
+}
+
+// endingOrphan is an adopted orphan being ended: SIGTERM was sent, SIGKILL
+// follows at deadline.
+type endingOrphan struct {
+	ticks    uint64
+	deadline time.Time
+	killed   bool
+}
+
+// orphanAct is what a pass does to one child: signal it (its group if it
+// leads one), reap it, or both (SIGKILL to a held zombie's group first).
+type orphanAct struct {
+	pid   int
+	ticks uint64
+	group bool
+	sigs  []syscall.Signal
+	reap  bool
+}
+
+// reapOrphans is one reaper pass over the supervisor's children that are
+// not job leaders (those are reaped by their job's waiter): exited ones
+// are reaped, and running ones whose job has finished are ended (see
+// judgeOrphan). What to do is decided first, reading /proc and the jobs
+// (a process's environment may take long to read), without holding up
+// job starts; then, under reapMu's write lock (no leader is being started
+// meanwhile), each is checked again to be a child of ours that is no
+// leader, and the same process (start time), and acted on. Only reaper
+// passes reap such children (passMu orders them), so a pid seen a child
+// stays that child's until a pass reaps it.
 func (m *Manager) reapOrphans() {
-	var cands []int
+	m.passMu.Lock()
+	defer m.passMu.Unlock()
+	m.pass(true)
+}
+
+// reapZombies is a pass that only reaps exited children (a job's, after
+// its group is cleared), skipped when a full pass is under way.
+func (m *Manager) reapZombies() {
+	if !m.passMu.TryLock() {
+		return // (that pass reaps them)
+	}
+	defer m.passMu.Unlock()
+	m.pass(false)
+}
+
+// pass is a reaper pass (passMu held); full also ends orphans.
+func (m *Manager) pass(full bool) {
+	self := os.Getpid()
+	now := time.Now()
+	var acts []orphanAct
+	live := map[int]bool{}
 	for _, pid := range ownChildren() {
 		m.lmu.Lock()
 		_, leader := m.leaders[pid]
 		m.lmu.Unlock()
-		if !leader {
-			cands = append(cands, pid)
-		}
-	}
-	if len(cands) == 0 {
-		return
-	}
-	m.reapMu.Lock()
-	defer m.reapMu.Unlock()
-	for _, pid := range cands {
-		m.lmu.Lock()
-		_, leader := m.leaders[pid]
-		m.lmu.Unlock()
 		if leader {
-			continue // registered meanwhile: its waiter reaps it
+			continue
 		}
-		var ws syscall.WaitStatus
-		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && got == pid {
-			m.reaped.Add(1)
+		p, ok := LookupProcess(pid)
+		if !ok || p.PPid != self {
+			continue
+		}
+		ticks, err := ProcStartTicks(pid)
+		if err != nil {
+			continue
+		}
+		live[pid] = true
+		e := m.ending[pid]
+		if e != nil && e.ticks != ticks {
+			delete(m.ending, pid) // (another process now: that one was reaped)
+			e = nil
+		}
+		switch {
+		case p.Zombie && e != nil && p.Pgid == pid && groupAlive(pid):
+			// Its group outlives it: it stays unreaped (so the group's
+			// number cannot be anyone else's) until the group is ended.
+			if !e.killed && now.Before(e.deadline) && !m.hurry {
+				continue
+			}
+			acts = append(acts, orphanAct{pid: pid, ticks: ticks, group: true, sigs: []syscall.Signal{syscall.SIGKILL}, reap: true})
+		case p.Zombie:
+			acts = append(acts, orphanAct{pid: pid, ticks: ticks, reap: true})
+		case full:
+			if a, ok := m.judgeOrphan(pid, ticks, p, now); ok {
+				acts = append(acts, a)
+			}
+		}
+	}
+	if len(acts) > 0 {
+		m.reapMu.Lock()
+		for _, a := range acts {
+			m.lmu.Lock()
+			_, leader := m.leaders[a.pid]
+			m.lmu.Unlock()
+			p, ok := LookupProcess(a.pid)
+			if leader || !ok || p.PPid != self {
+				continue
+			}
+			if t, err := ProcStartTicks(a.pid); err != nil || t != a.ticks {
+				continue
+			}
+			for _, sig := range a.sigs {
+				if a.group && p.Pgid == a.pid {
+					_ = signalGroup(a.pid, sig)
+				} else {
+					_ = syscall.Kill(a.pid, sig)
+				}
+			}
+			if a.reap {
+				var ws syscall.WaitStatus
+				if got, err := syscall.Wait4(a.pid, &ws, syscall.WNOHANG, nil); err == nil && got == a.pid {
+					m.reaped.Add(1)
+					delete(m.ending, a.pid)
+					delete(m.orphans, a.pid)
+				}
+			}
+		}
+		m.reapMu.Unlock()
+	}
+	if full {
+		for pid := range m.orphans {
+			if !live[pid] {
+				delete(m.orphans, pid)
+			}
+		}
+		for pid := range m.ending {
+			if !live[pid] {
+				delete(m.ending, pid)
+			}
 		}
 	}
 }
+
+// judgeOrphan decides what becomes of running child pid, an orphan the
+// supervisor adopted as subreaper: a process that left its job's group (a
+// setsid, a daemon) and whose parent died. Without cgroups (which end
+// such processes with their job) and with a mark (WithMark), whose job id
+// it carries in its environment: if that job has finished, or is
+// forgotten, it gets SIGTERM and SIGCONT (to its group if it leads one),
+// then SIGKILL once the job's grace period has passed (at once when the
+// Manager is stopping in a hurry), as the job's group did. One without a
+// mark, or whose job still runs (a service's earlier runs included), is
+// left alone, and looked at again at the next pass.
+func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (orphanAct, bool) {
+	act := orphanAct{pid: pid, ticks: ticks, group: p.Pgid == pid}
+	if e := m.ending[pid]; e != nil {
+		if e.killed || (now.Before(e.deadline) && !m.hurry) {
+			return act, false
+		}
+		e.killed = true
+		act.sigs = []syscall.Signal{syscall.SIGKILL}
+		return act, true
+	}
+	if m.mark == "" || m.cgroups != nil {
+		return act, false
+	}
+	seen, ok := m.orphans[pid]
+	if !ok || seen.ticks != ticks {
+		seen = orphanSeen{ticks: ticks}
+		seen.job, _ = readMark(strconv.Itoa(pid), m.mark)
+		if m.orphans == nil {
+			m.orphans = map[int]orphanSeen{}
+		}
+		m.orphans[pid] = seen
+	}
+	if seen.job == "" {
+		return act, false
+	}
+	grace := m.cfg.Grace
+	if j, err := m.Get(seen.job); err == nil {
+		if !j.Finished() {
+			return act, false // its job runs: it ends with it, or after it
+		}
+		grace = j.grace
+	}
+	if m.ending == nil {
+		m.ending = map[int]*endingOrphan{}
+	}
+	e := &endingOrphan{ticks: ticks, deadline: now.Add(grace)}
+	m.ending[pid] = e
+	m.orphansEnded.Add(1)
+	m.log.Warn("ownership escape: a process a finished job left outside its group is terminated", "job", seen.job, "pid", pid, "pgid", p.Pgid)
+	if m.hurry {
+		e.killed = true
+		act.sigs = []syscall.Signal{syscall.SIGKILL}
+	} else {
+		act.sigs = []syscall.Signal{syscall.SIGTERM, syscall.SIGCONT}
+	}
+	return act, true
+}
+
+// endLastOrphans, as the Manager stops (its jobs ended), ends what they
+// left (judgeOrphan), and what that leaves to the subreaper in turn:
+// passes every 20 ms until nothing is being ended, for at most the grace
+// period and 5 s more. Once ctx (the caller of Close's) is done, it is in
+// a hurry: SIGKILL at once, and 5 s more at most. What is left then is
+// left running, counted in OrphansLeft.
+func (m *Manager) endLastOrphans(ctx context.Context) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	deadline := time.Now().Add(m.cfg.Grace + 5*time.Second)
+	for {
+		m.passMu.Lock()
+		if !m.hurry && ctx.Err() != nil {
+			m.hurry = true
+			if soon := time.Now().Add(5 * time.Second); soon.Before(deadline) {
+				deadline = soon
+			}
+		}
+		m.pass(true)
+		n := len(m.ending)
+		m.passMu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			m.orphansLeft.Store(int64(n))
+			m.log.Error("orphans of finished jobs still running as the supervisor stops", "count", n)
+			return
+		}
+		t := time.NewTimer(20 * time.Millisecond) // (a process's end has no event for us here)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// OrphansEnded counts adopted orphans of finished jobs ended by the
+// reaper (see judgeOrphan).
+func (m *Manager) OrphansEnded() uint64 { return m.orphansEnded.Load() }
+
+// OrphansLeft is how many orphans of finished jobs were still running
+// when the stopped Manager gave up on them (see endLastOrphans).
+func (m *Manager) OrphansLeft() int { return int(m.orphansLeft.Load()) }
 
 // ownChildren lists the supervisor's child processes: from
 // /proc/self/task/*/children (a few small files) where the kernel has

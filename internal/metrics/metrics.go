@@ -46,7 +46,7 @@ type Gauges struct {
 	EventsDropped, GapEvents                       func() float64
 	JournalWrites, JournalFailures, JournalCorrupt func() float64
 	IntentFailures                                 func() float64
-	OrphansReconciled, OrphansReaped               func() float64
+	OrphansReconciled, OrphansReaped, OrphansEnded func() float64
 	JobsForgotten                                  func() float64
 	FinishedBytes                                  func() float64
 	Subscribers                                    func() float64
@@ -110,6 +110,7 @@ func New(g Gauges) *Metrics {
 		cf("journal_intent_failures_total", "Job starts whose intent record (the journal's append-only companion) could not be written.", g.IntentFailures),
 		cf("orphans_reconciled_total", "Orphaned job process groups, job cgroups and marked processes (per job) of an earlier run terminated at start.", g.OrphansReconciled),
 		cf("orphans_reaped_total", "Orphaned descendants of jobs reaped by the supervisor as child subreaper.", g.OrphansReaped),
+		cf("orphans_ended_total", "Orphaned descendants of finished jobs (adopted as child subreaper, found by their job's mark; without cgroups) terminated.", g.OrphansEnded),
 		cf("jobs_forgotten_total", "Finished jobs forgotten before their retention period ended (--max-finished-jobs, --max-finished-output).", g.JobsForgotten),
 	)
 	// Pre-create the label values operators alert on, so they read 0, not absent.

@@ -528,9 +528,10 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	// (The socket files went with the listeners, if still theirs.)
-	if jerr == nil && !s.sweepLeft {
-		// Every job ended (and the start found none of an earlier run
-		// left): the next start has no leftovers to look for.
+	if jerr == nil && !s.sweepLeft && s.jobs.OrphansLeft() == 0 {
+		// Every job ended, and what they left outside their groups (that
+		// the supervisor adopted), and the start found none of an earlier
+		// run left: the next start has no leftovers to look for.
 		if err := s.lock.MarkStopped(); err != nil {
 			s.log.Warn("clean stop not noted in the lock file: the next start will look for leftover processes", "err", err)
 		}
@@ -1091,6 +1092,7 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		IntentFailures:    s.intentFailures,
 		OrphansReconciled: f(s.orphansReconciled.Load),
 		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
+		OrphansEnded:      func() float64 { return float64(s.jobs.OrphansEnded()) },
 		JobsForgotten:     func() float64 { return float64(s.jobs.Forgotten()) },
 		FinishedBytes:     func() float64 { _, b := s.jobs.FinishedRetained(); return float64(b) },
 		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },

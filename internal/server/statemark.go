@@ -41,7 +41,7 @@ func loadStateMark(dir string, renew bool) (mark, moved string, err error) {
 		}
 		fallthrough
 	case errors.Is(err, errNotRegular):
-		moved = path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
+		moved = path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000000000Z")
 		if rerr := os.Rename(path, moved); rerr != nil {
 			return "", "", fmt.Errorf("%s holds no state mark and cannot be moved aside: %w", path, rerr)
 		}
