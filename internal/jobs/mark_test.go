@@ -429,12 +429,13 @@ func TestOrphansOfFinishedJobsEnded(t *testing.T) {
 // SIGKILL and it is reaped.
 func TestOrphanGroupHeld(t *testing.T) {
 	m, fifo := orphanManager(t, 500*time.Millisecond)
-	info, err := m.Spawn(protocol.SpawnArgs{Shell: "setsid sh -c '(trap \"\" TERM; exec sleep 3071) & exec sleep 3072' & read _ < " + fifo})
+	a, b := sleepArg(), sleepArg()
+	info, err := m.Spawn(protocol.SpawnArgs{Shell: "setsid sh -c '(trap \"\" TERM; exec sleep " + a + ") & exec sleep " + b + "' & read _ < " + fifo})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader := findSleeping(t, "3072", func(p Process) bool { return p.Sid == p.Pid })
-	member := findSleeping(t, "3071", func(p Process) bool { return p.Pgid == leader })
+	leader := findSleeping(t, b, func(p Process) bool { return p.Sid == p.Pid })
+	member := findSleeping(t, a, func(p Process) bool { return p.Pgid == leader })
 	release(t, fifo)
 	j, _ := m.Get(info.JobID)
 	<-j.Done()
@@ -475,23 +476,30 @@ func TestOrphanGroupHeld(t *testing.T) {
 
 // TestOrphansEndedAtClose: Close ends what finished jobs left (the jobs it
 // ends itself included), waiting out the grace period for one that
-// ignores SIGTERM; with Close's context done, at once with SIGKILL.
+// ignores SIGTERM; with Close's context done, at once with SIGKILL; and
+// one whose job's grace runs past the Manager's gets SIGKILL when the
+// Manager's has passed.
 func TestOrphansEndedAtClose(t *testing.T) {
-	for _, hurry := range []bool{false, true} {
-		t.Run(map[bool]string{false: "grace", true: "hurry"}[hurry], func(t *testing.T) {
-			grace := 300 * time.Millisecond
-			if hurry {
-				grace = time.Minute
-			}
-			m, _ := orphanManager(t, grace)
+	for _, c := range []struct {
+		name           string
+		grace, jobWait time.Duration
+		hurry          bool
+	}{
+		{"grace", 300 * time.Millisecond, 0, false},
+		{"hurry", time.Minute, 0, true},
+		{"job-grace-longer", 300 * time.Millisecond, time.Minute, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, _ := orphanManager(t, c.grace)
+			arg := sleepArg()
 			// (adopted while its job runs: the subshell that started it exits)
-			if _, err := m.Spawn(protocol.SpawnArgs{Shell: "(setsid sh -c 'trap \"\" TERM; exec sleep 3081' &); exec sleep 3082"}); err != nil {
+			if _, err := m.Spawn(protocol.SpawnArgs{Shell: "(setsid sh -c 'trap \"\" TERM; exec sleep " + arg + "' &); exec sleep " + sleepArg(), GraceMs: c.jobWait.Milliseconds()}); err != nil {
 				t.Fatal(err)
 			}
-			orphan := findSleeping(t, "3081", func(p Process) bool { return p.Sid == p.Pid && p.PPid == os.Getpid() })
+			orphan := findSleeping(t, arg, func(p Process) bool { return p.Sid == p.Pid && p.PPid == os.Getpid() })
 			ticks, _ := ProcStartTicks(orphan)
 			ctx := context.Background()
-			if hurry {
+			if c.hurry {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
 				defer cancel()
@@ -501,14 +509,20 @@ func TestOrphansEndedAtClose(t *testing.T) {
 			if Identify(orphan, ticks, BootID()) == Ours {
 				t.Errorf("the job's orphan outlived Close")
 			}
-			if d := time.Since(start); hurry && d > 30*time.Second {
-				t.Errorf("Close in a hurry took %v", d)
+			if d := time.Since(start); d > 30*time.Second {
+				t.Errorf("Close took %v", d)
 			}
 			if m.OrphansLeft() != 0 {
 				t.Errorf("OrphansLeft = %d", m.OrphansLeft())
 			}
 		})
 	}
+}
+
+// sleepArg returns an argument for sleep that no other process has (a
+// test finds its processes by their command line).
+func sleepArg() string {
+	return fmt.Sprintf("30%d", 100000000+time.Now().UnixNano()%900000000)
 }
 
 // orphanManager returns a Manager with a mark, without cgroups, as child

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // EnableSubreaper makes the supervisor a child subreaper: descendants of
@@ -78,6 +80,10 @@ type orphanAct struct {
 	group bool
 	sigs  []syscall.Signal
 	reap  bool
+	// first: the first signals of an orphan being ended (of job's):
+	// counted and logged once sent.
+	first bool
+	job   string
 }
 
 // reapOrphans is one reaper pass over the supervisor's children that are
@@ -106,8 +112,9 @@ func (m *Manager) reapZombies() {
 	m.pass(false)
 }
 
-// pass is a reaper pass (passMu held); full also ends orphans.
-func (m *Manager) pass(full bool) {
+// pass is a reaper pass (passMu held); full also ends orphans. It
+// reports whether it signalled or reaped anything.
+func (m *Manager) pass(full bool) (acted bool) {
 	self := os.Getpid()
 	now := time.Now()
 	var acts []orphanAct
@@ -160,7 +167,15 @@ func (m *Manager) pass(full bool) {
 				continue
 			}
 			if t, err := ProcStartTicks(a.pid); err != nil || t != a.ticks {
+				if a.first {
+					delete(m.ending, a.pid)
+				}
 				continue
+			}
+			acted = true
+			if a.first {
+				m.orphansEnded.Add(1)
+				m.log.Warn("ownership escape: a process a finished job left outside its group is terminated", "job", a.job, "pid", a.pid, "pgid", p.Pgid, "signal", protocol.SignalName(a.sigs[0]))
 			}
 			for _, sig := range a.sigs {
 				if a.group && p.Pgid == a.pid {
@@ -192,6 +207,7 @@ func (m *Manager) pass(full bool) {
 			}
 		}
 	}
+	return acted
 }
 
 // judgeOrphan decides what becomes of running child pid, an orphan the
@@ -236,13 +252,19 @@ func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (
 		}
 		grace = j.grace
 	}
+	// Its mark again, now: it was read when the process was first seen,
+	// which may have been before it exec'd a program without it (env -u:
+	// let go).
+	if job, _ := readMark(strconv.Itoa(pid), m.mark); job != seen.job {
+		m.orphans[pid] = orphanSeen{ticks: ticks, job: job}
+		return act, false // (judged again at the next pass)
+	}
 	if m.ending == nil {
 		m.ending = map[int]*endingOrphan{}
 	}
 	e := &endingOrphan{ticks: ticks, deadline: now.Add(grace)}
 	m.ending[pid] = e
-	m.orphansEnded.Add(1)
-	m.log.Warn("ownership escape: a process a finished job left outside its group is terminated", "job", seen.job, "pid", pid, "pgid", p.Pgid)
+	act.first, act.job = true, seen.job
 	if m.hurry {
 		e.killed = true
 		act.sigs = []syscall.Signal{syscall.SIGKILL}
@@ -254,30 +276,32 @@ func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (
 
 // endLastOrphans, as the Manager stops (its jobs ended), ends what they
 // left (judgeOrphan), and what that leaves to the subreaper in turn:
-// passes every 20 ms until nothing is being ended, for at most the grace
-// period and 5 s more. Once ctx (the caller of Close's) is done, it is in
-// a hurry: SIGKILL at once, and 5 s more at most. What is left then is
-// left running, counted in OrphansLeft.
+// passes every 20 ms until one finds nothing being ended and does
+// nothing. After the grace period (or at once when ctx, the caller of
+// Close's, is done) it is in a hurry: SIGKILL to all, and 5 s more at
+// most for them to die. What is left then is left running, counted in
+// OrphansLeft.
 func (m *Manager) endLastOrphans(ctx context.Context) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	deadline := time.Now().Add(m.cfg.Grace + 5*time.Second)
+	hurryAt := time.Now().Add(m.cfg.Grace)
+	var deadline time.Time // (set when in a hurry)
 	for {
 		m.passMu.Lock()
-		if !m.hurry && ctx.Err() != nil {
+		if !m.hurry && (ctx.Err() != nil || !time.Now().Before(hurryAt)) {
 			m.hurry = true
-			if soon := time.Now().Add(5 * time.Second); soon.Before(deadline) {
-				deadline = soon
-			}
 		}
-		m.pass(true)
+		if m.hurry && deadline.IsZero() {
+			deadline = time.Now().Add(5 * time.Second)
+		}
+		acted := m.pass(true)
 		n := len(m.ending)
 		m.passMu.Unlock()
-		if n == 0 {
+		if n == 0 && !acted {
 			return
 		}
-		if time.Now().After(deadline) {
+		if !deadline.IsZero() && time.Now().After(deadline) {
 			m.orphansLeft.Store(int64(n))
 			m.log.Error("orphans of finished jobs still running as the supervisor stops", "count", n)
 			return

@@ -360,7 +360,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	// From here on this run may leave processes behind: its crash must
 	// not pass for the previous run's clean stop.
 	if err := s.lock.ClearStopped(); err != nil {
-		s.log.Error("the previous run's clean stop could not be cleared from the lock file: if this run crashes, the next start will not look for the processes it left running", "err", err)
+		return fmt.Errorf("--state-dir: the previous run's clean stop cannot be cleared from its lock file (a crash of this run would pass for a clean stop, and what it left running would not be looked for): %w", err)
 	}
 	s.resumeServices(resume) // (each run is journaled before it starts: BeforeServiceRun)
 	s.writeJournal(false)
@@ -1116,17 +1116,14 @@ const cgroupBasePrefix = "exec-supervisor-"
 // one per state directory, however it is spelled (relative, through a
 // symlink, with a trailing slash: a restart that spelled it otherwise
 // looked for the leftovers of its previous run in another base).
-func cgroupBaseName(dir string) string { return legacyCgroupBaseName(canonicalDir(dir)) }
-
-// canonicalDir spells dir one way: absolute, symlinks resolved.
-func canonicalDir(dir string) string {
+func cgroupBaseName(dir string) string {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
-	return dir
+	return legacyCgroupBaseName(dir)
 }
 
 // legacyCgroupBaseName is the base name versions before cgroupBaseName
