@@ -2614,6 +2614,22 @@ func unrecordedSpawnEnded(t *testing.T, noCgroups bool, flags []string) {
 	}
 }
 
+// spawnEscapee spawns through s a job whose shell starts a process that
+// leaves its group for a session of its own (setsid) and waits; it
+// returns the job and that process's pid (both killed when the test ends
+// if still there).
+func spawnEscapee(t *testing.T, s *sup) (protocol.JobInfo, int) {
+	t.Helper()
+	j, err := s.client.Spawn(ctxFor(t, 30*time.Second), protocol.SpawnArgs{Shell: "setsid sleep 300 & wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+	escaped := waitEscaped(t, j.Pgid, j.Pid, 1)
+	killLater(t, escaped)
+	return j, escaped
+}
+
 // killLater SIGKILLs pid when the test ends if it is still the process it
 // is now (its pid may be another's by then).
 func killLater(t *testing.T, pid int) {
@@ -2660,13 +2676,7 @@ func TestEscapedDescendantEndedAfterCrash(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t, "--no-cgroups")
 	ctx := ctxFor(t, 60*time.Second)
-	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "setsid sleep 300 & wait"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
-	escaped := waitEscaped(t, j.Pgid, j.Pid, 1)
-	killLater(t, escaped)
+	j, escaped := spawnEscapee(t, s)
 	waitJournal(t, filepath.Join(e.state, "journal.json"), "the job", func(f *journal.File) bool {
 		return slices.ContainsFunc(f.Jobs, func(r journal.Record) bool { return r.JobID == j.JobID })
 	})
@@ -2693,14 +2703,7 @@ func TestEscapedDescendantEndedAfterCrash(t *testing.T) {
 func TestMarkSweepOnlyAfterCrash(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t, "--no-cgroups")
-	ctx := ctxFor(t, 60*time.Second)
-	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "setsid sleep 300 & wait"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
-	escaped := waitEscaped(t, j.Pgid, j.Pid, 1)
-	killLater(t, escaped)
+	_, escaped := spawnEscapee(t, s)
 	ticks, _ := jobs.ProcStartTicks(escaped)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done

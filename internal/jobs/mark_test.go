@@ -311,47 +311,13 @@ func groupPids(pgid int) []int {
 // mark in its environment; while its job runs it is left alone, and so is
 // one without a mark.
 func TestOrphansOfFinishedJobsEnded(t *testing.T) {
-	state := fmt.Sprintf("orphans-%d-%d", os.Getpid(), time.Now().UnixNano())
-	m := New(Config{Grace: 300 * time.Millisecond}, nil, nil, WithMark(state))
-	if err := m.EnableSubreaper(); err != nil {
-		m.Close(context.Background())
-		t.Skipf("cannot be a child subreaper here: %v", err)
-	}
-	t.Cleanup(func() {
-		m.Close(context.Background())
-		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-	})
+	m, fifo := orphanManager(t, 300*time.Millisecond)
 	tag := strconv.FormatInt(time.Now().UnixNano()%1000000, 10)
 	// The process running sleep <arg> that left its job's group (it leads
 	// a session of its own), with cond.
 	find := func(arg string, cond func(Process) bool) int {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var found []int
-			EachProcess(func(p Process) bool {
-				if p.Sid == p.Pid && !p.Zombie && cond(p) {
-					if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid)); string(b) == "sleep\x00"+arg+"\x00" {
-						found = append(found, p.Pid)
-					}
-				}
-				return true
-			})
-			if len(found) == 1 {
-				pid := found[0]
-				ticks, _ := ProcStartTicks(pid)
-				t.Cleanup(func() {
-					if Identify(pid, ticks, BootID()) == Ours {
-						_ = syscall.Kill(pid, syscall.SIGKILL)
-					}
-				})
-				return pid
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no process running sleep %s in a session of its own: %v", arg, found)
-			}
-			time.Sleep(5 * time.Millisecond) // forks, setsid and reparenting have no event to wait on
-		}
+		return findSleeping(t, arg, func(p Process) bool { return p.Sid == p.Pid && cond(p) })
 	}
 	adopted := func(p Process) bool { return p.PPid == os.Getpid() }
 	child := func(arg string) int { return find(arg, adopted) }
@@ -394,19 +360,13 @@ func TestOrphansOfFinishedJobsEnded(t *testing.T) {
 	// (The job's shell exits once they have left its group, which it would
 	// otherwise end with it; they are found before the job ends: the
 	// reaper may end them right after.)
-	fifo := filepath.Join(t.TempDir(), "go")
-	if err := unix.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	info, err = m.Spawn(protocol.SpawnArgs{Shell: "setsid sleep 30" + tag + "3 & setsid sh -c 'trap \"\" TERM; exec sleep 30" + tag + "4' & env -u " + EnvJobID + " setsid sleep 30" + tag + "5 & read _ < " + fifo})
 	if err != nil {
 		t.Fatal(err)
 	}
 	any := func(Process) bool { return true }
 	polite, stubborn, unmarked := find("30"+tag+"3", any), find("30"+tag+"4", any), find("30"+tag+"5", any)
-	if err := os.WriteFile(fifo, []byte("\n"), 0); err != nil {
-		t.Fatal(err)
-	}
+	release(t, fifo)
 	child("30" + tag + "5") // (adopted once the shell exited: the reaper sees it)
 	if j, err = m.Get(info.JobID); err != nil {
 		t.Fatal(err)
