@@ -293,7 +293,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	grace := fs.Duration("grace", 0, "SIGTERM-to-SIGKILL grace (default: the supervisor's --grace)")
 	cwd := fs.String("cwd", "", "working directory")
 	env := fs.StringArray("env", nil, "K=V added to the environment (repeatable)")
-	clearEnv := fs.Bool("clear-env", false, "start from an empty environment instead of the supervisor's")
+	clearEnv := fs.Bool("clear-env", false, "start from an empty environment instead of the supervisor's (the job still gets EXEC_SUPERVISOR_JOB_ID and EXEC_SUPERVISOR_STATE_ID)")
 	shell := fs.String("shell", "", "run this command string with /bin/sh -c")
 	labels := fs.StringArray("label", nil, "K=V label (repeatable)")
 	session := fs.String("session", "", "session id to group jobs")
