@@ -118,12 +118,21 @@ func ownCgroup() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read own cgroup: %w", err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			return p, nil
-		}
+	if p, ok := UnifiedPath(b); ok {
+		return p, nil
 	}
 	return "", errors.New("the supervisor is in no cgroup v2")
+}
+
+// UnifiedPath returns the cgroup v2 path ("0::/path") of a
+// /proc/<pid>/cgroup file's content; false when it names none.
+func UnifiedPath(b []byte) (string, bool) {
+	for line := range strings.Lines(string(b)) {
+		if p, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), "0::"); ok {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // Cgroup is one job's cgroup.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 )
 
 // The variables of a job's mark (see WithMark): its job id, and the mark
@@ -66,7 +68,7 @@ const maxMarkedEnviron = 8 << 20
 // it), that run with exactly this process's user ids (real, effective,
 // saved and filesystem: a set-user-id program started with a forged mark,
 // or anything of another user, is never taken), and that are in this
-// process's cgroup or below it, or below one of cgroups (cgroup v2 paths
+// process's cgroup or below it, or below one of within (cgroup v2 paths
 // as /proc/<pid>/cgroup gives them; see newCgroupScope for a process in the
 // root): what a job moved elsewhere (systemd-run, a service manager that
 // imported its environment, atd) is not taken. This process, its
@@ -77,21 +79,20 @@ const maxMarkedEnviron = 8 << 20
 // does to read command lines: a process stuck in the kernel with that
 // lock held (a page fault on a hung network filesystem) holds the scan
 // up until it is released.
-func FindMarked(stateID string, cgroups ...string) ([]MarkedProcess, error) {
+func FindMarked(stateID string, within ...string) ([]MarkedProcess, error) {
 	if stateID == "" {
 		return nil, nil
 	}
-	self := os.Getpid()
 	ids, err := userIDs("self")
 	if err != nil {
 		return nil, fmt.Errorf("read this process's user ids: %w", err)
 	}
-	scope, err := newCgroupScope(cgroups)
+	scope, err := newCgroupScope(within)
 	if err != nil {
 		return nil, fmt.Errorf("read this process's cgroup: %w", err)
 	}
-	skip := map[int]bool{self: true}
-	for _, pid := range ancestors() {
+	skip := map[int]bool{}
+	for _, pid := range ancestors() { // (this process first)
 		skip[pid] = true
 	}
 	var out []MarkedProcess
@@ -134,22 +135,12 @@ func newCgroupScope(extra []string) (cgroupScope, error) {
 		return cgroupScope{}, err
 	}
 	s := cgroupScope{under: extra}
-	if own, ok := unifiedCgroup(b); ok && own != "/" && own != "" {
+	if own, ok := cgroups.UnifiedPath(b); ok && own != "/" && own != "" {
 		s.under = append(s.under, own)
 	} else {
 		s.exact = string(b)
 	}
 	return s, nil
-}
-
-// unifiedCgroup returns the cgroup v2 path of a /proc/<pid>/cgroup file.
-func unifiedCgroup(b []byte) (string, bool) {
-	for line := range strings.Lines(string(b)) {
-		if p, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), "0::"); ok {
-			return p, true
-		}
-	}
-	return "", false
 }
 
 // holds reports whether process pid is within the scope.
@@ -161,7 +152,7 @@ func (s cgroupScope) holds(pid string) bool {
 	if s.exact != "" && string(b) == s.exact {
 		return true
 	}
-	cg, ok := unifiedCgroup(b)
+	cg, ok := cgroups.UnifiedPath(b)
 	if !ok {
 		return false
 	}

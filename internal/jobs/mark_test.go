@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -165,7 +166,7 @@ func TestCgroupScope(t *testing.T) {
 	if !(cgroupScope{exact: string(b)}).holds(self) || (cgroupScope{exact: "0::/other\n"}).holds(self) {
 		t.Error("the exact-file scope")
 	}
-	own, ok := unifiedCgroup(b)
+	own, ok := cgroups.UnifiedPath(b)
 	if !ok {
 		t.Skip("no cgroup v2 here: the scope is the exact cgroup file")
 	}

@@ -153,19 +153,36 @@ func EachProcess(fn func(Process) bool) {
 
 // LookupProcess reads one process's entry; false when there is none.
 func LookupProcess(pid int) (Process, bool) {
+	p, _, ok := readProcess(pid)
+	return p, ok
+}
+
+// lookupTicks is LookupProcess with the process's start ticks (see
+// ProcStartTicks), from one read; false when either is missing.
+func lookupTicks(pid int) (Process, uint64, bool) {
+	p, f, ok := readProcess(pid)
+	if !ok || len(f) < 20 {
+		return Process{}, 0, false
+	}
+	ticks, err := strconv.ParseUint(f[19], 10, 64)
+	return p, ticks, err == nil
+}
+
+// readProcess reads one process's entry and its stat fields (statFields).
+func readProcess(pid int) (Process, []string, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return Process{}, false
+		return Process{}, nil, false
 	}
 	f, ok := statFields(b)
 	if !ok {
-		return Process{}, false
+		return Process{}, nil, false
 	}
 	p := Process{Pid: pid, Zombie: f[0] == "Z" || f[0] == "X"}
 	p.PPid, _ = strconv.Atoi(f[1])
 	p.Pgid, _ = strconv.Atoi(f[2])
 	p.Sid, _ = strconv.Atoi(f[3])
-	return p, true
+	return p, f, true
 }
 
 // procEntry is one process as /proc/<pid>/stat describes it. f holds the

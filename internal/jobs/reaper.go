@@ -126,12 +126,8 @@ func (m *Manager) pass(full bool) (acted bool) {
 		if leader {
 			continue
 		}
-		p, ok := LookupProcess(pid)
+		p, ticks, ok := lookupTicks(pid)
 		if !ok || p.PPid != self {
-			continue
-		}
-		ticks, err := ProcStartTicks(pid)
-		if err != nil {
 			continue
 		}
 		live[pid] = true
@@ -162,11 +158,11 @@ func (m *Manager) pass(full bool) (acted bool) {
 			m.lmu.Lock()
 			_, leader := m.leaders[a.pid]
 			m.lmu.Unlock()
-			p, ok := LookupProcess(a.pid)
+			p, t, ok := lookupTicks(a.pid)
 			if leader || !ok || p.PPid != self {
 				continue
 			}
-			if t, err := ProcStartTicks(a.pid); err != nil || t != a.ticks {
+			if t != a.ticks {
 				if a.first {
 					delete(m.ending, a.pid)
 				}
@@ -234,7 +230,8 @@ func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (
 		return act, false
 	}
 	seen, ok := m.orphans[pid]
-	if !ok || seen.ticks != ticks {
+	fresh := !ok || seen.ticks != ticks
+	if fresh {
 		seen = orphanSeen{ticks: ticks}
 		seen.job, _ = readMark(strconv.Itoa(pid), m.mark)
 		if m.orphans == nil {
@@ -252,12 +249,13 @@ func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (
 		}
 		grace = j.grace
 	}
-	// Its mark again, now: it was read when the process was first seen,
-	// which may have been before it exec'd a program without it (env -u:
-	// let go).
-	if job, _ := readMark(strconv.Itoa(pid), m.mark); job != seen.job {
-		m.orphans[pid] = orphanSeen{ticks: ticks, job: job}
-		return act, false // (judged again at the next pass)
+	// Its mark again, now, if it was read at an earlier pass: before, it
+	// may have exec'd a program without it (env -u: let go).
+	if !fresh {
+		if job, _ := readMark(strconv.Itoa(pid), m.mark); job != seen.job {
+			m.orphans[pid] = orphanSeen{ticks: ticks, job: job}
+			return act, false // (judged again at the next pass)
+		}
 	}
 	if m.ending == nil {
 		m.ending = map[int]*endingOrphan{}
@@ -306,10 +304,14 @@ func (m *Manager) endLastOrphans(ctx context.Context) {
 			m.log.Error("orphans of finished jobs still running as the supervisor stops", "count", n)
 			return
 		}
+		var hurry <-chan struct{} // (once in a hurry, ctx no longer wakes the loop)
+		if deadline.IsZero() {
+			hurry = ctx.Done()
+		}
 		t := time.NewTimer(20 * time.Millisecond) // (a process's end has no event for us here)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
+		case <-hurry:
 			t.Stop()
 		}
 	}

@@ -1119,7 +1119,6 @@ func (s *Server) sweepMarked(doc *journal.File) map[string]int {
 	if s.cgroupBase != nil {
 		within = append(within, s.cgroupBase.Path)
 	}
-	per := map[string]int{}
 	var ended []jobs.MarkedProcess
 	seen := map[jobs.ProcID]bool{}
 	killed := false
@@ -1166,6 +1165,7 @@ func (s *Server) sweepMarked(doc *journal.File) map[string]int {
 			known[r.JobID] = r
 		}
 	}
+	per := map[string]int{}
 	var unrecorded, finished []string
 	for _, p := range ended {
 		if per[p.JobID] == 0 {

@@ -47,7 +47,7 @@ type Server struct {
 	cgroupBase *cgroups.Base
 	cgroupNote string
 	// mark is the state directory's mark, in every job's environment
-	// (stateMark): how a restart finds what an earlier run left running.
+	// (loadStateMark): how a restart finds what an earlier run left running.
 	mark string
 	// sweepLeft: the start's sweep (sweepMarked) could not end, or look
 	// for, everything an earlier run left: this run's stop is not clean.

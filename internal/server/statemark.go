@@ -32,15 +32,13 @@ const stateMarkFile = "state-id"
 func loadStateMark(dir string, renew bool) (mark, moved string, err error) {
 	path := filepath.Join(dir, stateMarkFile)
 	b, err := readRegular(path)
+	id := strings.TrimSpace(string(b))
 	switch {
-	case err == nil:
-		if id := strings.TrimSpace(string(b)); validStateMark(id) && !renew {
+	case err == nil && validStateMark(id):
+		if !renew {
 			return id, "", nil
-		} else if validStateMark(id) {
-			break
 		}
-		fallthrough
-	case errors.Is(err, errNotRegular):
+	case err == nil, errors.Is(err, errNotRegular):
 		moved = path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000000000Z")
 		if rerr := os.Rename(path, moved); rerr != nil {
 			return "", "", fmt.Errorf("%s holds no state mark and cannot be moved aside: %w", path, rerr)
