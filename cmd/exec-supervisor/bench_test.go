@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -35,8 +36,11 @@ import (
 // With ES_COMPARE_BIN set to another build of the supervisor (say, of an
 // earlier commit), it runs in the same rounds too, on both paths:
 // cmp-ratio, cmp-wait-ratio, cmp-sup-cpu-µs, cmp-wait-sup-cpu-µs,
-// cmp-sup-cs, cmp-wait-sup-cs. Same-run comparison is the only kind that
-// holds on a shared machine.
+// cmp-sup-cs, cmp-wait-sup-cs. ES_COMPARE_BIN=self compares this build
+// with itself, and ES_COMPARE_ARGS (space-separated) adds flags to the
+// compared supervisors: ES_COMPARE_BIN=self ES_COMPARE_ARGS=--cpu-home=false
+// measures what --cpu-home does. Same-run comparison is the only kind
+// that holds on a shared machine.
 func BenchmarkSpawnTrueBinary(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "exec-supervisor")
@@ -49,8 +53,12 @@ func BenchmarkSpawnTrueBinary(b *testing.B) {
 	var cmpEvt string
 	var cmpPid, cmpWaitPid int
 	if cmp := os.Getenv("ES_COMPARE_BIN"); cmp != "" {
-		cmpC, cmpEvt, cmpPid = startBinary(b, cmp, filepath.Join(dir, "c"))
-		cmpWaits, _, cmpWaitPid = startBinary(b, cmp, filepath.Join(dir, "d"))
+		if cmp == "self" {
+			cmp = bin
+		}
+		extra := strings.Fields(os.Getenv("ES_COMPARE_ARGS"))
+		cmpC, cmpEvt, cmpPid = startBinary(b, cmp, filepath.Join(dir, "c"), extra...)
+		cmpWaits, _, cmpWaitPid = startBinary(b, cmp, filepath.Join(dir, "d"), extra...)
 	}
 	for _, par := range []int{1, 8} {
 		b.Run(map[int]string{1: "concurrency=1", 8: "concurrency=8"}[par], func(b *testing.B) {
@@ -119,13 +127,13 @@ func usage(b *testing.B, pids []int) []proctest.ProcUsage {
 // startBinary runs the supervisor binary with its defaults on sockets and
 // state in dir, stopped when b ends, and returns a client of it, its
 // event address and its pid.
-func startBinary(b *testing.B, bin, dir string) (*client.Client, string, int) {
+func startBinary(b *testing.B, bin, dir string, extra ...string) (*client.Client, string, int) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
 	ctl, evt := "ipc://"+filepath.Join(dir, "c.sock"), "ipc://"+filepath.Join(dir, "e.sock")
-	cmd := exec.Command(bin, "--control", ctl, "--event", evt, "--state-dir", filepath.Join(dir, "state"),
-		"--metrics-addr", "", "--max-jobs", "1000", "--event-hwm", "100000", "--log-level", "error")
+	cmd := exec.Command(bin, append([]string{"--control", ctl, "--event", evt, "--state-dir", filepath.Join(dir, "state"),
+		"--metrics-addr", "", "--max-jobs", "1000", "--event-hwm", "100000", "--log-level", "error"}, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

@@ -75,6 +75,7 @@ func startSupervisorWith(t *testing.T, tweak func(*server.Config)) *supervisor {
 	cfg.Event = "ipc://" + filepath.Join(dir, "e.sock")
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.MetricsAddr = ""
+	cfg.CPUHome = false // (per process: this one runs several servers, and its tests)
 	cfg.Jobs.MergeInterval = 20 * time.Millisecond
 	cfg.Jobs.Grace = 2 * time.Second
 	cfg.HeartbeatInterval = 200 * time.Millisecond

@@ -752,7 +752,7 @@ func (j *Job) start() error {
 		env, err = j.openNotify(env, runDone, runStarted)
 	}
 	var l *launch
-	var files procFiles
+	files := procFiles{out: [2]int{-1, -1}, outW: [2]int{-1, -1}}
 	if err == nil {
 		l, files, err = j.prepare(argv, env)
 	}
@@ -777,7 +777,7 @@ func (j *Job) start() error {
 	if err == nil {
 		// The reaper must not see this leader's zombie before it is known.
 		j.m.reapMu.RLock()
-		p, err = l.start(j.m.pidfds, &j.m.waitSlots, j.m.tickNanos.Load())
+		p, err = l.start(j.m.pidfds, &j.m.waitSlots, j.m.tickNanos.Load(), j.m.forkAround)
 		if err != nil {
 			err = fmt.Errorf("start %s: %w", quoteClip(argv[0]), err)
 		} else {
@@ -786,7 +786,13 @@ func (j *Job) start() error {
 		j.m.reapMu.RUnlock()
 	}
 	// The child has its copies; ours of its ends must go so that EOF
-	// arrives when the child's side closes.
+	// arrives when the child's side closes. Except the output pipes' write
+	// ends when runLoop waits for this run: it keeps them until the
+	// process has exited (see runLoop).
+	held := [2]int{-1, -1}
+	if err == nil && files.pipes && p.slots != nil {
+		held, files.outW = files.outW, [2]int{-1, -1}
+	}
 	files.closeChild()
 	if err != nil {
 		j.mu.Lock()
@@ -855,7 +861,7 @@ func (j *Job) start() error {
 		// pipes and reaps it (see runLoop).
 		out := files.out
 		j.m.wg.Add(1)
-		j.m.runners.run(func() { j.runLoop(p, out) })
+		j.m.runners.run(func() { j.runLoop(p, out, held) })
 	} else {
 		readers := files.parent // a terminal's master: stream 0
 		if files.pipes {
@@ -905,7 +911,9 @@ type procFiles struct {
 	// out are the read ends of the stdout and stderr pipes, when pipes is
 	// set (not for a terminal): non-blocking plain descriptors, read by
 	// runLoop or made *os.File (in Go's netpoller) for readLoop.
-	out   [2]int
+	out [2]int
+	// outW are the child's ends of those pipes, when pipes is set.
+	outW  [2]int
 	pipes bool
 }
 
@@ -956,6 +964,12 @@ func (f *procFiles) closeChild() {
 	for _, fd := range f.childFds {
 		syscall.Close(fd)
 	}
+	for i, fd := range f.outW {
+		if f.pipes && fd >= 0 {
+			syscall.Close(fd)
+			f.outW[i] = -1
+		}
+	}
 	for _, c := range f.childFiles {
 		c.Close()
 	}
@@ -963,7 +977,7 @@ func (f *procFiles) closeChild() {
 }
 
 func (j *Job) prepare(argv, env []string) (*launch, procFiles, error) {
-	files := procFiles{out: [2]int{-1, -1}, pipes: true}
+	files := procFiles{out: [2]int{-1, -1}, outW: [2]int{-1, -1}, pipes: true}
 	path, err := lookPath(argv[0], envLookup(env, "PATH"))
 	if err != nil {
 		return nil, files, err
@@ -1015,7 +1029,7 @@ func (j *Job) prepare(argv, env []string) (*launch, procFiles, error) {
 			return nil, files, fmt.Errorf("create output pipe: %w", err)
 		}
 		files.out[i-1] = r
-		files.childFds = append(files.childFds, w)
+		files.outW[i-1] = w
 		l.stdio[i] = w
 	}
 	return l, files, nil
@@ -1099,7 +1113,7 @@ func setWinsize(ptmx *os.File, rows, cols uint16) error {
 // preparePTY sets up a terminal: the child gets the slave side as stdin,
 // stdout and stderr, in a session of its own with it as controlling tty.
 func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, error) {
-	var files procFiles
+	files := procFiles{out: [2]int{-1, -1}, outW: [2]int{-1, -1}}
 	ptmx, tty, err := openPTY()
 	if err != nil {
 		return nil, files, fmt.Errorf("open pty: %w", err)
@@ -1596,8 +1610,24 @@ func (j *Job) waitLoop() {
 // process has exited and what it wrote before has been read (a descendant
 // holds them) go to readLoops, which read on while the rest of the group
 // is cleared, and drain waits for them as it does for any run.
-func (j *Job) runLoop(p *proc, out [2]int) {
+//
+// held are our copies of the pipes' write ends, kept open until the
+// process has exited (or the pipes are handed off): the end of a process
+// closes its descriptors before it makes its pidfd readable, so without
+// them each exit woke this thread three times (each pipe's end, then the
+// exit), each time taking the CPU from the exiting process, where with
+// them it wakes once, to find the pipes ended already.
+func (j *Job) runLoop(p *proc, out, held [2]int) {
 	defer j.m.wg.Done()
+	release := func() {
+		for i, fd := range held {
+			if fd >= 0 {
+				syscall.Close(fd)
+				held[i] = -1
+			}
+		}
+	}
+	defer release()
 	pidfd := p.rawfd
 	fds := [3]unix.PollFd{
 		{Fd: int32(out[0]), Events: unix.POLLIN},
@@ -1614,6 +1644,7 @@ func (j *Job) runLoop(p *proc, out [2]int) {
 	// readersDone when they are done).
 	handedOff := false
 	handOff := func() {
+		release() // (else they never end)
 		handedOff = true
 		var files [2]*os.File
 		for i := range 2 {
@@ -1651,6 +1682,7 @@ func (j *Job) runLoop(p *proc, out [2]int) {
 		// them, only its exit is left to wait for.)
 		polling = fds[2].Revents == 0 && open > 0
 	}
+	release() // (its exit, or a hand-off, was seen: what follows reads to EOF)
 	if !handedOff {
 		exited := fds[2].Revents != 0
 		if !exited {

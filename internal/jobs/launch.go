@@ -127,7 +127,9 @@ func pidfdsWork() bool {
 // time is stamped in between, so when both reads are in the same tick,
 // that tick is the process's start time in /proc (proc.startTicks),
 // known without reading /proc (five system calls on the spawn path).
-func (l *launch) start(withPidfd bool, slots *atomic.Int32, tick int64) (*proc, error) {
+//
+// around, when not nil, runs the fork and exec (see WithForkAround).
+func (l *launch) start(withPidfd bool, slots *atomic.Int32, tick int64, around func(fork func())) (*proc, error) {
 	pidfd := -1
 	if withPidfd {
 		l.sys.PidFD = &pidfd
@@ -138,7 +140,13 @@ func (l *launch) start(withPidfd bool, slots *atomic.Int32, tick int64) (*proc, 
 	if tick > 0 {
 		before = bootNanos()
 	}
-	pid, err := syscall.ForkExec(l.path, l.argv, attr)
+	var pid int
+	var err error
+	if around != nil {
+		around(func() { pid, err = syscall.ForkExec(l.path, l.argv, attr) })
+	} else {
+		pid, err = syscall.ForkExec(l.path, l.argv, attr)
+	}
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: l.path, Err: err}
 	}

@@ -223,6 +223,8 @@ type Manager struct {
 	// the executable that applies rlimits before exec (see internal/limits).
 	notifyDir    string
 	limitsHelper string
+	// forkAround runs each fork and exec (WithForkAround), when set.
+	forkAround func(fork func())
 
 	// Subreaper state: reapMu excludes the reaper while a leader is being
 	// started; leaders are the job processes their waiters will reap.
@@ -316,6 +318,14 @@ func WithLimitsHelper(path string) Option { return func(m *Manager) { m.limitsHe
 
 // WithHooks installs lifecycle observers.
 func WithHooks(h Hooks) Option { return func(m *Manager) { m.hooks = h } }
+
+// WithForkAround has every job's fork and exec run by around (which must
+// call fork once): the supervisor's CPU placement (internal/cpuhome)
+// makes sure that way that the child starts with the process's whole CPU
+// set whatever CPU the forking thread is kept on.
+func WithForkAround(around func(fork func())) Option {
+	return func(m *Manager) { m.forkAround = around }
+}
 
 // supervisorOnlyEnv are variables of the supervisor's environment that
 // describe the supervisor to its service manager (systemd's notify

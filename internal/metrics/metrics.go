@@ -52,6 +52,10 @@ type Gauges struct {
 	Subscribers                                    func() float64
 	HeldWaits                                      func() float64
 	PacedJobs                                      func() float64
+	// CPUHome is the CPU the supervisor's threads are kept on (-1: none);
+	// CPUHomeChanges counts placements by kind: pinned, moved, spread.
+	CPUHome        func() float64
+	CPUHomeChanges func(to string) float64
 }
 
 // New builds the collectors and registers them, with the Go and process
@@ -111,8 +115,14 @@ func New(g Gauges) *Metrics {
 		cf("orphans_reconciled_total", "Orphaned job process groups, job cgroups and marked processes (per job) of an earlier run terminated at start.", g.OrphansReconciled),
 		cf("orphans_reaped_total", "Orphaned descendants of jobs reaped by the supervisor as child subreaper.", g.OrphansReaped),
 		cf("orphans_ended_total", "Orphaned descendants of finished jobs (adopted as child subreaper, found by their job's mark; without cgroups) terminated.", g.OrphansEnded),
+		gf("cpu_home", "CPU the supervisor's own threads are kept on while it is quiet; -1 while they are spread over every CPU (busy, crowded, or --cpu-home=false). Jobs always start with every CPU.", g.CPUHome),
 		cf("jobs_forgotten_total", "Finished jobs forgotten before their retention period ended (--max-finished-jobs, --max-finished-output).", g.JobsForgotten),
 	)
+	for _, to := range []string{"pinned", "moved", "spread"} {
+		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "cpu_home_changes_total",
+			Help:        "Placements of the supervisor's own threads: pinned to a home CPU (quiet), moved to a calmer one (home crowded), spread over every CPU (busy, crowded, stopping).",
+			ConstLabels: prometheus.Labels{"to": to}}, func() float64 { return g.CPUHomeChanges(to) }))
+	}
 	// Pre-create the label values operators alert on, so they read 0, not absent.
 	for _, r := range []protocol.Reason{protocol.ReasonExit, protocol.ReasonSignal, protocol.ReasonManualCancel,
 		protocol.ReasonOverallTimeout, protocol.ReasonNoOutputTimeout, protocol.ReasonSpawnError,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cpuhome"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
@@ -82,6 +83,14 @@ type Config struct {
 	// Subreaper makes the supervisor reparent and reap its jobs' orphaned
 	// descendants. Off only in processes that wait for other children.
 	Subreaper bool
+	// CPUHome keeps the supervisor's own threads on one CPU while it is
+	// quiet (internal/cpuhome); jobs always start with every CPU the
+	// process may use. Placement is per process: tests that run several
+	// servers in one process turn it off.
+	CPUHome bool
+	// CPUHomeTuning tunes CPUHome's controller (zero: its defaults). Not
+	// an operator setting: tests make it decide fast.
+	CPUHomeTuning cpuhome.Config
 	// MetricsAddr is the HTTP address of /metrics; empty disables it.
 	MetricsAddr string
 	// Jobs configures the job manager.
@@ -132,6 +141,7 @@ func DefaultConfig() Config {
 		JournalMaxBytes:      16 << 20,
 		MaxConns:             1024,
 		Subreaper:            true,
+		CPUHome:              true,
 		ResumeServices:       true,
 		SubscriberQueueBytes: 8 << 20,
 		ReplyQueueBytes:      256 << 20,
@@ -193,6 +203,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.NoCgroups, "no-cgroups", c.NoCgroups, "do not give jobs a cgroup each (process groups only; daemonizing children can then escape)")
 	fs.BoolVar(&c.ResumeServices, "resume-services", c.ResumeServices, "after a restart, start again the service jobs (restart policy) the previous run was supervising when it crashed or shut down")
 	fs.BoolVar(&c.Subreaper, "subreaper", c.Subreaper, "become a child subreaper: jobs' orphaned descendants are reparented to the supervisor and reaped (no zombies)")
+	fs.BoolVar(&c.CPUHome, "cpu-home", c.CPUHome, "keep the supervisor's own threads on one CPU while it is quiet, spread them when it is busy (lower latency per spawn; jobs always start with every CPU)")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup v2 directory for job cgroups, e.g. a systemd Delegate=yes slice (default: the supervisor's own cgroup)")
 	fs.StringVar(&c.Journal, "journal", c.Journal, "journal file (default: <state-dir>/journal.json)")
 	fs.IntVar(&c.JournalMaxFinished, "journal-max-finished", c.JournalMaxFinished, "most recently finished jobs kept in the journal (running jobs are always kept)")

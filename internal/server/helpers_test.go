@@ -53,6 +53,7 @@ func testConfig(t testing.TB) Config {
 	cfg.Jobs.Grace = 2 * time.Second
 	cfg.HeartbeatInterval = 200 * time.Millisecond
 	cfg.Subreaper = false // the test process waits for children of its own
+	cfg.CPUHome = false   // (per process: this one runs several servers, and its tests)
 	if exe, err := os.Executable(); err == nil {
 		cfg.LimitsHelper = exe // TestMain runs limits.MaybeRunHelper
 	}

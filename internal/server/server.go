@@ -24,6 +24,7 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/buildinfo"
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/cpuhome"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
@@ -46,6 +47,8 @@ type Server struct {
 	// cgroupBase is where job cgroups go (nil: none); cgroupNote says why not.
 	cgroupBase *cgroups.Base
 	cgroupNote string
+	// cpu keeps this process's threads on one CPU while it is quiet.
+	cpu *cpuhome.Home
 	// mark is the state directory's mark, in every job's environment
 	// (loadStateMark): how a restart finds what an earlier run left running.
 	mark string
@@ -259,7 +262,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if moved != "" {
 		s.log.Error("state mark unusable; moved aside and a new one made: processes an earlier run left running are not found by their mark", "movedTo", moved)
 	}
-	jopts := []jobs.Option{jobs.WithNotifyDir(notifyDir), jobs.WithMark(s.mark)}
+	s.cpu = cpuhome.New(s.cfg.CPUHome, s.cfg.CPUHomeTuning, s.log)
+	jopts := []jobs.Option{jobs.WithNotifyDir(notifyDir), jobs.WithMark(s.mark), jobs.WithForkAround(s.cpu.Fork)}
 	if s.cfg.LimitsHelper != "" {
 		jopts = append(jopts, jobs.WithLimitsHelper(s.cfg.LimitsHelper))
 	}
@@ -374,6 +378,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	// goroutine handoff less per request than going through recvLoop).
 	s.ctl.SetHandler(func(m zmqx.Incoming) { s.incoming(m) })
 	go s.heartbeatLoop()
+	if s.cpu.Enabled() {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.cpu.Run(s.ctx) }()
+	}
 	s.journalWG.Add(1)
 	go func() { defer s.journalWG.Done(); s.journalLoop(s.stopJournal) }()
 	if s.httpL != nil {
@@ -1098,6 +1106,11 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },
 		HeldWaits:         func() float64 { return float64(s.heldWaits()) },
 		PacedJobs:         func() float64 { return float64(s.jobs.Paced()) },
+		CPUHome:           func() float64 { return float64(s.cpu.Current()) },
+		CPUHomeChanges: func(to string) float64 {
+			p, m, sp := s.cpu.Changes()
+			return float64(map[string]uint64{"pinned": p, "moved": m, "spread": sp}[to])
+		},
 	})
 }
 

@@ -43,6 +43,7 @@ func testConfig(t testing.TB) (server.Config, string) {
 	cfg.Jobs.MergeInterval = 10 * time.Millisecond
 	cfg.HeartbeatInterval = 200 * time.Millisecond
 	cfg.Subreaper = false // the test process waits for children of its own
+	cfg.CPUHome = false   // (per process: this one runs several servers, and its tests)
 	return cfg, dir
 }
 

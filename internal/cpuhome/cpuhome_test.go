@@ -1,0 +1,404 @@
+package cpuhome
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os/exec"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// These tests pin and spread this test process's own threads: they run
+// one at a time (no t.Parallel), and each leaves the threads spread.
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// needCPUs skips unless this process may use two CPUs or more, and
+// returns its set.
+func needCPUs(t *testing.T) unix.CPUSet {
+	t.Helper()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	if all.Count() < 2 {
+		t.Skipf("this process may use %d CPU: nothing to place (needs 2 or more)", all.Count())
+	}
+	return all
+}
+
+// threadSets returns the CPU set of each thread of this process.
+func threadSets(t *testing.T) map[int]unix.CPUSet {
+	t.Helper()
+	tids, err := threads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]unix.CPUSet{}
+	for _, tid := range tids {
+		var s unix.CPUSet
+		if err := unix.SchedGetaffinity(tid, &s); err == nil {
+			out[tid] = s
+		}
+	}
+	return out
+}
+
+// allThreads reports whether every thread has set want.
+func allThreads(t *testing.T, want unix.CPUSet) bool {
+	for _, s := range threadSets(t) {
+		if s != want {
+			return false
+		}
+	}
+	return true
+}
+
+func one(cpu int) unix.CPUSet {
+	var s unix.CPUSet
+	s.Set(cpu)
+	return s
+}
+
+// eventually waits up to 10 s for cond, checking every 10 ms.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10 s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+func TestParseCPULine(t *testing.T) {
+	for _, c := range []struct {
+		line         string
+		busy, total  uint64
+		cpu          int
+		ok           bool
+		whatItChecks string
+	}{
+		{"cpu3 10 1 5 100 3 1 1 2 7 0", 20, 123, 3, true, "idle and iowait are not busy; steal is; guest is not counted twice"},
+		{"cpu0 1 2 3 4", 6, 10, 0, true, "old kernels: four fields"},
+		{"cpu  10 1 5 100 3 1 1 2 0 0", 0, 0, 0, false, "the total line"},
+		{"cpuX 1 2 3 4 5", 0, 0, 0, false, "no CPU number"},
+		{"cpu1 1 2 x 4 5", 0, 0, 0, false, "a field not a number"},
+		{"cpu1 1 2", 0, 0, 0, false, "too short"},
+		{"intr 1 2 3 4 5", 0, 0, 0, false, "another line"},
+	} {
+		busy, total, cpu, ok := parseCPULine([]byte(c.line))
+		if ok != c.ok || ok && (busy != c.busy || total != c.total || cpu != c.cpu) {
+			t.Errorf("%s: %q gave busy %d total %d cpu %d ok %v; want %d %d %d %v", c.whatItChecks, c.line, busy, total, cpu, ok, c.busy, c.total, c.cpu, c.ok)
+		}
+	}
+}
+
+// A job forked while the threads are pinned starts with the whole set;
+// the forking thread is pinned again afterwards; spread gives every thread
+// the whole set back.
+func TestForkGetsWholeSet(t *testing.T) {
+	all := needCPUs(t)
+	h := New(true, Config{}, quietLog())
+	if !h.Enabled() {
+		t.Fatal("not enabled with two CPUs or more")
+	}
+	defer h.doSpread("test over")
+	home := h.cpus[len(h.cpus)-1]
+	if !h.pin(home, "test", use{}) {
+		t.Fatal("pin refused")
+	}
+	if !allThreads(t, one(home)) {
+		t.Fatalf("threads not all on CPU %d: %v", home, threadSets(t))
+	}
+	for i := 0; i < 20; i++ { // (on whatever threads the forks run)
+		var cmd *exec.Cmd
+		var err error
+		h.Fork(func() {
+			cmd = exec.Command("sleep", "30")
+			err = cmd.Start()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got unix.CPUSet
+		gerr := unix.SchedGetaffinity(cmd.Process.Pid, &got)
+		cmd.Process.Kill()
+		cmd.Wait()
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if got != all {
+			t.Fatalf("child forked while pinned has %d CPUs, want the process's %d", got.Count(), all.Count())
+		}
+	}
+	if !allThreads(t, one(home)) {
+		t.Fatalf("a forking thread was not pinned again: %v", threadSets(t))
+	}
+	h.doSpread("test")
+	if h.Current() != -1 || !allThreads(t, all) {
+		t.Fatalf("spread left threads pinned: home %d, %v", h.Current(), threadSets(t))
+	}
+	if p, m, s := h.Changes(); p != 1 || m != 0 || s != 1 {
+		t.Fatalf("changes pinned %d moved %d spread %d; want 1 0 1", p, m, s)
+	}
+}
+
+// Forks racing the controller's pinning and spreading never start a child
+// confined to the home.
+func TestForksRacingPlacement(t *testing.T) {
+	all := needCPUs(t)
+	h := New(true, Config{}, quietLog())
+	defer h.doSpread("test over")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var bad atomic.Int32
+	var forks atomic.Int32
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var cmd *exec.Cmd
+				var err error
+				h.Fork(func() {
+					cmd = exec.Command("true")
+					err = cmd.Start()
+				})
+				if err != nil {
+					bad.Add(1)
+					return
+				}
+				var got unix.CPUSet
+				if unix.SchedGetaffinity(cmd.Process.Pid, &got) == nil && got != all {
+					bad.Add(1)
+				}
+				cmd.Wait()
+				forks.Add(1)
+			}
+		}()
+	}
+	for i := 0; i < 200; i++ {
+		if i%2 == 0 {
+			h.pin(h.cpus[i/2%len(h.cpus)], "test", use{})
+		} else {
+			h.doSpread("test")
+		}
+		if forks.Load() > 400 {
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("%d of %d children started without the whole set (or failed to start)", bad.Load(), forks.Load())
+	}
+	if !allThreads(t, all) {
+		t.Fatalf("threads left pinned after spread: %v", threadSets(t))
+	}
+}
+
+// The controller pins the quiet process, spreads it when it gets busy,
+// pins it again once it has been quiet for the hold time, and spreads it
+// when it stops.
+func TestRunFollowsLoad(t *testing.T) {
+	all := needCPUs(t)
+	// (never crowded: a machine busy with other tests must not keep it
+	// from pinning; busy from a fifth of a CPU: the spinning goroutine
+	// gets at least that on a loaded machine)
+	h := New(true, Config{Period: 50 * time.Millisecond, Hold: 300 * time.Millisecond, Quiet: 0.1, Busy: 0.2, Crowded: 1e9}, quietLog())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	eventually(t, "pinned while quiet", func() bool { return h.Current() >= 0 })
+	home := h.Current()
+	eventually(t, "every thread on the home", func() bool { return h.Current() != home || allThreads(t, one(home)) })
+
+	// Busy: a goroutine spinning takes all of one CPU.
+	burn := make(chan struct{})
+	var burning sync.WaitGroup
+	burning.Add(1)
+	go func() {
+		defer burning.Done()
+		for {
+			select {
+			case <-burn:
+				return
+			default:
+			}
+			for i := 0; i < 1e5; i++ {
+				runtime.KeepAlive(i)
+			}
+		}
+	}()
+	eventually(t, "spread while busy", func() bool { return h.Current() == -1 })
+	close(burn)
+	burning.Wait()
+	if _, _, s := h.Changes(); s == 0 {
+		t.Fatal("spread not counted")
+	}
+	eventually(t, "pinned again once quiet", func() bool { return h.Current() >= 0 })
+	if p, _, _ := h.Changes(); p < 2 {
+		t.Fatalf("pinned %d times; want 2", p)
+	}
+	cancel()
+	<-done
+	if h.Current() != -1 || !allThreads(t, all) {
+		t.Fatalf("stopping left threads pinned: home %d %v", h.Current(), threadSets(t))
+	}
+}
+
+// A home crowded by other processes (spinning children kept on it), where
+// the threads wait for the CPU far longer than they run, is left: for a
+// calmer CPU, or spread when there is none.
+func TestCrowdedHomeLeft(t *testing.T) {
+	needCPUs(t)
+	h := New(true, Config{Period: 50 * time.Millisecond, Hold: 200 * time.Millisecond, Busy: 100}, quietLog())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "pinned while quiet", func() bool { return h.Current() >= 0 })
+	home := h.Current()
+
+	on := one(home)
+	for i := 0; i < 4; i++ {
+		spin := exec.Command("sh", "-c", "while :; do :; done")
+		if err := spin.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { spin.Process.Kill(); spin.Wait() }()
+		if err := unix.SchedSetaffinity(spin.Process.Pid, &on); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// This process works a little, often (as a supervisor does): each
+	// time it waits for the spinners' CPU.
+	stop := make(chan struct{})
+	var working sync.WaitGroup
+	working.Add(1)
+	go func() {
+		defer working.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			for i := 0; i < 2e4; i++ {
+				runtime.KeepAlive(i)
+			}
+		}
+	}()
+	defer func() { close(stop); working.Wait() }()
+	eventually(t, "home left", func() bool { return h.Current() != home })
+	if _, m, s := h.Changes(); m+s == 0 {
+		t.Fatal("neither a move nor a spread counted")
+	}
+}
+
+func TestOff(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		h    func(t *testing.T) *Home
+	}{
+		{"disabled", func(t *testing.T) *Home { return New(false, Config{}, quietLog()) }},
+		{"nil", func(t *testing.T) *Home { return nil }},
+		{"one CPU", func(t *testing.T) *Home {
+			all := needCPUs(t)
+			// New reads the calling thread's set: give this one a
+			// single CPU for the call.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var first int
+			for first = 0; !all.IsSet(first); first++ {
+			}
+			on := one(first)
+			if err := unix.SchedSetaffinity(0, &on); err != nil {
+				t.Fatal(err)
+			}
+			defer unix.SchedSetaffinity(0, &all)
+			return New(true, Config{}, quietLog())
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := c.h(t)
+			if h.Enabled() || h.Current() != -1 {
+				t.Fatal("enabled")
+			}
+			ran := false
+			h.Fork(func() { ran = true })
+			if !ran {
+				t.Fatal("Fork did not run the fork")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			h.Run(ctx) // returns at once
+		})
+	}
+}
+
+// A thread left with a single CPU while the process is spread (made by a
+// pinned thread during a spread's pass, say) still forks jobs with the
+// whole set, and the next check gives it the whole set back.
+func TestStragglerWhileSpread(t *testing.T) {
+	all := needCPUs(t)
+	h := New(true, Config{}, quietLog())
+	defer h.doSpread("test over")
+	var first int
+	for first = 0; !all.IsSet(first); first++ {
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		on := one(first)
+		if err := unix.SchedSetaffinity(0, &on); err != nil {
+			t.Error(err)
+			return
+		}
+		var cmd *exec.Cmd
+		var err error
+		h.Fork(func() {
+			cmd = exec.Command("sleep", "30")
+			err = cmd.Start()
+		})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var got unix.CPUSet
+		gerr := unix.SchedGetaffinity(cmd.Process.Pid, &got)
+		cmd.Process.Kill()
+		cmd.Wait()
+		if gerr != nil || got != all {
+			t.Errorf("child of a straggler has %d CPUs (%v); want %d", got.Count(), gerr, all.Count())
+		}
+		// (spread: the fork leaves the thread the whole set)
+		if err := unix.SchedSetaffinity(0, &on); err != nil {
+			t.Error(err)
+			return
+		}
+		h.check()
+		var mine unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &mine); err != nil || mine != all {
+			t.Errorf("check left this thread with %d CPUs (%v)", mine.Count(), err)
+		}
+	}()
+	<-done
+}
