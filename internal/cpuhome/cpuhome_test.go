@@ -60,6 +60,64 @@ func allThreads(t *testing.T, want unix.CPUSet) bool {
 	return true
 }
 
+// running returns a Home of cfg whose Run runs until stop is called (which
+// waits for it; again: nothing).
+func running(cfg Config) (h *Home, stop func()) {
+	h = New(true, cfg, quietLog())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(ctx) }()
+	return h, func() { cancel(); <-done }
+}
+
+// work keeps a goroutine doing n rounds of busy work, then pausing for
+// pause (0: none), until the returned function is called (which waits for
+// it).
+func work(pause time.Duration, n int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for i := 0; i < n; i++ {
+				runtime.KeepAlive(i)
+			}
+			if pause > 0 {
+				select {
+				case <-done:
+					return
+				case <-time.After(pause):
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// forkedSet starts `sleep 30` through h.Fork and returns the CPU set it
+// started with (it is ended before this returns).
+func forkedSet(h *Home) (unix.CPUSet, error) {
+	var cmd *exec.Cmd
+	var err error
+	h.Fork(func() {
+		cmd = exec.Command("sleep", "30")
+		err = cmd.Start()
+	})
+	var got unix.CPUSet
+	if err != nil {
+		return got, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	err = unix.SchedGetaffinity(cmd.Process.Pid, &got)
+	return got, err
+}
+
 func one(cpu int) unix.CPUSet {
 	var s unix.CPUSet
 	s.Set(cpu)
@@ -119,21 +177,9 @@ func TestForkGetsWholeSet(t *testing.T) {
 		t.Fatalf("threads not all on CPU %d: %v", home, threadSets(t))
 	}
 	for i := 0; i < 20; i++ { // (on whatever threads the forks run)
-		var cmd *exec.Cmd
-		var err error
-		h.Fork(func() {
-			cmd = exec.Command("sleep", "30")
-			err = cmd.Start()
-		})
+		got, err := forkedSet(h)
 		if err != nil {
 			t.Fatal(err)
-		}
-		var got unix.CPUSet
-		gerr := unix.SchedGetaffinity(cmd.Process.Pid, &got)
-		cmd.Process.Kill()
-		cmd.Wait()
-		if gerr != nil {
-			t.Fatal(gerr)
 		}
 		if got != all {
 			t.Fatalf("child forked while pinned has %d CPUs, want the process's %d", got.Count(), all.Count())
@@ -218,36 +264,16 @@ func TestRunFollowsLoad(t *testing.T) {
 	// (never crowded: a machine busy with other tests must not keep it
 	// from pinning; busy from a fifth of a CPU: the spinning goroutine
 	// gets at least that on a loaded machine)
-	h := New(true, Config{Period: 50 * time.Millisecond, Hold: 300 * time.Millisecond, Quiet: 0.1, Busy: 0.2, Crowded: 1e9}, quietLog())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); h.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-
+	h, stop := running(Config{Period: 50 * time.Millisecond, Hold: 300 * time.Millisecond, Quiet: 0.1, Busy: 0.2, Crowded: 1e9})
+	defer stop()
 	eventually(t, "pinned while quiet", func() bool { return h.Current() >= 0 })
 	home := h.Current()
 	eventually(t, "every thread on the home", func() bool { return h.Current() != home || allThreads(t, one(home)) })
 
 	// Busy: a goroutine spinning takes all of one CPU.
-	burn := make(chan struct{})
-	var burning sync.WaitGroup
-	burning.Add(1)
-	go func() {
-		defer burning.Done()
-		for {
-			select {
-			case <-burn:
-				return
-			default:
-			}
-			for i := 0; i < 1e5; i++ {
-				runtime.KeepAlive(i)
-			}
-		}
-	}()
+	stopBurning := work(0, 1e5)
 	eventually(t, "spread while busy", func() bool { return h.Current() == -1 })
-	close(burn)
-	burning.Wait()
+	stopBurning()
 	if _, _, s := h.Changes(); s == 0 {
 		t.Fatal("spread not counted")
 	}
@@ -255,8 +281,7 @@ func TestRunFollowsLoad(t *testing.T) {
 	if p, _, _ := h.Changes(); p < 2 {
 		t.Fatalf("pinned %d times; want 2", p)
 	}
-	cancel()
-	<-done
+	stop()
 	if h.Current() != -1 || !allThreads(t, all) {
 		t.Fatalf("stopping left threads pinned: home %d %v", h.Current(), threadSets(t))
 	}
@@ -267,11 +292,8 @@ func TestRunFollowsLoad(t *testing.T) {
 // calmer CPU, or spread when there is none.
 func TestCrowdedHomeLeft(t *testing.T) {
 	needCPUs(t)
-	h := New(true, Config{Period: 50 * time.Millisecond, Hold: 200 * time.Millisecond, Busy: 100}, quietLog())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); h.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	h, stop := running(Config{Period: 50 * time.Millisecond, Hold: 200 * time.Millisecond, Busy: 100})
+	defer stop()
 	eventually(t, "pinned while quiet", func() bool { return h.Current() >= 0 })
 	home := h.Current()
 
@@ -288,23 +310,7 @@ func TestCrowdedHomeLeft(t *testing.T) {
 	}
 	// This process works a little, often (as a supervisor does): each
 	// time it waits for the spinners' CPU.
-	stop := make(chan struct{})
-	var working sync.WaitGroup
-	working.Add(1)
-	go func() {
-		defer working.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-			for i := 0; i < 2e4; i++ {
-				runtime.KeepAlive(i)
-			}
-		}
-	}()
-	defer func() { close(stop); working.Wait() }()
+	defer work(time.Millisecond, 2e4)()
 	eventually(t, "home left", func() bool { return h.Current() != home })
 	if _, m, s := h.Changes(); m+s == 0 {
 		t.Fatal("neither a move nor a spread counted")
@@ -372,22 +378,8 @@ func TestStragglerWhileSpread(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		var cmd *exec.Cmd
-		var err error
-		h.Fork(func() {
-			cmd = exec.Command("sleep", "30")
-			err = cmd.Start()
-		})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		var got unix.CPUSet
-		gerr := unix.SchedGetaffinity(cmd.Process.Pid, &got)
-		cmd.Process.Kill()
-		cmd.Wait()
-		if gerr != nil || got != all {
-			t.Errorf("child of a straggler has %d CPUs (%v); want %d", got.Count(), gerr, all.Count())
+		if got, err := forkedSet(h); err != nil || got != all {
+			t.Errorf("child of a straggler has %d CPUs (%v); want %d", got.Count(), err, all.Count())
 		}
 		// (spread: the fork leaves the thread the whole set)
 		if err := unix.SchedSetaffinity(0, &on); err != nil {
