@@ -2753,3 +2753,43 @@ func TestMarkSweepOnlyAfterCrash(t *testing.T) {
 		t.Errorf("the log does not name the job:\n%s", s3.log)
 	}
 }
+
+// A stop whose last journal write fails says so (no retry follows), and is
+// still noted as clean in the lock file when every job ended: the note
+// means that nothing of this run is left running, which the journal does
+// not change (the next start reads the older journal and the intents file
+// for what became of the jobs).
+func TestStopWithFailedJournal(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--no-cgroups")
+	j, err := s.client.Spawn(ctxFor(t, 10*time.Second), protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jpath := filepath.Join(e.state, "journal.json")
+	old := failJournalWrites(t, jpath)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	if !strings.Contains(s.log.String(), "journal write at shutdown failed") {
+		t.Errorf("the failed last journal write is not reported as such:\n%s", s.log)
+	}
+	if p, ok := jobs.LookupProcess(j.Pid); ok && !p.Zombie {
+		t.Errorf("job process %d outlived the stop", j.Pid)
+	}
+	lock, err := os.ReadFile(filepath.Join(e.state, "lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains("\n"+string(lock), "\nstopped\n") {
+		t.Errorf("a stop that left nothing running was not noted as clean:\n%q", lock)
+	}
+	restoreJournal(t, jpath, old)
+	s2 := e.start(t, "--no-cgroups")
+	info, err := s2.client.Status(ctxFor(t, 10*time.Second), j.JobID)
+	if err != nil {
+		t.Fatalf("the job is unknown to the next start: %v\n%s", err, s2.log)
+	}
+	if info.State != protocol.StateExited {
+		t.Errorf("the job is %s after the restart; want exited", info.State)
+	}
+}

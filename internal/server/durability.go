@@ -902,7 +902,10 @@ func (s *Server) writeJournal(periodic bool) {
 		hdr.IntentsGeneration, hdr.IntentsCovered = s.intents.Generation(), intentsCovered
 	}
 	if err := s.journal.SaveEncoded(hdr, encoded); err != nil {
-		if !s.journalFailing {
+		if s.finalJournal.Load() {
+			// (no retry follows: say what the next start will find)
+			s.log.Error("journal write at shutdown failed: the journal on disk is older than this stop; the next start reports what became of the jobs from it and from the intents file", "path", s.journal.Path(), "err", err)
+		} else if !s.journalFailing {
 			msg := "journal write failed; will keep retrying"
 			if errors.Is(err, journal.ErrTooLarge) {
 				msg = "journal write refused: running jobs and services alone would make a journal too large to read back; the previous journal is kept (will keep retrying)"

@@ -86,6 +86,7 @@ type Server struct {
 	journalMu      sync.Mutex                     // serializes writes
 	journalFailing bool                           // under journalMu
 	journalErr     atomic.Pointer[journalFailure] // while journal writes fail (health)
+	finalJournal   atomic.Bool                    // Close's last write is under way (no retry follows)
 	members        map[string][]journal.Member    // under journalMu: last group scan
 	recCache       map[string]cachedRecord        // under journalMu: encoded finished records
 	recGen         uint64                         // under journalMu: writes so far (cachedRecord.gen)
@@ -517,6 +518,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.wg.Wait()
 	close(s.stopJournal)
 	s.journalWG.Wait()
+	s.finalJournal.Store(true)
 	s.writeJournal(false)
 	if s.intents != nil {
 		_ = s.intents.Close()
