@@ -7,13 +7,19 @@
 // Why: a job started and waited for one at a time is a relay between
 // threads (the request's reader, the forking thread, the child, the
 // waiter, the reply's writer). Spread over CPUs, each hand-off wakes an
-// idle CPU and runs on cold caches; on the virtual machines the
-// supervisor is deployed on, that cost more than the supervisor's own work
-// (measured: /bin/true through the supervisor went from 0.74x to
-// 0.81-0.84x the rate of os/exec in the caller one at a time, and from
-// 0.89x to 1.0x with 8 at a time, at 30% less CPU per job). A supervisor
-// that needs more than a fraction of one CPU (many jobs printing at once)
-// is spread, so the home never caps its throughput for long.
+// idle CPU and runs on cold caches; on the virtual machine this was
+// measured on (2 CPUs; waking an idle one cost 100-250 µs), that cost more
+// than the supervisor's own work. Measured against os/exec in the same
+// run, one at a time: +0.04 median (-0.02 to +0.12) with the exit event,
+// +0.01 with waitMs (BenchmarkSpawnTrueBinary, several supervisors and
+// the benchmark's client on 2 CPUs); 0.85x against 0.77x with one
+// supervisor and one client alone. (Pinning the whole process with
+// taskset, jobs included, did better still: 0.9x and more in some runs,
+// because each child then started on its parent's CPU; jobs must not be
+// confined, and a child inherits its parent thread's set, so that is not
+// done.) A supervisor that needs more than a fraction of one CPU (many
+// jobs printing at once) is spread, so the home never caps its throughput
+// for long.
 //
 // Linux only (sched_setaffinity per thread). Go's runtime follows the
 // threads' affinity for GOMAXPROCS unless GOMAXPROCS is set: 1 while
