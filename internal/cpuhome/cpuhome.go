@@ -210,6 +210,14 @@ func (h *Home) Fork(fork func()) {
 	h.mu.Lock()
 	h.forking[tid] = true
 	h.mu.Unlock()
+	defer func() { // (also if fork panics)
+		h.mu.Lock()
+		delete(h.forking, tid)
+		if set := h.targetLocked(); set != h.all {
+			_ = unix.SchedSetaffinity(0, &set) // (a miss is fixed by Run's next pass)
+		}
+		h.mu.Unlock()
+	}()
 	var cur unix.CPUSet
 	if unix.SchedGetaffinity(0, &cur) != nil || cur != h.all {
 		if err := unix.SchedSetaffinity(0, &h.all); err != nil {
@@ -227,12 +235,6 @@ func (h *Home) Fork(fork func()) {
 		}
 	}
 	fork()
-	h.mu.Lock()
-	delete(h.forking, tid)
-	if set := h.targetLocked(); set != h.all {
-		_ = unix.SchedSetaffinity(0, &set) // (a miss is fixed by Run's next pass)
-	}
-	h.mu.Unlock()
 }
 
 // Run decides the placement every Period until ctx is done, then spreads
@@ -303,8 +305,9 @@ func (h *Home) decide(u use, changed *time.Time, quiet *int) {
 			*quiet = 0
 		}
 		// (two quiet periods in a row: one is a lull as often as not)
+		// (not onto a CPU others keep busy: the home would be crowded)
 		if !held && *quiet >= 2 {
-			if c, _ := h.calmest(u, -1); c >= 0 && h.pin(c, "quiet", u) {
+			if c, b := h.calmest(u, -1); c >= 0 && b-u.self < 0.9 && h.pin(c, "quiet", u) {
 				*changed = now
 				return
 			}
@@ -364,21 +367,32 @@ func (h *Home) index(cpu int) int {
 // reports false, spreading the threads and turning pinning off, when the
 // kernel refuses.
 func (h *Home) pin(cpu int, why string, u use) bool {
+	var set unix.CPUSet
+	set.Set(cpu)
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	was := h.home.Load()
-	h.home.Store(int32(cpu))
-	if err := h.applyLocked(); err != nil {
+	err := h.applyLocked(set)
+	var err2 error
+	if err != nil {
 		h.off.Store(true)
-		h.home.Store(-1)
-		err2 := h.applyLocked()
+		err2 = h.applyLocked(h.all)
+		if was >= 0 {
+			h.spread.Add(1)
+			h.home.Store(-1)
+		}
+	} else {
+		// (counted before it shows: whoever sees the home sees it counted)
+		if was < 0 {
+			h.pinned.Add(1)
+		} else {
+			h.moved.Add(1)
+		}
+		h.home.Store(int32(cpu))
+	}
+	h.mu.Unlock()
+	if err != nil {
 		h.log.Warn("cpu home off: cannot pin this process's threads", "cpu", cpu, "err", err, "spreading", err2)
 		return false
-	}
-	if was < 0 {
-		h.pinned.Add(1)
-	} else {
-		h.moved.Add(1)
 	}
 	h.log.Debug("cpu home: threads pinned", "cpu", cpu, "from", was, "why", why, "selfCPU", round(u.self), "wait", round(u.wait))
 	return true
@@ -387,18 +401,22 @@ func (h *Home) pin(cpu int, why string, u use) bool {
 // doSpread gives every thread the whole set back.
 func (h *Home) doSpread(why string, attrs ...any) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.home.Load() < 0 {
-		_ = h.applyLocked() // (stragglers of an earlier spread)
-		return
+	err := h.applyLocked(h.all) // (when spread already: stragglers)
+	was := h.home.Load()
+	if was >= 0 {
+		h.spread.Add(1)
+		h.home.Store(-1)
 	}
-	h.home.Store(-1)
-	h.spread.Add(1)
-	if err := h.applyLocked(); err != nil {
+	if err != nil {
 		h.off.Store(true)
+	}
+	h.mu.Unlock()
+	if err != nil {
 		h.log.Warn("cpu home off: cannot spread this process's threads", "err", err)
 	}
-	h.log.Debug("cpu home: threads spread", append([]any{"why", why}, attrs...)...)
+	if was >= 0 {
+		h.log.Debug("cpu home: threads spread", append([]any{"why", why}, attrs...)...)
+	}
 }
 
 // check gives the placement's set to the threads that do not have it
@@ -406,19 +424,18 @@ func (h *Home) doSpread(why string, attrs ...any) {
 // by a fork), and turns pinning off if the kernel refuses.
 func (h *Home) check() {
 	h.mu.Lock()
-	err := h.applyLocked()
+	err := h.applyLocked(h.targetLocked())
 	h.mu.Unlock()
 	if err != nil {
 		h.giveUp("cannot keep this process's threads placed", err)
 	}
 }
 
-// applyLocked gives every thread but the forking ones the placement's set,
-// pass after pass until one finds nothing to change (a thread made during
-// a pass copies its maker's old set), at most 4. Threads that end
-// meanwhile are skipped; any other refusal is returned.
-func (h *Home) applyLocked() error {
-	set := h.targetLocked()
+// applyLocked gives every thread but the forking ones set, pass after
+// pass until one finds nothing to change (a thread made during a pass
+// copies its maker's old set), at most 4. Threads that end meanwhile are
+// skipped; any other refusal is returned.
+func (h *Home) applyLocked(set unix.CPUSet) error {
 	for pass := 0; pass < 4; pass++ {
 		tids, err := threads()
 		if err != nil {
@@ -577,8 +594,10 @@ func window(a, b sampleAt) use {
 		}
 	}
 	for i := range a.busy {
-		if dt := b.total[i] - a.total[i]; b.total[i] > a.total[i] && dt > 0 {
-			u.busy[i] = float64(b.busy[i]-a.busy[i]) / float64(dt)
+		// (counters that went back, as steal time has on some
+		// hypervisors, say nothing: 0)
+		if b.total[i] > a.total[i] && b.busy[i] >= a.busy[i] {
+			u.busy[i] = min(float64(b.busy[i]-a.busy[i])/float64(b.total[i]-a.total[i]), 1)
 		}
 	}
 	return u

@@ -136,25 +136,29 @@ func (l *launch) start(withPidfd bool, slots *atomic.Int32, tick int64, around f
 	}
 	attr := &syscall.ProcAttr{Dir: l.dir, Env: l.env, Sys: l.sys,
 		Files: []uintptr{uintptr(l.stdio[0]), uintptr(l.stdio[1]), uintptr(l.stdio[2])}}
-	var before int64
-	if tick > 0 {
-		before = bootNanos()
-	}
+	var before, after int64
 	var pid int
 	var err error
-	if around != nil {
-		around(func() { pid, err = syscall.ForkExec(l.path, l.argv, attr) })
-	} else {
+	fork := func() { // (the clock read right around the fork itself)
+		if tick > 0 {
+			before = bootNanos()
+		}
 		pid, err = syscall.ForkExec(l.path, l.argv, attr)
+		if tick > 0 {
+			after = bootNanos()
+		}
+	}
+	if around != nil {
+		around(fork)
+	} else {
+		fork()
 	}
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: l.path, Err: err}
 	}
 	p := &proc{pid: pid, rawfd: -1}
-	if tick > 0 && before >= 0 {
-		if after := bootNanos(); after >= before && before/tick == after/tick {
-			p.startTicks = uint64(before / tick)
-		}
+	if tick > 0 && before >= 0 && after >= before && before/tick == after/tick {
+		p.startTicks = uint64(before / tick)
 	}
 	if pidfd < 0 {
 		return p, nil
