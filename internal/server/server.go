@@ -683,6 +683,14 @@ func (s *Server) incoming(msg zmqx.Incoming) bool {
 		task()
 		return true
 	}
+	if derr == nil && req.ID != "" && (req.Op == protocol.OpSpawn || req.Op == protocol.OpWait) {
+		// A cancel read after this may be handled before it is held
+		// (see heldCounts.pending).
+		k := heldKey{p, req.ID}
+		s.notePending(k)
+		run := task
+		task = func() { defer s.clearPending(k); run() }
+	}
 	// An idle worker takes it, else a new one starts (at most
 	// MaxInFlight run at once, bounded by inflight above).
 	select {
@@ -842,7 +850,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 			return nil, err
 		}
 		if a.WaitMs > 0 {
-			return s.spawnAndWait(p, a)
+			return s.spawnAndWait(p, req.ID, a)
 		}
 		_, info, err := s.jobs.SpawnJobWith(s.spawnOptions(p, &a))
 		if err != nil {

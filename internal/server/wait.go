@@ -36,6 +36,105 @@ type heldCounts struct {
 	total int
 	peers map[*zmqx.Peer]int
 	byID  map[heldKey][]*heldEntry
+	// pending are the requests that may be held (spawn, wait) handed to a
+	// worker and neither answered nor held yet. Requests on a connection
+	// are handled concurrently, so a cancel may overtake the wait it
+	// cancels: it marks the pending request, which then starts nothing
+	// (a spawn not started yet) or is given up as soon as it is held. At
+	// most MaxInFlight (they hold an in-flight slot).
+	pending map[heldKey]*pendingReq
+}
+
+// pendingReq is a request under pending's key: n of them in flight (ids
+// should be unique; a client may still reuse one), whether a cancel came,
+// and the job it started or waits for, once known.
+type pendingReq struct {
+	n         int
+	cancelled bool
+	jobID     string
+	// starting is closed once a spawn under this key has started its job
+	// (or failed to): a cancel waits for it, to name the job.
+	starting chan struct{}
+}
+
+// startingPending is called by a spawn about to start its job: cancelled
+// says a cancel came for it already (it must start nothing); otherwise
+// done must be called once the start is over, with the job's id ("" if it
+// failed).
+func (s *Server) startingPending(k heldKey) (cancelled bool, done func(jobID string)) {
+	h := &s.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pr := h.pending[k]
+	if pr == nil {
+		return false, func(string) {}
+	}
+	if pr.cancelled {
+		return true, nil
+	}
+	ch := make(chan struct{})
+	pr.starting = ch
+	return false, func(jobID string) {
+		h.mu.Lock()
+		if jobID != "" {
+			pr.jobID = jobID
+		}
+		h.mu.Unlock()
+		close(ch)
+	}
+}
+
+// startWait bounds how long a cancel waits for the spawn it cancels to
+// have started its job (to name it): as long as pkg/client waits for the
+// cancel's reply (its abandonWait). A cancel handled on the connection's
+// reader never waits: while the spawn starts, its request is in flight on
+// the same connection, so the cancel is not alone (see incoming).
+const startWait = time.Second
+
+// notePending counts a request that may be held as in flight (see
+// heldCounts.pending).
+func (s *Server) notePending(k heldKey) {
+	h := &s.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pending == nil {
+		h.pending = map[heldKey]*pendingReq{}
+	}
+	pr := h.pending[k]
+	if pr == nil {
+		pr = &pendingReq{}
+		h.pending[k] = pr
+	}
+	pr.n++
+}
+
+// clearPending ends what notePending began (the request was answered or
+// held).
+func (s *Server) clearPending(k heldKey) {
+	h := &s.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if pr := h.pending[k]; pr != nil {
+		if pr.n--; pr.n <= 0 {
+			delete(h.pending, k)
+		}
+	}
+}
+
+// pendingJob records the job a pending request started or waits for, and
+// reports whether a cancel came for it already.
+func (s *Server) pendingJob(k heldKey, jobID string) (cancelled bool) {
+	h := &s.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pr := h.pending[k]
+	if pr == nil {
+		return false
+	}
+	if jobID != "" {
+		pr.jobID = jobID
+	}
+	return pr.cancelled
 }
 
 type heldKey struct {
@@ -50,7 +149,9 @@ type heldEntry struct {
 	jobID string
 }
 
-func (s *Server) indexHeld(k heldKey, e *heldEntry) {
+// indexHeld makes a held reply cancellable, and reports whether a cancel
+// overtook it (see heldCounts.pending): it must be given up then.
+func (s *Server) indexHeld(k heldKey, e *heldEntry) (cancelled bool) {
 	h := &s.held
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -58,6 +159,8 @@ func (s *Server) indexHeld(k heldKey, e *heldEntry) {
 		h.byID = map[heldKey][]*heldEntry{}
 	}
 	h.byID[k] = append(h.byID[k], e)
+	pr := h.pending[k]
+	return pr != nil && pr.cancelled
 }
 
 func (s *Server) unindexHeld(k heldKey, e *heldEntry) {
@@ -82,10 +185,32 @@ func (s *Server) unindexHeld(k heldKey, e *heldEntry) {
 // only): they are never sent. It reports whether one was held, and for
 // which job.
 func (s *Server) cancelHeld(p *zmqx.Peer, id string) (bool, string) {
+	k := heldKey{p, id}
 	s.held.mu.Lock()
-	es := append([]*heldEntry(nil), s.held.byID[heldKey{p, id}]...)
+	pr := s.held.pending[k]
+	var starting chan struct{}
+	if pr != nil {
+		// (also) one a worker has and has not held yet: marked, it is
+		// given up once held, or starts nothing
+		pr.cancelled = true
+		starting = pr.starting
+	}
 	s.held.mu.Unlock()
+	if starting != nil { // (a spawn starting its job: name it)
+		t := time.NewTimer(startWait)
+		select {
+		case <-starting:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	cancelled, job := false, ""
+	s.held.mu.Lock()
+	es := append([]*heldEntry(nil), s.held.byID[k]...)
+	if pr != nil {
+		cancelled, job = true, pr.jobID
+	}
+	s.held.mu.Unlock()
 	for _, e := range es {
 		if e.drop() {
 			cancelled, job = true, e.jobID
@@ -142,7 +267,13 @@ func (s *Server) releaseHeld(p *zmqx.Peer) {
 // spawnAndWait spawns a job (args.WaitMs > 0) and holds the reply until
 // it has finished. The held reply is reserved first: a spawn that could
 // not be waited for is refused before it starts anything.
-func (s *Server) spawnAndWait(p *zmqx.Peer, a protocol.SpawnArgs) (_ any, err error) {
+func (s *Server) spawnAndWait(p *zmqx.Peer, id string, a protocol.SpawnArgs) (_ any, err error) {
+	cancelled, started := s.startingPending(heldKey{p, id})
+	if cancelled {
+		return nil, protocol.Errorf(protocol.CodeCancelled, "cancelled before it was handled: nothing was started")
+	}
+	jobID := ""
+	defer func() { started(jobID) }()
 	if err := s.reserveHeld(p); err != nil {
 		return nil, err
 	}
@@ -158,6 +289,7 @@ func (s *Server) spawnAndWait(p *zmqx.Peer, a protocol.SpawnArgs) (_ any, err er
 	if err != nil {
 		return nil, err
 	}
+	jobID = j.ID() // (a cancel names it)
 	held = true
 	return &heldReply{job: j, done: j.Done(), wait: wait}, nil
 }
@@ -180,6 +312,9 @@ func (s *Server) wait(p *zmqx.Peer, req *protocol.Request) (any, error) {
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
 		return nil, err
+	}
+	if s.pendingJob(heldKey{p, req.ID}, j.ID()) {
+		return nil, protocol.Errorf(protocol.CodeCancelled, "cancelled before it was handled")
 	}
 	if j.Finished() {
 		return protocol.SpawnResult{JobID: j.ID(), Job: s.jobs.InfoWithUsage(j), Finished: true}, nil
@@ -273,11 +408,16 @@ func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
 	giveUp := func() { drop() }
 	// Cancellable by the peer from now (unless it was settled already).
 	mu.Lock()
+	early := false
 	if !settled {
-		s.indexHeld(key, entry)
+		early = s.indexHeld(key, entry)
 		indexed = true
 	}
 	mu.Unlock()
+	if early {
+		drop() // (a cancel came while a worker had it: see heldCounts.pending)
+		return
+	}
 	t := time.AfterFunc(w.wait, func() {
 		if !settle() {
 			return

@@ -488,3 +488,76 @@ func TestCancelHeldWait(t *testing.T) {
 		t.Fatalf("cancel without requestId: %+v", rep)
 	}
 }
+
+// Requests on one DEALER are handled concurrently, so a cancel sent right
+// behind its wait may be handled before the wait is held, and a spawn
+// with waitMs cancelled before it was handled must start nothing. Every
+// cancel must stick: each answers cancelled, no wait stays held, no wait
+// is answered, no job is started by a cancelled spawn. (pkg/client's
+// abandon sends its cancel once: a lost one left the wait held until its
+// job ended.)
+func TestCancelOvertakingWait(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Jobs.MaxJobs = 500 // (most cancelled spawns have started when their cancel comes)
+	ts := startServer(t, cfg)
+	ctx := ctxT(t, 60*time.Second)
+	info, err := ts.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.client.Kill(context.Background(), info.JobID, "SIGKILL")
+	d, err := zmqx.DialClient(ctx, "DEALER", cfg.Control, time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, before := ts.Server.jobs.Counts()
+	const n = 200
+	go func() {
+		for i := range n {
+			var req []byte
+			if i%2 == 0 {
+				req, _ = protocol.EncodeRequest(fmt.Sprintf("w%d", i), protocol.OpWait, &protocol.WaitArgs{JobID: info.JobID, WaitMs: 3_600_000})
+			} else {
+				req, _ = protocol.EncodeRequest(fmt.Sprintf("w%d", i), protocol.OpSpawn, &protocol.SpawnArgs{Argv: []string{"sleep", "300"}, WaitMs: 3_600_000})
+			}
+			cancel, _ := protocol.EncodeRequest(fmt.Sprintf("c%d", i), protocol.OpCancel, &protocol.CancelArgs{RequestID: fmt.Sprintf("w%d", i)})
+			if d.Send(req) != nil || d.Send(cancel) != nil {
+				return
+			}
+		}
+	}()
+	cancelled := 0
+	var jobs []string
+	for cancelled < n {
+		fr, err := d.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := protocol.DecodeReply(fr[len(fr)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case strings.HasPrefix(rep.ID, "c"):
+			var res protocol.CancelResult
+			if err := rep.DecodeResult(&res); err != nil || !res.Cancelled {
+				t.Fatalf("cancel %s: %+v %v; want cancelled", rep.ID, res, err)
+			}
+			if res.JobID != "" && res.JobID != info.JobID {
+				jobs = append(jobs, res.JobID)
+			}
+			cancelled++
+		case rep.Error != nil && rep.Error.Code == protocol.CodeCancelled:
+			// (a request cancelled before it was handled)
+		default:
+			t.Fatalf("a cancelled wait was answered: %+v", rep)
+		}
+	}
+	eventually(t, 10*time.Second, "no wait held", func() bool { return ts.Server.heldWaits() == 0 })
+	// The spawns cancelled once started are named by their cancel (the
+	// server's stop ends them); the others started nothing.
+	if _, after := ts.Server.jobs.Counts(); after-before > len(jobs) {
+		t.Fatalf("%d jobs started by cancelled spawns; %d named by their cancel", after-before, len(jobs))
+	}
+}

@@ -167,6 +167,7 @@ const (
 	CodeJobRunning         Code = "job-running"
 	CodeShuttingDown       Code = "shutting-down"
 	CodeTooManyWaits       Code = "too-many-waits"
+	CodeCancelled          Code = "cancelled"
 	CodeInternal           Code = "internal"
 )
 
