@@ -17,7 +17,9 @@ import (
 // for longer than the write timeout still goes out (an expired write
 // deadline once made it fail and drop the subscriber).
 func TestPubDirectWrites(t *testing.T) {
-	const writeTimeout = 300 * time.Millisecond
+	// (long enough for a subscriber of a race-built test on a loaded
+	// machine to keep reading: at 300 ms one was cut off, once)
+	const writeTimeout = time.Second
 	endpoint := "ipc://" + filepath.Join(t.TempDir(), "p.sock")
 	p, err := ListenPub(context.Background(), endpoint, &Policy{WriteTimeout: writeTimeout}, 64<<20)
 	if err != nil {
@@ -44,16 +46,17 @@ func TestPubDirectWrites(t *testing.T) {
 		time.Sleep(time.Millisecond) // no notification for a processed subscription
 	}
 	// Big messages (several times a socket buffer) between small ones.
-	msg := func(i int) []byte {
+	const n = 40
+	msgs := make([][]byte, n+5) // (made once: the readers compare, not rebuild)
+	for i := range msgs {
 		size := 100
 		if i%5 == 2 {
 			size = 3 << 20
 		}
-		b := bytes.Repeat([]byte{byte(i)}, size)
-		binary.BigEndian.PutUint32(b, uint32(i))
-		return b
+		msgs[i] = bytes.Repeat([]byte{byte(i)}, size)
+		binary.BigEndian.PutUint32(msgs[i], uint32(i))
 	}
-	const n = 40
+	msg := func(i int) []byte { return msgs[i] }
 	// The subscribers read all the time (one that stops reading for the
 	// write timeout is cut off, by design).
 	type result struct {
