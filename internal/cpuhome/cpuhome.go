@@ -185,11 +185,16 @@ func (h *Home) Changes() (pinned, moved, spread uint64) {
 // target is the set threads should have now. Called with mu held.
 func (h *Home) targetLocked() unix.CPUSet {
 	if home := h.home.Load(); home >= 0 {
-		var set unix.CPUSet
-		set.Set(int(home))
-		return set
+		return only(int(home))
 	}
 	return h.all
+}
+
+// only is the set of cpu alone.
+func only(cpu int) unix.CPUSet {
+	var set unix.CPUSet
+	set.Set(cpu)
+	return set
 }
 
 // Fork runs fork, which forks and execs a child on the calling goroutine,
@@ -367,11 +372,9 @@ func (h *Home) index(cpu int) int {
 // reports false, spreading the threads and turning pinning off, when the
 // kernel refuses.
 func (h *Home) pin(cpu int, why string, u use) bool {
-	var set unix.CPUSet
-	set.Set(cpu)
 	h.mu.Lock()
 	was := h.home.Load()
-	err := h.applyLocked(set)
+	err := h.applyLocked(only(cpu))
 	var err2 error
 	if err != nil {
 		h.off.Store(true)

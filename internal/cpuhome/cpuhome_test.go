@@ -118,10 +118,13 @@ func forkedSet(h *Home) (unix.CPUSet, error) {
 	return got, err
 }
 
-func one(cpu int) unix.CPUSet {
-	var s unix.CPUSet
-	s.Set(cpu)
-	return s
+// firstCPU is the lowest CPU of set.
+func firstCPU(set unix.CPUSet) int {
+	for cpu := 0; ; cpu++ {
+		if set.IsSet(cpu) {
+			return cpu
+		}
+	}
 }
 
 // eventually waits up to 10 s for cond, checking every 10 ms.
@@ -173,7 +176,7 @@ func TestForkGetsWholeSet(t *testing.T) {
 	if !h.pin(home, "test", use{}) {
 		t.Fatal("pin refused")
 	}
-	if !allThreads(t, one(home)) {
+	if !allThreads(t, only(home)) {
 		t.Fatalf("threads not all on CPU %d: %v", home, threadSets(t))
 	}
 	for i := 0; i < 20; i++ { // (on whatever threads the forks run)
@@ -185,7 +188,7 @@ func TestForkGetsWholeSet(t *testing.T) {
 			t.Fatalf("child forked while pinned has %d CPUs, want the process's %d", got.Count(), all.Count())
 		}
 	}
-	if !allThreads(t, one(home)) {
+	if !allThreads(t, only(home)) {
 		t.Fatalf("a forking thread was not pinned again: %v", threadSets(t))
 	}
 	h.doSpread("test")
@@ -268,7 +271,7 @@ func TestRunFollowsLoad(t *testing.T) {
 	defer stop()
 	eventually(t, "pinned while quiet", func() bool { return h.Current() >= 0 })
 	home := h.Current()
-	eventually(t, "every thread on the home", func() bool { return h.Current() != home || allThreads(t, one(home)) })
+	eventually(t, "every thread on the home", func() bool { return h.Current() != home || allThreads(t, only(home)) })
 
 	// Busy: a goroutine spinning takes all of one CPU.
 	stopBurning := work(0, 1e5)
@@ -297,7 +300,7 @@ func TestCrowdedHomeLeft(t *testing.T) {
 	eventually(t, "pinned while quiet", func() bool { return h.Current() >= 0 })
 	home := h.Current()
 
-	on := one(home)
+	on := only(home)
 	for i := 0; i < 4; i++ {
 		spin := exec.Command("sh", "-c", "while :; do :; done")
 		if err := spin.Start(); err != nil {
@@ -330,10 +333,7 @@ func TestOff(t *testing.T) {
 			// single CPU for the call.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			var first int
-			for first = 0; !all.IsSet(first); first++ {
-			}
-			on := one(first)
+			on := only(firstCPU(all))
 			if err := unix.SchedSetaffinity(0, &on); err != nil {
 				t.Fatal(err)
 			}
@@ -365,15 +365,13 @@ func TestStragglerWhileSpread(t *testing.T) {
 	all := needCPUs(t)
 	h := New(true, Config{}, quietLog())
 	defer h.doSpread("test over")
-	var first int
-	for first = 0; !all.IsSet(first); first++ {
-	}
+	first := firstCPU(all)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		on := one(first)
+		on := only(first)
 		if err := unix.SchedSetaffinity(0, &on); err != nil {
 			t.Error(err)
 			return

@@ -752,7 +752,7 @@ func (j *Job) start() error {
 		env, err = j.openNotify(env, runDone, runStarted)
 	}
 	var l *launch
-	files := procFiles{out: [2]int{-1, -1}, outW: [2]int{-1, -1}}
+	files := noFiles(false)
 	if err == nil {
 		l, files, err = j.prepare(argv, env)
 	}
@@ -917,6 +917,12 @@ type procFiles struct {
 	pipes bool
 }
 
+// noFiles is a start's procFiles before any descriptor is made (pipes:
+// for a start with output pipes, not a terminal).
+func noFiles(pipes bool) procFiles {
+	return procFiles{out: [2]int{-1, -1}, outW: [2]int{-1, -1}, pipes: pipes}
+}
+
 // closeParent closes our ends (a start that failed).
 func (f *procFiles) closeParent() {
 	for _, p := range f.parent {
@@ -977,7 +983,7 @@ func (f *procFiles) closeChild() {
 }
 
 func (j *Job) prepare(argv, env []string) (*launch, procFiles, error) {
-	files := procFiles{out: [2]int{-1, -1}, outW: [2]int{-1, -1}, pipes: true}
+	files := noFiles(true)
 	path, err := lookPath(argv[0], envLookup(env, "PATH"))
 	if err != nil {
 		return nil, files, err
@@ -1113,7 +1119,7 @@ func setWinsize(ptmx *os.File, rows, cols uint16) error {
 // preparePTY sets up a terminal: the child gets the slave side as stdin,
 // stdout and stderr, in a session of its own with it as controlling tty.
 func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, error) {
-	files := procFiles{out: [2]int{-1, -1}, outW: [2]int{-1, -1}}
+	files := noFiles(false)
 	ptmx, tty, err := openPTY()
 	if err != nil {
 		return nil, files, fmt.Errorf("open pty: %w", err)

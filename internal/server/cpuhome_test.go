@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,13 +47,7 @@ func TestCPUHomeJobsGetEveryCPU(t *testing.T) {
 	// be busy with other tests).
 	cfg.CPUHomeTuning = cpuhome.Config{Period: 20 * time.Millisecond, Quiet: 100, Busy: 100, Crowded: 100, CrowdedBusy: 100}
 	ts := startServer(t, cfg)
-	deadline := time.Now().Add(10 * time.Second)
-	for ts.cpu.Current() < 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("threads not pinned within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling the placement with a deadline
-	}
+	eventually(t, 10*time.Second, "threads pinned", func() bool { return ts.cpu.Current() >= 0 })
 	home := ts.cpu.Current()
 	if v := value(scrape2(t, ts), "exec_supervisor_cpu_home"); v != float64(home) {
 		t.Fatalf("cpu_home metric %v; want %d", v, home)
@@ -93,11 +88,8 @@ func TestCPUHomeJobsGetEveryCPU(t *testing.T) {
 	}
 	for _, e := range tids {
 		var got unix.CPUSet
-		var tid int
-		for _, c := range e.Name() {
-			tid = tid*10 + int(c-'0')
-		}
-		if unix.SchedGetaffinity(tid, &got) == nil && got != all {
+		tid, err := strconv.Atoi(e.Name())
+		if err == nil && unix.SchedGetaffinity(tid, &got) == nil && got != all {
 			t.Fatalf("thread %d still has %d CPUs after the server stopped; want %d", tid, got.Count(), all.Count())
 		}
 	}

@@ -450,17 +450,6 @@ func TestCancelHeldWait(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recv := func(d *zmqx.Client) *protocol.Reply {
-		fr, err := d.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := protocol.DecodeReply(fr[len(fr)-1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
 	a, b := dial(), dial()
 	call(a, "w1", protocol.OpWait, &protocol.WaitArgs{JobID: info.JobID, WaitMs: 3_600_000})
 	eventually(t, 10*time.Second, "the wait held", func() bool { return ts.Server.heldWaits() == 1 })
@@ -471,7 +460,7 @@ func TestCancelHeldWait(t *testing.T) {
 	}{{b, "w1", false}, {a, "other", false}, {a, "w1", true}, {a, "w1", false}} {
 		call(tc.d, "c", protocol.OpCancel, &protocol.CancelArgs{RequestID: tc.id})
 		var res protocol.CancelResult
-		if rep := recv(tc.d); rep.ID != "c" || rep.DecodeResult(&res) != nil || res.Cancelled != tc.want {
+		if rep := recvReply(t, tc.d); rep.ID != "c" || rep.DecodeResult(&res) != nil || res.Cancelled != tc.want {
 			t.Fatalf("cancel %q: reply %+v %+v; want cancelled %v", tc.id, rep, res, tc.want)
 		}
 	}
@@ -480,11 +469,11 @@ func TestCancelHeldWait(t *testing.T) {
 	}
 	// The cancelled wait is never answered: the next reply is health's.
 	call(a, "h", protocol.OpHealth, nil)
-	if rep := recv(a); rep.ID != "h" {
+	if rep := recvReply(t, a); rep.ID != "h" {
 		t.Fatalf("reply %q after a cancelled wait", rep.ID)
 	}
 	call(a, "c", protocol.OpCancel, &protocol.CancelArgs{})
-	if rep := recv(a); rep.Error == nil || rep.Error.Code != protocol.CodeInvalidArgument {
+	if rep := recvReply(t, a); rep.Error == nil || rep.Error.Code != protocol.CodeInvalidArgument {
 		t.Fatalf("cancel without requestId: %+v", rep)
 	}
 }
@@ -530,14 +519,7 @@ func TestCancelOvertakingWait(t *testing.T) {
 	cancelled := 0
 	var jobs []string
 	for cancelled < n {
-		fr, err := d.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := protocol.DecodeReply(fr[len(fr)-1])
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := recvReply(t, d)
 		switch {
 		case strings.HasPrefix(rep.ID, "c"):
 			var res protocol.CancelResult
@@ -560,4 +542,18 @@ func TestCancelOvertakingWait(t *testing.T) {
 	if _, after := ts.Server.jobs.Counts(); after-before > len(jobs) {
 		t.Fatalf("%d jobs started by cancelled spawns; %d named by their cancel", after-before, len(jobs))
 	}
+}
+
+// recvReply reads the next reply off a raw DEALER connection.
+func recvReply(t *testing.T, d *zmqx.Client) *protocol.Reply {
+	t.Helper()
+	fr, err := d.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := protocol.DecodeReply(fr[len(fr)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
