@@ -777,7 +777,7 @@ func (j *Job) start() error {
 	if err == nil {
 		// The reaper must not see this leader's zombie before it is known.
 		j.m.reapMu.RLock()
-		p, err = l.start(j.m.pidfds, &j.m.waitSlots, j.m.tickNanos.Load(), j.m.forkAround)
+		p, err = l.start(j.m.pidfds, j.m.tickNanos.Load(), j.m.forkAround)
 		if err != nil {
 			err = fmt.Errorf("start %s: %w", quoteClip(argv[0]), err)
 		} else {
@@ -790,7 +790,7 @@ func (j *Job) start() error {
 	// ends when runLoop waits for this run: it keeps them until the
 	// process has exited (see runLoop).
 	held := [2]int{-1, -1}
-	if err == nil && files.pipes && p.slots != nil {
+	if err == nil && j.runLoops(files, p) {
 		held, files.outW = files.outW, [2]int{-1, -1}
 	}
 	files.closeChild()
@@ -856,9 +856,8 @@ func (j *Job) start() error {
 			"timeout", j.timeout, "noOutputTimeout", j.noOutput)
 	}
 	j.readersDone = make(chan struct{})
-	if files.pipes && p.slots != nil {
-		// A thread may block for this process: one goroutine reads both
-		// pipes and reaps it (see runLoop).
+	if j.runLoops(files, p) {
+		// One goroutine reads both pipes and reaps it (see runLoop).
 		out := files.out
 		j.m.wg.Add(1)
 		j.m.runners.run(func() { j.runLoop(p, out, held) })
@@ -1590,8 +1589,8 @@ func (j *Job) scopeAlive() bool {
 	return groupAlive(j.pgid)
 }
 
-// waitLoop waits for the process of a run read by readLoops (a run
-// without a blocking-wait slot, or a terminal's), then finishes the run
+// waitLoop waits for the process of a run read by readLoops (a
+// terminal's, or one without a pidfd), then finishes the run
 // (afterReap). Each run's process is waited for in one place: here or in
 // runLoop.
 func (j *Job) waitLoop() {
@@ -1601,14 +1600,19 @@ func (j *Job) waitLoop() {
 	j.afterReap(p, ws, err)
 }
 
-// runLoop is the one goroutine of a run whose process has a blocking-wait
-// slot (see launch): it reads both output pipes as they become readable
-// and reaps the process once its pidfd does, all in one poll(2) on a
-// thread of its own, then finishes the run as waitLoop does. Against two
-// readers in Go's netpoller and a waiter, a job that prints little costs
-// no goroutine hand-offs (each of which woke an idle thread: measured as
-// what most of the supervisor's time per /bin/true went to), and no
-// poller registration or *os.File per pipe.
+// runLoops reports whether a run started with files as p is read and
+// waited for by runLoop: its output is in pipes and it has a pidfd.
+func (j *Job) runLoops(files procFiles, p *proc) bool {
+	return files.pipes && p.pidfd != nil && !j.m.noRunLoop
+}
+
+// runLoop is the one goroutine of a run with output pipes and a pidfd:
+// it reads both pipes as they become readable and reaps the process once
+// its pidfd does, waiting for all three at once in the netpoller (see
+// pollSet), then finishes the run as waitLoop does. Against two readers
+// and a waiter, a job that prints little costs no goroutine hand-offs
+// (each of which woke an idle thread: measured as what most of the
+// supervisor's time per /bin/true went to), and no *os.File per pipe.
 //
 // A round reads at most one pipe's worth per stream, so that a stream
 // that never runs dry (a descendant flooding it) neither keeps the other
@@ -1620,9 +1624,9 @@ func (j *Job) waitLoop() {
 // held are our copies of the pipes' write ends, kept open until the
 // process has exited (or the pipes are handed off): the end of a process
 // closes its descriptors before it makes its pidfd readable, so without
-// them each exit woke this thread three times (each pipe's end, then the
-// exit), each time taking the CPU from the exiting process, where with
-// them it wakes once, to find the pipes ended already.
+// them each exit woke it three times (each pipe's end, then the exit),
+// each time taking the CPU from the exiting process, where with them it
+// wakes once, to find the pipes ended already.
 func (j *Job) runLoop(p *proc, out, held [2]int) {
 	defer j.m.wg.Done()
 	release := func() {
@@ -1661,7 +1665,16 @@ func (j *Job) runLoop(p *proc, out, held [2]int) {
 		}
 		j.startReaders(files[:])
 	}
-	polling := true
+	ps, err := newPollSet(fds[:])
+	if err != nil {
+		// (EMFILE, say.) The netpoller's readers take the pipes; the wait
+		// below reaps the process.
+		j.m.log.Error("wait for job output and exit; reading it through readers", "job", j.id, "err", err)
+		handOff()
+	} else {
+		defer ps.close()
+	}
+	polling := !handedOff
 	for polling {
 		if j.gated() {
 			// Output held (see gatedLocked): the readLoops wait at the
@@ -1669,13 +1682,10 @@ func (j *Job) runLoop(p *proc, out, held [2]int) {
 			handOff()
 			break
 		}
-		if _, err := unix.Poll(fds[:], -1); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
+		if err := ps.wait(fds[:]); err != nil {
 			// (ENOMEM, in practice.) The netpoller's readers take the
 			// pipes; the wait below reaps the process.
-			j.m.log.Error("poll job output; reading it through the netpoller", "job", j.id, "err", err)
+			j.m.log.Error("poll job output; reading it through readers", "job", j.id, "err", err)
 			handOff()
 			break
 		}
@@ -1695,14 +1705,7 @@ func (j *Job) runLoop(p *proc, out, held [2]int) {
 			// The pipes ended first: the exit is waited for in poll too,
 			// so that the job knows its leader exited before it is reaped.
 			pidOnly := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-			for {
-				_, err := unix.Poll(pidOnly, -1)
-				if err == unix.EINTR {
-					continue
-				}
-				exited = err == nil && pidOnly[0].Revents != 0
-				break
-			}
+			exited = ps.wait(pidOnly) == nil && pidOnly[0].Revents != 0
 		}
 		if exited {
 			// A zombie now: its pid (and so the group number) is still
@@ -1775,7 +1778,6 @@ func (j *Job) afterReap(p *proc, ws syscall.WaitStatus, err error) {
 	j.openGateLocked()
 	killing, deadline, cg, runDone := j.killing, j.killDeadline, j.cg, j.runDone
 	j.mu.Unlock()
-	p.releaseSlot() // (the pidfd is closed below)
 
 	// Usually nothing is left once the leader is gone: one check of the
 	// scope then (no escape can hide in an empty cgroup).

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"os"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -16,13 +15,10 @@ import (
 // ends of its pipes stay plain descriptors and the environment is built
 // once (no second pass to deduplicate it).
 //
-// A process is waited for through its pidfd. The first blockingWaits
-// running processes each have a thread blocked on it, the quickest wake-up
-// when the process exits (measured: going through the netpoller instead
-// cost ~8% of /bin/true spawns per second one at a time): in poll(2) with
-// the job's output pipes (Job.runLoop), or in waitid (a terminal's job).
-// Any beyond those are waited for through the netpoller, so that a
-// thousand running jobs do not hold a thousand threads.
+// A process is waited for through its pidfd, in the netpoller: with the
+// job's output pipes by Job.runLoop (see pollSet), or alone by
+// Job.waitLoop (a terminal's job). No thread is blocked for a running
+// job (without pidfds, wait4 blocks one per job).
 type launch struct {
 	path      string
 	argv, env []string
@@ -31,19 +27,14 @@ type launch struct {
 	sys       *syscall.SysProcAttr
 }
 
-// blockingWaits bounds the processes waited for by a blocked thread each.
-const blockingWaits = 32
-
 // proc is a started process, waited for once by its job's waitLoop.
 type proc struct {
 	pid int
 	// pidfd is nil where the kernel has no usable pidfds (wait then
-	// blocks a thread in wait4). With slots it is a blocking pidfd, its
-	// wait holding one of the blocking slots; without, it is non-blocking
-	// and in the netpoller.
+	// blocks a thread in wait4); else it is non-blocking and in the
+	// netpoller.
 	pidfd *os.File
-	rawfd int           // pidfd's descriptor, -1 without (valid until release)
-	slots *atomic.Int32 // the blocking waits in use (released by release)
+	rawfd int // pidfd's descriptor, -1 without (valid until release)
 	// startTicks is the process's start time as /proc/<pid>/stat gives
 	// it (field 22), known from the boot clock read around the fork when
 	// both reads fell in the same clock tick (0: not known so).
@@ -121,15 +112,15 @@ func pidfdsWork() bool {
 	return errno == syscall.ECHILD
 }
 
-// start forks and execs l. withPidfd asks for a pidfd (see pidfdsWork);
-// slots counts the blocking waits in use. With tick (startTickNanos) not
+// start forks and execs l. withPidfd asks for a pidfd (see pidfdsWork).
+// With tick (startTickNanos) not
 // 0, the boot clock is read before and after the fork: the child's start
 // time is stamped in between, so when both reads are in the same tick,
 // that tick is the process's start time in /proc (proc.startTicks),
 // known without reading /proc (five system calls on the spawn path).
 //
 // around, when not nil, runs the fork and exec (see WithForkAround).
-func (l *launch) start(withPidfd bool, slots *atomic.Int32, tick int64, around func(fork func())) (*proc, error) {
+func (l *launch) start(withPidfd bool, tick int64, around func(fork func())) (*proc, error) {
 	pidfd := -1
 	if withPidfd {
 		l.sys.PidFD = &pidfd
@@ -163,16 +154,11 @@ func (l *launch) start(withPidfd bool, slots *atomic.Int32, tick int64, around f
 	if pidfd < 0 {
 		return p, nil
 	}
-	if slots.Add(1) <= blockingWaits {
-		p.slots = slots
-	} else {
-		slots.Add(-1)
-		if err := unix.SetNonblock(pidfd, true); err != nil {
-			unix.Close(pidfd) // wait4 then
-			return p, nil
-		}
+	if err := unix.SetNonblock(pidfd, true); err != nil {
+		unix.Close(pidfd) // wait4 then
+		return p, nil
 	}
-	p.pidfd = os.NewFile(uintptr(pidfd), "pidfd") // polled if non-blocking
+	p.pidfd = os.NewFile(uintptr(pidfd), "pidfd") // (in the netpoller)
 	p.rawfd = pidfd
 	return p, nil
 }
@@ -194,27 +180,6 @@ func (p *proc) wait() (syscall.WaitStatus, error) {
 	}
 	var ws syscall.WaitStatus
 	var werr error
-	if p.slots != nil { // a blocking pidfd
-		err = rc.Control(func(fd uintptr) {
-			var info [128]byte // siginfo_t
-			for {
-				_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, unix.P_PIDFD, fd,
-					uintptr(unsafe.Pointer(&info[0])), unix.WEXITED, 0, 0)
-				if errno == syscall.EINTR {
-					continue
-				}
-				if errno != 0 {
-					werr = errno
-				}
-				break
-			}
-			ws, _ = childStatus(&info)
-		})
-		if err == nil {
-			err = werr
-		}
-		return ws, err
-	}
 	err = rc.Read(func(fd uintptr) bool {
 		var info [128]byte // siginfo_t
 		for {
@@ -286,19 +251,10 @@ func (p *proc) unreaped() bool {
 	return ok
 }
 
-// release closes the pidfd and frees its blocking slot (after wait).
+// release closes the pidfd (after wait).
 func (p *proc) release() {
 	if p.pidfd != nil {
 		p.pidfd.Close()
-	}
-	p.releaseSlot()
-}
-
-// releaseSlot gives back the blocking-wait slot (once).
-func (p *proc) releaseSlot() {
-	if p.slots != nil {
-		p.slots.Add(-1)
-		p.slots = nil
 	}
 }
 

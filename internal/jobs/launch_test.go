@@ -46,11 +46,11 @@ func runJob(t *testing.T, m *Manager, args protocol.SpawnArgs) (protocol.JobInfo
 }
 
 // TestExitStatusAllWaitPaths: exit codes and deaths by signal come out
-// the same whether the process is waited for by a thread blocked on its
-// pidfd, through its pidfd in the netpoller (all blocking slots taken),
-// or by wait4 (kernels without usable pidfds).
+// the same whether the process is waited for with its output by runLoop,
+// alone through its pidfd by a waiter (as a terminal's job is), or by
+// wait4 (kernels without usable pidfds).
 func TestExitStatusAllWaitPaths(t *testing.T) {
-	for _, path := range []string{"blocking", "polled", "wait4"} {
+	for _, path := range []string{"runloop", "waiter", "wait4"} {
 		t.Run(path, func(t *testing.T) {
 			if path != "wait4" && !pidfdsWork() {
 				t.Skip("this kernel has no usable pidfds (needs Linux 5.4)")
@@ -58,9 +58,7 @@ func TestExitStatusAllWaitPaths(t *testing.T) {
 			m := New(Config{MaxJobs: 10}, nil, nil)
 			defer m.Close(context.Background())
 			m.pidfds = path != "wait4"
-			if path == "polled" {
-				m.waitSlots.Store(blockingWaits)
-			}
+			m.noRunLoop = path == "waiter"
 			for _, c := range []struct {
 				shell  string
 				code   int
@@ -72,9 +70,6 @@ func TestExitStatusAllWaitPaths(t *testing.T) {
 				{"ulimit -c 0; kill -QUIT $$", -1, "SIGQUIT"}, {"kill -ABRT $$", -1, "SIGABRT"},
 			} {
 				info, _ := runJob(t, m, protocol.SpawnArgs{Shell: c.shell})
-				if want := map[string]int32{"polled": blockingWaits}[path]; m.waitSlots.Load() != want {
-					t.Fatalf("%d blocking waits in use after the job, want %d", m.waitSlots.Load(), want)
-				}
 				switch {
 				case c.signal != "" && (info.Signal != c.signal || info.Reason != protocol.ReasonSignal || info.ExitCode != nil):
 					t.Errorf("%q: reason %s signal %q exit %v, want signal %s", c.shell, info.Reason, info.Signal, info.ExitCode, c.signal)
@@ -87,9 +82,9 @@ func TestExitStatusAllWaitPaths(t *testing.T) {
 }
 
 // TestOutputAllReadPaths checks that output and exit come out the same
-// whichever way a run is read and waited for: one poll loop (runLoop, a
-// process with a blocking-wait slot), readers in the netpoller and a
-// waiter (no slot left), wait4 (no pidfds). Covered: both streams, more
+// whichever way a run is read and waited for: one loop for its pipes and
+// its pidfd (runLoop), readers in the netpoller and a waiter (as a
+// terminal's job is), wait4 (no pidfds). Covered: both streams, more
 // than a pipe holds, a process that closes its output and goes on, and
 // output that arrives after the leader exited (from a process that left
 // the group: runLoop hands the pipe to a reader).
@@ -105,9 +100,7 @@ func TestOutputAllReadPaths(t *testing.T) {
 			m := New(Config{MaxJobs: 10, DrainTimeout: 20 * time.Second}, nil, nil)
 			defer m.Close(context.Background())
 			m.pidfds = path != "wait4"
-			if path == "readers" {
-				m.waitSlots.Store(blockingWaits)
-			}
+			m.noRunLoop = path == "readers"
 			big := strings.Repeat("a", 300_000)
 			// (the leader waits until its setsid'd child has left the group:
 			// a child still in it when the leader's end is handled is
@@ -143,9 +136,6 @@ func TestOutputAllReadPaths(t *testing.T) {
 				if info.ExitCode == nil || *info.ExitCode != c.code || info.Reason != protocol.ReasonExit {
 					t.Errorf("%.40q: reason %s exit %v, want exit %d", c.shell, info.Reason, info.ExitCode, c.code)
 				}
-				if want := map[string]int32{"readers": blockingWaits}[path]; m.waitSlots.Load() != want {
-					t.Fatalf("%d blocking waits in use after the job, want %d", m.waitSlots.Load(), want)
-				}
 			}
 		})
 	}
@@ -168,9 +158,7 @@ func TestFloodingDescendantDoesNotHoldTheExit(t *testing.T) {
 			slow := WithHooks(Hooks{OutputBytes: func(protocol.Stream, int) { time.Sleep(10 * time.Millisecond) }})
 			m := New(Config{MaxJobs: 10, Grace: 2 * time.Second}, nil, nil, slow)
 			defer m.Close(context.Background())
-			if path == "readers" {
-				m.waitSlots.Store(blockingWaits)
-			}
+			m.noRunLoop = path == "readers"
 			info, err := m.Spawn(protocol.SpawnArgs{Shell: "yes & sleep 0.3; exit 3"})
 			if err != nil {
 				t.Fatal(err)
@@ -283,9 +271,9 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
-// TestNoThreadPerRunningJob: beyond the first blockingWaits, running
-// jobs are waited for through the netpoller, not by a thread each
-// blocked in waitid.
+// TestNoThreadPerRunningJob: running jobs are waited for (and their
+// output read) through the netpoller, not by a thread each blocked in
+// poll(2) or waitid.
 func TestNoThreadPerRunningJob(t *testing.T) {
 	if !pidfdsWork() {
 		t.Skip("this kernel has no usable pidfds (needs Linux 5.4): a thread waits per job there")
@@ -326,7 +314,7 @@ func TestNoThreadPerRunningJob(t *testing.T) {
 	for _, j := range running {
 		<-j.Done()
 	}
-	if during-before > blockingWaits+n/5 {
+	if during-before > n/5 {
 		t.Fatalf("%d threads before, %d with %d jobs running: a thread per job", before, during, n)
 	}
 	t.Logf("threads: %d before, %d with %d jobs running", before, during, n)

@@ -208,9 +208,9 @@ type Manager struct {
 	// through pidfds.
 	devNullFd int
 	pidfds    bool
-	// waitSlots counts the processes waited for by a blocked thread
-	// (see blockingWaits).
-	waitSlots atomic.Int32
+	// noRunLoop makes runs with pipes read by readers and waited for by
+	// a waiter, as a terminal's are (tests of that path).
+	noRunLoop bool
 	// tickNanos is the tick of process start times in /proc (see
 	// launch.start; 0: fingerprints are read from /proc), tickChecks how
 	// many more of the fingerprints so known are checked against /proc
