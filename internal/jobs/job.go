@@ -1650,10 +1650,21 @@ func (j *Job) runLoop(p *proc, out, held [2]int) {
 		out[i], fds[i].Fd = -1, -1 // (poll skips a negative fd)
 		open--
 	}
+	// done closes the pollSet once it is of no more use (not left open,
+	// woken by the readers' pipes, through the group's clearing).
+	var ps *pollSet
+	done := func() {
+		if ps != nil {
+			ps.close()
+			ps = nil
+		}
+	}
+	defer done()
 	// handOff gives the pipes still open to readLoops (which close
 	// readersDone when they are done).
 	handedOff := false
 	handOff := func() {
+		done()
 		release() // (else they never end)
 		handedOff = true
 		var files [2]*os.File
@@ -1666,13 +1677,20 @@ func (j *Job) runLoop(p *proc, out, held [2]int) {
 		j.startReaders(files[:])
 	}
 	ps, err := newPollSet(fds[:])
+	if err == nil && j.m.pollSetErr != nil { // (tests)
+		ps.close()
+		ps, err = nil, j.m.pollSetErr
+	}
 	if err != nil {
 		// (EMFILE, say.) The netpoller's readers take the pipes; the wait
 		// below reaps the process.
-		j.m.log.Error("wait for job output and exit; reading it through readers", "job", j.id, "err", err)
+		msg := "wait for job output and exit; reading it through readers (later failures are logged at debug level)"
+		if j.m.pollSetFailed.Swap(true) {
+			j.m.log.Debug(msg, "job", j.id, "err", err)
+		} else {
+			j.m.log.Error(msg, "job", j.id, "err", err)
+		}
 		handOff()
-	} else {
-		defer ps.close()
 	}
 	polling := !handedOff
 	for polling {
@@ -1707,6 +1725,7 @@ func (j *Job) runLoop(p *proc, out, held [2]int) {
 			pidOnly := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
 			exited = ps.wait(pidOnly) == nil && pidOnly[0].Revents != 0
 		}
+		done()
 		if exited {
 			// A zombie now: its pid (and so the group number) is still
 			// taken. From here on a kill signals a cgroup job through its

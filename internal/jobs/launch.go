@@ -27,7 +27,8 @@ type launch struct {
 	sys       *syscall.SysProcAttr
 }
 
-// proc is a started process, waited for once by its job's waitLoop.
+// proc is a started process, waited for once by its job's runLoop or
+// waitLoop.
 type proc struct {
 	pid int
 	// pidfd is nil where the kernel has no usable pidfds (wait then

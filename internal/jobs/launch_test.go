@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,7 +85,8 @@ func TestExitStatusAllWaitPaths(t *testing.T) {
 // TestOutputAllReadPaths checks that output and exit come out the same
 // whichever way a run is read and waited for: one loop for its pipes and
 // its pidfd (runLoop), readers in the netpoller and a waiter (as a
-// terminal's job is), wait4 (no pidfds). Covered: both streams, more
+// terminal's job is), runLoop handing the pipes to readers at once (its
+// epoll instance could not be made), wait4 (no pidfds). Covered: both streams, more
 // than a pipe holds, a process that closes its output and goes on, and
 // output that arrives after the leader exited (from a process that left
 // the group: runLoop hands the pipe to a reader).
@@ -92,7 +94,7 @@ func TestOutputAllReadPaths(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/setsid"); err != nil {
 		t.Skip("needs setsid(1) (util-linux)")
 	}
-	for _, path := range []string{"runloop", "readers", "wait4"} {
+	for _, path := range []string{"runloop", "readers", "no-epoll", "wait4"} {
 		t.Run(path, func(t *testing.T) {
 			if path != "wait4" && !pidfdsWork() {
 				t.Skip("this kernel has no usable pidfds (needs Linux 5.4)")
@@ -101,6 +103,9 @@ func TestOutputAllReadPaths(t *testing.T) {
 			defer m.Close(context.Background())
 			m.pidfds = path != "wait4"
 			m.noRunLoop = path == "readers"
+			if path == "no-epoll" {
+				m.pollSetErr = errors.New("test: no epoll instance")
+			}
 			big := strings.Repeat("a", 300_000)
 			// (the leader waits until its setsid'd child has left the group:
 			// a child still in it when the leader's end is handled is

@@ -209,8 +209,13 @@ type Manager struct {
 	devNullFd int
 	pidfds    bool
 	// noRunLoop makes runs with pipes read by readers and waited for by
-	// a waiter, as a terminal's are (tests of that path).
-	noRunLoop bool
+	// a waiter, as a terminal's are (tests of that path); pollSetErr,
+	// when set, is what making a run's pollSet fails with (tests).
+	noRunLoop  bool
+	pollSetErr error
+	// pollSetFailed is whether a pollSet could not be made (logged once
+	// as an error, later ones at debug level).
+	pollSetFailed atomic.Bool
 	// tickNanos is the tick of process start times in /proc (see
 	// launch.start; 0: fingerprints are read from /proc), tickChecks how
 	// many more of the fingerprints so known are checked against /proc

@@ -233,8 +233,8 @@ func (j *Job) Snapshot() Snapshot {
 }
 
 // fingerprintLocked reads the start ticks of the run's process once, while
-// it cannot have been reaped (only waitLoop reaps it and sets leaderExited
-// under j.mu right after): /proc/<pid> is then this process. Without the
+// it cannot have been reaped (only waitLoop or runLoop reaps it, and sets
+// leaderExited under j.mu right after): /proc/<pid> is then this process. Without the
 // fingerprint a restarted supervisor could not recognise the orphan.
 func (j *Job) fingerprintLocked() {
 	if j.startTicks != 0 || j.pid <= 0 || j.leaderExited || j.proc == nil {

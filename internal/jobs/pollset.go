@@ -14,17 +14,21 @@ import (
 // is read with a poll(2) that does not block, so that each wait's answer
 // is poll's, whatever the epoll instance has queued.
 //
-// A goroutine blocked in poll(2) instead holds its thread, and its P, in
-// a system call for the whole run: with one, the runtime's monitor thread
-// (sysmon) does not sleep while any job runs but wakes every 20-100 µs,
-// and each running job needs a thread of its own.
+// A goroutine blocked in poll(2) instead holds its thread in a system
+// call for the whole run (and its P until the runtime's monitor thread
+// takes it back), so each running job needs a thread of its own: measured
+// against that, 1-5 context switches and 50-150 µs of CPU less per
+// /bin/true.
 type pollSet struct {
 	f  *os.File
 	rc syscall.RawConn
 }
 
 // newPollSet makes a pollSet watching fds for input (level-triggered;
-// negative ones are skipped). A descriptor closed later leaves the set.
+// negative ones are skipped). A descriptor closed later leaves the set
+// once no other descriptor refers to its file (a child forked meanwhile
+// holds one until it execs): until then its events may wake a wait for
+// nothing, which then waits on.
 func newPollSet(fds []unix.PollFd) (*pollSet, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
