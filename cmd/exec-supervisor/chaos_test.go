@@ -69,6 +69,7 @@ type sup struct {
 // env is a state dir and endpoints shared by consecutive supervisors.
 type env struct {
 	root, state, ctl, evt string
+	wrap                  []string // a command the binary is run through (its path and arguments follow)
 }
 
 func newEnv(t *testing.T) env {
@@ -110,6 +111,9 @@ func (e env) launch(t *testing.T, extra ...string) *sup {
 		"--log-level", "debug", "--grace", "500ms", "--chunk-merge-interval", "20ms"}, extra...)
 	s := &sup{t: t, log: &proctest.Buffer{}, dir: e.state, ctl: e.ctl, evt: e.evt, done: make(chan struct{})}
 	s.cmd = exec.Command(binary, args...)
+	if len(e.wrap) > 0 {
+		s.cmd = exec.Command(e.wrap[0], append(append(e.wrap[1:len(e.wrap):len(e.wrap)], binary), args...)...)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -263,6 +263,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if moved != "" {
 		s.log.Error("state mark unusable; moved aside and a new one made: processes an earlier run left running are not found by their mark", "movedTo", moved)
 	}
+	checkFDBudget(s.cfg, s.log)
 	s.cpu = cpuhome.New(s.cfg.CPUHome, s.cfg.CPUHomeTuning, s.log)
 	jopts := []jobs.Option{jobs.WithNotifyDir(notifyDir), jobs.WithMark(s.mark), jobs.WithForkAround(s.cpu.Fork)}
 	if s.cfg.LimitsHelper != "" {
