@@ -2766,12 +2766,17 @@ func TestMarkSweepOnlyAfterCrash(t *testing.T) {
 func TestStopWithFailedJournal(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t, "--no-cgroups")
+	// (writes fail from before the spawn: the job is known to the next
+	// start from the intents file alone. Failed after it, a write that
+	// recorded the job, and let its intent go, could land between the
+	// read of the journal put back below and its removal: the job was
+	// then nowhere, as no real stop can leave it.)
+	jpath := filepath.Join(e.state, "journal.json")
+	old := failJournalWrites(t, jpath)
 	j, err := s.client.Spawn(ctxFor(t, 10*time.Second), protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jpath := filepath.Join(e.state, "journal.json")
-	old := failJournalWrites(t, jpath)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done
 	if !strings.Contains(s.log.String(), "journal write at shutdown failed") {
