@@ -164,6 +164,10 @@ type hardenedListener struct {
 
 func (l *hardenedListener) Addr() net.Addr { return l.inner.Addr() }
 
+// acceptFailLogEvery spaces the log lines of failing accepts (each retried
+// after 10 ms).
+const acceptFailLogEvery = 10 * time.Second
+
 func (l *hardenedListener) Close() error {
 	var err error
 	l.once.Do(func() {
@@ -197,6 +201,8 @@ func (l *hardenedListener) Accept() (net.Conn, error) {
 
 func (l *hardenedListener) acceptLoop() {
 	defer l.wg.Done()
+	var lastLog time.Time // (of accept failures)
+	failed := 0
 	for {
 		raw, err := l.inner.Accept()
 		if err != nil {
@@ -212,7 +218,15 @@ func (l *hardenedListener) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			// EMFILE and friends: back off briefly rather than spin.
+			// EMFILE and friends: back off briefly rather than spin, and
+			// say so (at most every acceptFailLogEvery): the peers wait
+			// in the listen backlog meanwhile, and time out there.
+			failed++
+			if p := l.policy.Log; p != nil && time.Since(lastLog) >= acceptFailLogEvery {
+				p("accepting connections fails; retrying every 10 ms (peers wait in the listen backlog)",
+					"failures", failed, "err", err)
+				lastLog, failed = time.Now(), 0
+			}
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
