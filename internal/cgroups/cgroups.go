@@ -160,12 +160,12 @@ type Cgroup struct {
 func (b *Base) Create(name string) (*Cgroup, *os.File, error) {
 	p := filepath.Join(b.Dir, name)
 	if err := os.Mkdir(p, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("create cgroup %s: %w", p, err)
+		return nil, nil, fmt.Errorf("create cgroup: %w", err) // (the error names p)
 	}
 	fd, err := os.Open(p)
 	if err != nil {
 		os.Remove(p)
-		return nil, nil, fmt.Errorf("open cgroup %s: %w", p, err)
+		return nil, nil, fmt.Errorf("open cgroup: %w", err)
 	}
 	return &Cgroup{Path: p}, fd, nil
 }
