@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
@@ -2358,17 +2360,24 @@ func bothCgroupModes(t *testing.T, f func(t *testing.T, noCgroups bool, flags []
 }
 
 // failJournalWrites makes every later write of the journal at jpath fail
-// (a non-empty directory cannot be renamed over) and returns what it held.
+// (a non-empty directory cannot be renamed over) and returns what it held:
+// the directory and the journal are swapped in one rename, so what comes
+// back is the last write that landed (a read, then a removal, could lose
+// a write landing in between, and a test then put back an older journal).
 func failJournalWrites(t *testing.T, jpath string) []byte {
 	t.Helper()
-	old, err := os.ReadFile(jpath)
+	dir := jpath + ".failing"
+	if err := os.MkdirAll(filepath.Join(dir, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, jpath, unix.RENAME_EXCHANGE); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(dir) // (the journal now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(jpath); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
+	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
 	return old

@@ -130,9 +130,9 @@ func TestServiceLifecycle(t *testing.T) {
 
 	// restart ends run 4 (manual-restart) and starts run 5 at once. (The
 	// reply shows the state when it was made: run 4 may have died of the
-	// SIGTERM, and run 5 started, by then.)
+	// SIGTERM by then, and run 5 be on its way or started.)
 	if out := s.mustCtl(t, "restart", id); out != id+" exiting (attempt 4 ends; attempt 5 starts once it has)\n" &&
-		out != id+" starting (attempt 5)\n" && out != id+" running (attempt 5)\n" {
+		out != id+" restarting (attempt 4)\n" && out != id+" starting (attempt 5)\n" && out != id+" running (attempt 5)\n" {
 		t.Fatalf("restart printed %q", out)
 	}
 	s.waitStatus(t, id, "running attempt 5", runningWith(5, 3*len("boom\n")+2*len("up\n")))

@@ -39,10 +39,12 @@ func TestAcceptFailureLogged(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	defer func() {
 		stdin.Close()
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 	}()
 	lines := make(chan string, 64)
 	go func() {
@@ -83,7 +85,10 @@ func TestAcceptFailureLogged(t *testing.T) {
 	if l := await("log accepting connections fails"); !strings.Contains(l, "too many open files") {
 		t.Errorf("the log line does not say why: %q", l)
 	}
-	// (the retries go on every 10 ms meanwhile: one line, not one each)
+	// Some 30 more retries (every 10 ms) before the descriptors are freed:
+	// one line for them all, not one each. (A window for what must not
+	// happen: nothing to wait for.)
+	time.Sleep(300 * time.Millisecond)
 	fmt.Fprintln(stdin, "free")
 	select {
 	case err := <-dialed:
@@ -94,6 +99,15 @@ func TestAcceptFailureLogged(t *testing.T) {
 		t.Fatal("the peer was not taken in 30 s once descriptors were free")
 	}
 	stdin.Close()
+	select {
+	case err := <-exited: // (a race or a failure in the child fails this test)
+		exited <- err
+		if err != nil {
+			t.Errorf("the child failed: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the child did not end in 20 s after its stdin closed")
+	}
 	for l := range lines {
 		seen = append(seen, l)
 	}

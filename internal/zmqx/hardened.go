@@ -230,6 +230,7 @@ func (l *hardenedListener) acceptLoop() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		failed = 0 // (a line counts the failures of one episode)
 		remote := raw.RemoteAddr().String()
 		counter := &l.conns
 		if n := l.conns.Add(1); n > int64(l.policy.MaxConns) {
