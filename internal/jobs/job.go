@@ -1676,10 +1676,9 @@ func (j *Job) runLoop(p *proc, out, held [2]int) {
 		}
 		j.startReaders(files[:])
 	}
-	ps, err := newPollSet(fds[:])
-	if err == nil && j.m.pollSetErr != nil { // (tests)
-		ps.close()
-		ps, err = nil, j.m.pollSetErr
+	err := j.m.pollSetErr // (tests)
+	if err == nil {
+		ps, err = newPollSet(fds[:])
 	}
 	if err != nil {
 		// (EMFILE, say.) The netpoller's readers take the pipes; the wait

@@ -22,12 +22,6 @@ const (
 	fdsBase = 96
 )
 
-// fdNeed returns how many descriptors cfg's limits can take at once: every
-// job running and every connection open on both sockets.
-func fdNeed(cfg Config) uint64 {
-	return uint64(cfg.Jobs.MaxJobs)*fdsPerJob + 2*uint64(cfg.MaxConns) + fdsBase
-}
-
 // checkFDBudget warns when cfg's limits can take more descriptors than
 // this process may open (Go raises the soft RLIMIT_NOFILE to the hard one
 // at start, so this is the hard one unless the runtime could not): past
@@ -38,12 +32,15 @@ func checkFDBudget(cfg Config, log *slog.Logger) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 		return
 	}
-	need := fdNeed(cfg)
-	if rl.Cur == unix.RLIM_INFINITY || need <= rl.Cur {
+	// What cfg's limits can take at once: every connection open on both
+	// sockets, and every job running.
+	rest := fdsBase + 2*uint64(cfg.MaxConns)
+	need := rest + uint64(cfg.Jobs.MaxJobs)*fdsPerJob
+	if need <= rl.Cur {
 		return
 	}
 	jobs := uint64(0) // (that fit beside every connection slot in use)
-	if rest := fdsBase + 2*uint64(cfg.MaxConns); rl.Cur > rest {
+	if rl.Cur > rest {
 		jobs = (rl.Cur - rest) / fdsPerJob
 	}
 	log.Warn("file descriptors may run out: raise this process's limit (systemd LimitNOFILE=, ulimit -n) or lower --max-jobs/--max-connections",
