@@ -12,14 +12,14 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
 	"github.com/exec-supervisor/exec-supervisor/internal/limits"
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 )
 
 // TestMain lets this test binary serve as the helper.
 func TestMain(m *testing.M) {
 	limits.MaybeRunHelper()
-	os.Exit(leakcheck.Main(m))
+	os.Exit(testenv.Main(m))
 }
 
 func helper(t *testing.T) string {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 )
 
 func scan() []jobs.Process {
@@ -75,9 +76,17 @@ func GroupsOfSession(sid int) []int {
 	return out
 }
 
-// RunWithoutLeaks runs the tests and fails the run when they left a live
-// child process or a goroutine of this module behind (leakcheck). Use it as TestMain's body: os.Exit(RunWithoutLeaks(m)).
+// RunWithoutLeaks runs the tests in an isolated environment (testenv)
+// and fails the run when they left a live child process or a goroutine of
+// this module behind (leakcheck). Use it as TestMain's body:
+// os.Exit(RunWithoutLeaks(m)).
 func RunWithoutLeaks(m interface{ Run() int }) int {
+	cleanup, err := testenv.Isolate()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
 	code := m.Run()
 	if code == 0 {
 		if kids := Children(os.Getpid()); len(kids) > 0 {

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
