@@ -675,12 +675,38 @@ func TestTokenHints(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", filepath.Join(s.dir, "none"))
 	t.Setenv("EXEC_SUPERVISOR_TOKEN", "")
 	ctl := "tcp://" + s.srv.Addr().String()
-	if code, _, errs := execctl(t, "--control", ctl, "health"); code != 3 || !strings.Contains(errs, "wants a token") || !strings.Contains(errs, "--token-file") {
+	if code, _, errs := execctl(t, "--control", ctl, "health"); code != 3 || !strings.Contains(errs, "requires a token") || !strings.Contains(errs, "--token-file") {
 		t.Fatalf("no token: exit %d, %q", code, errs)
 	}
 	t.Setenv("EXEC_SUPERVISOR_TOKEN", "wrong")
 	if code, _, errs := execctl(t, "--control", ctl, "health"); code != 3 || !strings.Contains(errs, "refused our token") {
 		t.Fatalf("wrong token: exit %d, %q", code, errs)
+	}
+}
+
+// TestDefaultTokenToSupervisorWithoutAuth: a token execctl finds by itself
+// (the default token file) is offered only to a supervisor that asks for
+// one, so one running without authentication is reached (it said "server
+// wants mechanism NULL, not PLAIN"); a token given explicitly to such a
+// supervisor is a mismatch with its own message and hint.
+func TestDefaultTokenToSupervisorWithoutAuth(t *testing.T) {
+	s := startSupervisorWith(t, func(c *server.Config) { c.Control, c.InsecureTCP = "tcp://127.0.0.1:0", true })
+	state := filepath.Join(s.dir, "xdg-state")
+	if err := os.MkdirAll(filepath.Join(state, "exec-supervisor"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "exec-supervisor", "token"), []byte("found-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_STATE_HOME", state)
+	t.Setenv("EXEC_SUPERVISOR_TOKEN", "")
+	ctl := "tcp://" + s.srv.Addr().String()
+	if code, out, errs := execctl(t, "--control", ctl, "health"); code != 0 {
+		t.Fatalf("default token present: exit %d, %q %q", code, out, errs)
+	}
+	t.Setenv("EXEC_SUPERVISOR_TOKEN", "given-token")
+	if code, _, errs := execctl(t, "--control", ctl, "health"); code != 3 || !strings.Contains(errs, "runs without authentication") {
+		t.Fatalf("explicit token: exit %d, %q", code, errs)
 	}
 }
 

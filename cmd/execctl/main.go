@@ -191,6 +191,7 @@ func report(g *globals, name string, err error) int {
 	var ue *usageError
 	var ce *client.ConnectError
 	var pe *protocol.Error
+	var me *zmqx.MechanismError
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
 		return exitOK
@@ -200,8 +201,16 @@ func report(g *globals, name string, err error) int {
 			fmt.Fprintf(g.stderr, "  hint: %s\n", ue.hint)
 		}
 		return exitUsage
-	case errors.As(err, &ce) && strings.Contains(err.Error(), "mechanism PLAIN"):
-		fmt.Fprintf(g.stderr, "execctl %s: the supervisor wants a token (ZMTP PLAIN) and execctl has none\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n", name)
+	case errors.As(err, &me) && me.Server == "PLAIN":
+		fmt.Fprintf(g.stderr, "execctl %s: the supervisor at %s requires a token (ZMTP PLAIN) and execctl has none\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n",
+			name, g.client.Options().ControlAddress)
+		return exitUnreachable
+	case errors.As(err, &me) && me.Server == "NULL":
+		fmt.Fprintf(g.stderr, "execctl %s: the supervisor at %s runs without authentication, but execctl was given a token\n  hint: drop --token-file / EXEC_SUPERVISOR_TOKEN for this supervisor, or make sure it is the one you mean (it was started with --insecure-tcp-no-auth)\n",
+			name, g.client.Options().ControlAddress)
+		return exitUnreachable
+	case errors.As(err, &me):
+		fmt.Fprintf(g.stderr, "execctl %s: %v\n", name, err)
 		return exitUnreachable
 	case errors.As(err, &ce) && strings.Contains(err.Error(), "authentication failed"):
 		fmt.Fprintf(g.stderr, "execctl %s: the supervisor refused our token (authentication failed)\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n", name)

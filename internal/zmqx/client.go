@@ -60,6 +60,9 @@ type DialOptions struct {
 	// token the client found by itself (the supervisor's default token
 	// file), which must not go to whoever took the port while the
 	// supervisor was down (PLAIN does not authenticate the server).
+	// Such a token is also offered only to a server that asks for one: a
+	// server without authentication gets mechanism NULL, where a token
+	// given explicitly is a *MechanismError.
 	TokenToOwnOnly bool
 }
 
@@ -96,18 +99,12 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
 	}
-	if token != "" && o.TokenToOwnOnly && network == "tcp" {
-		if err := ownListener(conn.RemoteAddr()); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("connect to %s: not sending the default token: %w (give the token explicitly if this is the supervisor you mean)", endpoint, err)
-		}
-	}
 	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writeTimeout: 10 * time.Second, wsem: make(chan struct{}, 1)}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	// ctx bounds the handshake too (a peer that accepts and never
 	// answers; a caller that gives up, a client being closed).
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	err = c.handshake(socketType, token)
+	err = c.handshake(socketType, token, o.TokenToOwnOnly, network == "tcp")
 	if !stop() { // (ctx ended: the deadline may have been cut meanwhile)
 		err = errors.Join(ctx.Err(), err)
 	}
@@ -119,16 +116,36 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 	return c, nil
 }
 
-func (c *Client) handshake(socketType, token string) error {
-	mech := "NULL"
-	if token != "" {
-		mech = "PLAIN"
+// MechanismError says the supervisor and the client do not agree on the
+// ZMTP security mechanism: the supervisor wants a token the client does
+// not have (Server PLAIN, Client NULL), or runs without authentication
+// while the client was given a token (Server NULL, Client PLAIN).
+type MechanismError struct {
+	Server string // the supervisor's mechanism, from its greeting
+	Client string // the one the client would use
+}
+
+func (e *MechanismError) Error() string {
+	switch {
+	case e.Server == "PLAIN" && e.Client == "NULL":
+		return "the supervisor requires a token (ZMTP PLAIN) and none was given"
+	case e.Server == "NULL" && e.Client == "PLAIN":
+		return "the supervisor runs without authentication (ZMTP NULL), but a token was given"
 	}
+	return fmt.Sprintf("the supervisor wants security mechanism %s, not %s", e.Server, e.Client)
+}
+
+// handshake runs the ZMTP 3.0 greeting and security handshake. It sends
+// the signature and major version first and reads the server's whole
+// greeting before choosing its mechanism (as libzmq peers allow: they
+// send the rest of theirs once they have our major version), so that a
+// token the client found by itself (found) is offered only to a server
+// that asks for one, and only when it listens as our user (ownListener).
+func (c *Client) handshake(socketType, token string, found, tcp bool) error {
 	g := make([]byte, greetingLen)
 	g[0], g[9] = 0xFF, 0x7F
 	g[10], g[11] = 3, 0
-	copy(g[12:32], mech)
-	if _, err := c.conn.Write(g); err != nil {
+	if _, err := c.conn.Write(g[:signatureLen+1]); err != nil {
 		return fmt.Errorf("send greeting: %w", err)
 	}
 	var peer [greetingLen]byte
@@ -138,12 +155,25 @@ func (c *Client) handshake(socketType, token string) error {
 	if peer[0] != 0xFF || peer[9]&0x01 != 0x01 || peer[10] < 3 {
 		return errors.New("the peer does not speak ZMTP 3")
 	}
-	if pm := strings.TrimRight(string(peer[12:32]), "\x00"); pm != mech {
-		// A refusal follows as an ERROR command when the peer can say why.
-		if _, body, err := c.readCommand(); err == nil {
-			return fmt.Errorf("server wants mechanism %s, not %s: %s", pm, mech, errorReason(body))
+	pm := strings.TrimRight(string(peer[12:32]), "\x00")
+	if pm == "NULL" && found {
+		token = "" // (found, not given: a server without auth needs none)
+	}
+	mech := "NULL"
+	if token != "" {
+		mech = "PLAIN"
+	}
+	if pm != mech {
+		return &MechanismError{Server: pm, Client: mech}
+	}
+	if token != "" && found && tcp {
+		if err := ownListener(c.conn.RemoteAddr()); err != nil {
+			return fmt.Errorf("not sending the default token: %w (give the token explicitly if this is the supervisor you mean)", err)
 		}
-		return fmt.Errorf("server wants mechanism %s, not %s", pm, mech)
+	}
+	copy(g[12:32], mech)
+	if _, err := c.conn.Write(g[signatureLen+1:]); err != nil {
+		return fmt.Errorf("send greeting: %w", err)
 	}
 	meta := metadata("Socket-Type", socketType)
 	if token != "" {

@@ -415,3 +415,45 @@ func TestRejectReasonsComplete(t *testing.T) {
 		t.Fatalf("only %d reasons found in the source: the pattern no longer matches the code", found)
 	}
 }
+
+// TestMechanismChosenFromServerGreeting: the client reads the server's
+// mechanism before choosing its own. A token it found by itself goes only
+// to a server that wants one (a server without auth gets NULL); any other
+// disagreement is a *MechanismError naming both sides.
+func TestMechanismChosenFromServerGreeting(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open, err := ListenRouter(ctx, "tcp://127.0.0.1:0", &Policy{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	locked, err := ListenRouter(ctx, "tcp://127.0.0.1:0", &Policy{Token: "tok"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locked.Close()
+	for _, c := range []struct {
+		name   string
+		r      *Router
+		o      DialOptions
+		server string // "": connects
+	}{
+		{"found token, server without auth", open, DialOptions{Token: "tok", TokenToOwnOnly: true}, ""},
+		{"found token, server with auth", locked, DialOptions{Token: "tok", TokenToOwnOnly: true}, ""},
+		{"given token, server without auth", open, DialOptions{Token: "tok"}, "NULL"},
+		{"no token, server with auth", locked, DialOptions{}, "PLAIN"},
+	} {
+		cl, err := DialClientWith(ctx, "DEALER", "tcp://"+c.r.Addr().String(), c.o)
+		var me *MechanismError
+		switch {
+		case c.server == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.server != "" && (!errors.As(err, &me) || me.Server != c.server):
+			t.Errorf("%s: got %v, want a MechanismError with server %s", c.name, err, c.server)
+		}
+		if cl != nil {
+			cl.Close()
+		}
+	}
+}

@@ -142,14 +142,15 @@ func TestDefaultTokenOnlyToOwnListener(t *testing.T) {
 	if err != nil {
 		t.Skip("no setpriv to listen as another user")
 	}
-	// Another user's listener (it reads nothing: the handshake would
-	// just time out).
+	// Another user's listener, standing in for a supervisor that wants
+	// a token (it greets as a PLAIN server).
 	py := "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
 		t.Skip("no /usr/bin/python3 to listen as another user")
 	}
 	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", py, "-c",
-		"import socket,time\ns=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)")
+		"import socket,time\ns=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); print(s.getsockname()[1], flush=True)\n"+
+			"c,_=s.accept(); c.sendall(bytes([0xff]+[0]*8+[0x7f,3,0])+b'PLAIN'+bytes(15)+bytes([1])+bytes(31)); time.sleep(60)")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
