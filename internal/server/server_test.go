@@ -162,11 +162,12 @@ func TestTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Prints every 100 ms for ~1.5 s: five times longer than its
-	// no-output timeout, and must never be killed by it.
+	// Prints every 100 ms for ~2.5 s: over twice its no-output timeout,
+	// and must never be killed by it. (The timeout is ten ticks long: with
+	// 300 ms, one tick late by 240 ms on a loaded machine ended it.)
 	chatty, err := ts.client.Spawn(ctx, protocol.SpawnArgs{
-		Shell:             "i=0; while [ $i -lt 15 ]; do echo tick $i; sleep 0.1; i=$((i+1)); done",
-		NoOutputTimeoutMs: 300,
+		Shell:             "i=0; while [ $i -lt 25 ]; do echo tick $i; sleep 0.1; i=$((i+1)); done",
+		NoOutputTimeoutMs: 1000,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func TestTimeouts(t *testing.T) {
 		t.Fatalf("no-output: %+v out %q", exit, out)
 	}
 	out, _, exit, _ = waitDone(t, ts.client, chatty.JobID, 15*time.Second)
-	if exit.Reason != protocol.ReasonExit || strings.Count(out, "tick") != 15 {
+	if exit.Reason != protocol.ReasonExit || strings.Count(out, "tick") != 25 {
 		t.Fatalf("chatty: %+v out %q", exit, out)
 	}
 	for _, j := range []protocol.JobInfo{overall, quiet, chatty} {
