@@ -2,7 +2,12 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: build test test-short soak bench lint fuzz run clean
+.PHONY: build test test-short chaos soak bench lint fuzz run clean
+
+# Recipes run in bash with pipefail: a test run piped into its report
+# fails when the tests fail.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/exec-supervisor ./cmd/execctl
@@ -11,7 +16,9 @@ build:
 test:
 	$(GO) vet ./...
 	@.ci/cgroup-bases > .cgroup-bases-before
-	$(GO) test -race -count=1 -timeout 15m ./...
+	@# (testreport: each package's result, failed tests' output, and at
+	@# the end every skipped test with its reason)
+	$(GO) test -race -count=1 -timeout 15m -json ./... 2>&1 | $(GO) run ./internal/testreport
 	@# The journal crash test once more without -race: the race detector
 	@# slows encoding so much that kills rarely land inside a write.
 	$(GO) test -count=1 -run 'TestCrashSafety' ./internal/journal/
@@ -24,8 +31,14 @@ test:
 soak:
 	EXEC_SUPERVISOR_SOAK=1 $(GO) test -race -count=1 -timeout 30m -run 'TestByteExact|TestSlowSubscriber' -v ./pkg/client/ ./internal/server/ ./cmd/exec-supervisor/
 
+# The quick suite: everything but the chaos suite and the long runs.
 test-short:
 	$(GO) test -short -count=1 ./...
+
+# The chaos suite alone: real supervisor binaries killed (-9) and
+# restarted, journals torn, orphans reaped. make test runs it too.
+chaos:
+	$(GO) test -race -count=1 -timeout 15m ./cmd/exec-supervisor/
 
 # Benchmarks, each printed with its same-run baseline.
 bench:

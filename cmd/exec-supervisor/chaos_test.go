@@ -24,8 +24,8 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
-	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build exec-supervisor, execctl: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := leakcheck.Main(m)
+	code := testenv.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -75,6 +75,9 @@ type env struct {
 }
 
 func newEnv(t *testing.T) env {
+	if testing.Short() {
+		t.Skip("chaos suite (real supervisors killed and restarted): skipped with -short; run it with make chaos")
+	}
 	root, err := os.MkdirTemp("", "es-chaos-")
 	if err != nil {
 		t.Fatal(err)
