@@ -151,15 +151,15 @@ func TestSignalsThatWouldOrphan(t *testing.T) {
 func TestFewFileDescriptorsWarned(t *testing.T) {
 	const warning = "file descriptors may run out"
 	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Max < 4096 {
-		t.Skipf("needs a hard limit of 4096 open files at least (this one: %d, %v): the limits tried are set with ulimit", rl.Max, err)
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Max < 8192 {
+		t.Skipf("needs a hard limit of 8192 open files at least (this one: %d, %v): the limits tried are set with ulimit", rl.Max, err)
 	}
 	e := newEnv(t)
 	e.wrap = []string{"sh", "-c", `ulimit -n 400 && exec "$0" "$@"`}
 	s := e.start(t, "--max-jobs", "100")
-	// (100 jobs x 9 + 2 x 1024 connections + 96)
-	if log := s.log.String(); !strings.Contains(log, warning) || !strings.Contains(log, "need=3044") || !strings.Contains(log, "limit=400") {
-		t.Fatalf("no warning naming need=3044 and limit=400 at start:\n%s", log)
+	// (100 jobs x 9 + 2 sockets x 2 x 1024 connections + 96)
+	if log := s.log.String(); !strings.Contains(log, warning) || !strings.Contains(log, "need=5092") || !strings.Contains(log, "limit=400") {
+		t.Fatalf("no warning naming need=5092 and limit=400 at start:\n%s", log)
 	}
 	info, done, err := s.client.SpawnWait(ctxFor(t, 10*time.Second), protocol.SpawnArgs{Argv: []string{"/bin/true"}}, 5*time.Second)
 	if err != nil || !done || info.ExitCode == nil || *info.ExitCode != 0 {
@@ -167,8 +167,8 @@ func TestFewFileDescriptorsWarned(t *testing.T) {
 	}
 
 	e2 := newEnv(t)
-	e2.wrap = []string{"sh", "-c", `ulimit -n 4096 && exec "$0" "$@"`}
+	e2.wrap = []string{"sh", "-c", `ulimit -n 8192 && exec "$0" "$@"`}
 	if log := e2.start(t).log.String(); strings.Contains(log, warning) {
-		t.Fatalf("warned with defaults under a limit of 4096:\n%s", log)
+		t.Fatalf("warned with defaults under a limit of 8192:\n%s", log)
 	}
 }

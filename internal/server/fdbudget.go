@@ -15,11 +15,15 @@ const (
 	// descriptor (measured: 7 plain, 8 with stdin, 9 with both).
 	fdsPerJob = 9
 	// fdsBase covers the rest: the pool of idle cgroups (up to 32), the
-	// handshakes each socket takes beyond --max-connections (16 each),
-	// and an idle supervisor's own (~15: listeners, metrics server,
-	// journal, intents, lock, /dev/null, the runtime's), with room to
-	// spare.
+	// connections each socket keeps past --max-connections for our own
+	// uid (zmqx.DefaultOwnReserve), and an idle supervisor's own (~15:
+	// listeners, metrics server, journal, intents, lock, /dev/null, the
+	// runtime's), with room to spare.
 	fdsBase = 96
+	// connsPerSlot is what one --max-connections slot can take on a
+	// socket: an established connection, and as many in the handshake
+	// (zmqx.Policy.MaxHandshakes defaults to MaxConns).
+	connsPerSlot = 2
 )
 
 // checkFDBudget warns when cfg's limits can take more descriptors than
@@ -34,7 +38,7 @@ func checkFDBudget(cfg Config, log *slog.Logger) {
 	}
 	// What cfg's limits can take at once: every connection open on both
 	// sockets, and every job running.
-	rest := fdsBase + 2*uint64(cfg.MaxConns)
+	rest := fdsBase + 2*connsPerSlot*uint64(cfg.MaxConns)
 	need := rest + uint64(cfg.Jobs.MaxJobs)*fdsPerJob
 	if need <= rl.Cur {
 		return

@@ -259,43 +259,6 @@ func TestSilentAndManyConnections(t *testing.T) {
 	survived(t, ts, id, 100)
 }
 
-func TestConnectionCap(t *testing.T) {
-	cfg := hostileConfig(t)
-	cfg.MaxConns = 20
-	cfg.HandshakeTimeout = 5 * time.Second
-	ts := startServer(t, cfg)
-	_, addr, _ := zmqx.Split(cfg.Control)
-	var conns []net.Conn
-	for i := 0; i < 20; i++ {
-		c, err := net.DialTimeout("unix", addr, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	extra := dialRaw(t, cfg.Control)
-	expectClosed(t, extra, 3*time.Second)
-	for _, c := range conns {
-		c.Close()
-	}
-	// Capacity comes back once they are gone.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		_, err := ts.client.Health(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health after the connections closed: %v", err)
-		}
-	}
-	if v := value(scrape2(t, ts), "exec_supervisor_connections_rejected_total", "reason", "too-many-connections"); v < 1 {
-		t.Fatalf("cap rejections not counted: %v", v)
-	}
-}
-
 // TestDealerFloodNeverReading: a DEALER that floods requests and never
 // reads its replies is disconnected once a write to it times out; others
 // are served afterwards.

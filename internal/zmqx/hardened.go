@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -36,15 +37,26 @@ type Policy struct {
 	// MaxFrameBytes bounds any frame a peer may send, checked before the
 	// engine allocates it. 0 means 2 MiB.
 	MaxFrameBytes uint64
-	// MaxConns bounds concurrent connections (and pending handshakes); 0
-	// means 1024. At the limit, up to maxOverflow more are taken through
-	// the handshake (under at most overflowHandshakeTimeout): a peer that
-	// completes it takes the place of a connection the socket gives up
-	// (a Router: the control connection idle the longest, see
+	// MaxConns bounds established (handshaken, authenticated)
+	// connections; 0 means 1024. A peer that completes the handshake at
+	// the limit takes the place of a connection the socket gives up (a
+	// Router: the control connection idle the longest, see
 	// IdleEvictAfter; a Publisher: the oldest subscriber of the peer
-	// holding the most), or is refused with a ZMTP ERROR saying "too many
-	// connections".
+	// holding the most); else, if it runs as our own uid (ipc), one of
+	// OwnReserve more slots; else it is refused with a ZMTP ERROR saying
+	// "too many connections".
 	MaxConns int
+	// MaxHandshakes bounds connections still in the handshake; 0 means
+	// MaxConns. At the limit a new connection displaces the one in the
+	// handshake whose peer has kept it waiting the longest (the oldest
+	// last progress: bytes received), so that peers that stall in it,
+	// however many, cannot keep out peers that finish it, which make
+	// progress every round trip.
+	MaxHandshakes int
+	// OwnReserve is how many connections past MaxConns a peer of our own
+	// uid may take when nothing can be given up, so that the operator can
+	// always look in; 0 means 8, negative none.
+	OwnReserve int
 	// IdleEvictAfter is how long a Router's peer must have been idle
 	// (nothing in flight, no reply waiting to be written, no held wait:
 	// see Peer.Hold) to be evicted for a new connection at MaxConns; 0
@@ -81,6 +93,12 @@ func (p *Policy) fill() {
 	if p.MaxConns <= 0 {
 		p.MaxConns = 1024
 	}
+	if p.MaxHandshakes <= 0 {
+		p.MaxHandshakes = p.MaxConns
+	}
+	if p.OwnReserve == 0 {
+		p.OwnReserve = DefaultOwnReserve
+	}
 	if p.IdleEvictAfter == 0 {
 		p.IdleEvictAfter = 10 * time.Second
 	}
@@ -89,14 +107,8 @@ func (p *Policy) fill() {
 	}
 }
 
-// maxOverflow bounds the connections taken through the handshake beyond
-// MaxConns at once (to evict someone, or be told why they are refused);
-// more are closed at once. overflowHandshakeTimeout bounds their
-// handshake.
-const (
-	maxOverflow              = 16
-	overflowHandshakeTimeout = time.Second
-)
+// DefaultOwnReserve is the default of Policy.OwnReserve.
+const DefaultOwnReserve = 8
 
 // TooManyConnections starts the ZMTP ERROR reason a connection refused at
 // the connection limit gets.
@@ -118,7 +130,7 @@ func (p *Policy) mechanism() string {
 // RejectReasons lists every reason Policy.OnReject may be called with
 // (docs/metrics.md: connections_rejected_total).
 func RejectReasons() []string {
-	return []string{"too-many-connections", "peer-credentials", "handshake-timeout-or-eof", "handshake-write", "bad-signature", "old-zmtp-version",
+	return []string{"too-many-connections", "handshake-displaced", "peer-credentials", "handshake-timeout-or-eof", "handshake-write", "bad-signature", "old-zmtp-version",
 		"wrong-mechanism", "auth-failed", "frame-too-large", "protocol-violation", "incompatible-socket-type",
 		"handshake", "slow-peer-write-timeout", "slow-peer-queue", "reply-queue-total", "slow-subscriber",
 		"too-many-subscriptions", "evicted-idle", "evicted-busiest-peer"}
@@ -145,16 +157,22 @@ type hardenedListener struct {
 	done   chan struct{}
 	once   sync.Once
 	wg     sync.WaitGroup // accept loop and pre-handshakes
-	conns  atomic.Int64
-	// overflow counts connections in the handshake beyond MaxConns.
-	overflow atomic.Int64
+	// conns counts established connections (see admit).
+	conns atomic.Int64
 	// evict, when set, gives up one established connection to make room
 	// for a new one from peer key (see Policy.MaxConns); it reports
 	// whether it did (the connection is closed when it returns).
 	evict atomic.Pointer[func(key string) bool]
 
-	pmu     sync.Mutex
-	pending map[net.Conn]struct{} // connections in pre-handshake
+	pmu sync.Mutex
+	// pending are the connections in pre-handshake, each with the number
+	// of its last progress (arrival, or bytes received: the lowest has
+	// waited for its peer the longest); displaced are those closed to
+	// make room for newer ones (see addPending), until their handshake
+	// goroutine is done.
+	pending   map[net.Conn]uint64
+	displaced map[net.Conn]bool
+	progress  uint64
 
 	// sockPath and sockFile are an ipc listener's socket file as bound,
 	// removed at Close if still the same file (see ListenRouter).
@@ -232,58 +250,77 @@ func (l *hardenedListener) acceptLoop() {
 		}
 		failed = 0 // (a line counts the failures of one episode)
 		remote := raw.RemoteAddr().String()
-		counter := &l.conns
-		if n := l.conns.Add(1); n > int64(l.policy.MaxConns) {
-			l.conns.Add(-1)
-			if l.overflow.Add(1) > maxOverflow {
-				l.overflow.Add(-1)
-				if uc, ok := raw.(*net.UnixConn); ok {
-					remote = peerName(uc) // (an ipc peer's address says nothing: "@")
-				}
-				l.policy.reject("too-many-connections", remote, nil)
-				raw.Close()
-				continue
-			}
-			counter = &l.overflow
-		}
 		key := remote
 		if ta, ok := raw.RemoteAddr().(*net.TCPAddr); ok {
 			key = ta.IP.String()
 		}
+		own := false
 		if uc, ok := raw.(*net.UnixConn); ok {
-			pid, err := l.checkPeer(uc)
+			pid, uid, err := l.checkPeer(uc)
 			if err != nil {
-				counter.Add(-1)
 				raw.Close()
-				l.policy.reject("peer-credentials", remote, err)
+				l.policy.reject("peer-credentials", peerName(uc), err)
 				continue
 			}
 			key = fmt.Sprintf("pid %d", pid)
-			remote = key // (its later refusals name it too)
+			remote, own = key, uid == os.Geteuid() // (its later refusals name it too)
 		}
-		l.pmu.Lock()
-		select {
-		case <-l.done:
-			l.pmu.Unlock()
+		if !l.addPending(raw) {
 			raw.Close()
-			counter.Add(-1)
 			return
-		default:
 		}
-		if l.pending == nil {
-			l.pending = map[net.Conn]struct{}{}
-		}
-		l.pending[raw] = struct{}{}
-		l.pmu.Unlock()
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			l.preHandshake(raw, remote, key, counter == &l.overflow)
+			l.preHandshake(raw, remote, key, own)
 			l.pmu.Lock()
 			delete(l.pending, raw)
+			delete(l.displaced, raw)
 			l.pmu.Unlock()
 		}()
 	}
+}
+
+// addPending records raw as in the handshake, first closing the one in
+// it whose peer has kept it waiting the longest when MaxHandshakes are
+// (that one is displaced: its handshake goroutine counts it so). It
+// reports false once the listener is closed.
+func (l *hardenedListener) addPending(raw net.Conn) bool {
+	l.pmu.Lock()
+	defer l.pmu.Unlock()
+	select {
+	case <-l.done:
+		return false
+	default:
+	}
+	if l.pending == nil {
+		l.pending, l.displaced = map[net.Conn]uint64{}, map[net.Conn]bool{}
+	}
+	if len(l.pending) >= l.policy.MaxHandshakes {
+		var oldest net.Conn
+		first := uint64(math.MaxUint64)
+		for c, n := range l.pending {
+			if n < first {
+				oldest, first = c, n
+			}
+		}
+		delete(l.pending, oldest)
+		l.displaced[oldest] = true
+		oldest.Close()
+	}
+	l.progress++
+	l.pending[raw] = l.progress
+	return true
+}
+
+// progressed notes that raw's peer sent what its handshake waited for.
+func (l *hardenedListener) progressed(raw net.Conn) {
+	l.pmu.Lock()
+	if _, ok := l.pending[raw]; ok {
+		l.progress++
+		l.pending[raw] = l.progress
+	}
+	l.pmu.Unlock()
 }
 
 // peerName names an ipc peer by its pid ("pid N"; "@" when unknown).
@@ -300,11 +337,11 @@ func peerName(c *net.UnixConn) string {
 }
 
 // checkPeer accepts the supervisor's own uid and the allowed uids/gids;
-// it returns the peer's pid.
-func (l *hardenedListener) checkPeer(c *net.UnixConn) (int, error) {
+// it returns the peer's pid and uid.
+func (l *hardenedListener) checkPeer(c *net.UnixConn) (pid, uid int, err error) {
 	sc, err := c.SyscallConn()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var cred *syscall.Ucred
 	var cerr error
@@ -315,26 +352,21 @@ func (l *hardenedListener) checkPeer(c *net.UnixConn) (int, error) {
 			groups = peerGroups(int(fd))
 		}
 	}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if cerr != nil {
-		return 0, fmt.Errorf("SO_PEERCRED: %w", cerr)
+		return 0, 0, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	pid := int(cred.Pid)
-	if int(cred.Uid) == os.Geteuid() {
-		return pid, nil
-	}
-	for _, u := range l.policy.AllowUIDs {
-		if int(cred.Uid) == u {
-			return pid, nil
-		}
+	pid, uid = int(cred.Pid), int(cred.Uid)
+	if uid == os.Geteuid() || slices.Contains(l.policy.AllowUIDs, uid) {
+		return pid, uid, nil
 	}
 	for _, g := range l.policy.AllowGIDs {
 		if int(cred.Gid) == g || slices.Contains(groups, g) {
-			return pid, nil
+			return pid, uid, nil
 		}
 	}
-	return 0, fmt.Errorf("peer pid %d uid %d gid %d (groups %v) is not allowed", cred.Pid, cred.Uid, cred.Gid, groups)
+	return 0, 0, fmt.Errorf("peer pid %d uid %d gid %d (groups %v) is not allowed", cred.Pid, cred.Uid, cred.Gid, groups)
 }
 
 // peerGroups returns the supplementary groups the peer of the unix socket
@@ -365,21 +397,26 @@ func peerGroups(fd int) []int {
 	return nil
 }
 
-// admit finds room for a connection that came in beyond MaxConns and
-// completed the pre-handshake: a slot freed meanwhile, or one the socket
-// gives up (evict). It moves the connection from the overflow count to
-// the connection count, or reports false.
-func (l *hardenedListener) admit(key string) bool {
+// admit takes a slot for a connection that completed the pre-handshake:
+// a free one of MaxConns, else one the socket gives up (evict), else, for
+// a peer of our own uid (own), one of the OwnReserve past MaxConns. It
+// reports false when there is none.
+func (l *hardenedListener) admit(key string, own bool) bool {
 	for try := 0; try < 3; try++ {
 		if n := l.conns.Add(1); n <= int64(l.policy.MaxConns) {
-			l.overflow.Add(-1)
 			return true
 		}
 		l.conns.Add(-1)
 		ev := l.evict.Load()
 		if ev == nil || !(*ev)(key) {
-			return false
+			break
 		}
+	}
+	if own && l.policy.OwnReserve > 0 {
+		if n := l.conns.Add(1); n <= int64(l.policy.MaxConns+l.policy.OwnReserve) {
+			return true
+		}
+		l.conns.Add(-1)
 	}
 	return false
 }
@@ -397,30 +434,26 @@ const (
 // it before sending the rest). PLAIN credentials are checked here, so only
 // authenticated peers reach the engine.
 //
-// A connection beyond MaxConns (overflow) gets a shorter deadline, counts
-// its failures as too-many-connections, and needs room (admit) at the end:
-// else it is refused with an ERROR saying so.
-func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, overflow bool) {
-	counter, timeout := &l.conns, l.policy.HandshakeTimeout
-	if overflow {
-		counter, timeout = &l.overflow, min(timeout, overflowHandshakeTimeout)
-	}
+// own says the peer runs as our uid (see admit).
+func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own bool) {
 	fail := func(reason string, err error) {
-		if overflow && reason == "handshake-timeout-or-eof" {
-			reason = "too-many-connections"
+		l.pmu.Lock()
+		if l.displaced[raw] { // (closed for a newer one: whatever failed)
+			reason = "handshake-displaced"
 		}
+		l.pmu.Unlock()
 		// (counted before the peer can see the connection closed)
 		l.policy.reject(reason, remote, err)
 		raw.Close()
-		counter.Add(-1)
 	}
-	_ = raw.SetReadDeadline(time.Now().Add(timeout))
-	_ = raw.SetWriteDeadline(time.Now().Add(timeout))
+	_ = raw.SetReadDeadline(time.Now().Add(l.policy.HandshakeTimeout))
+	_ = raw.SetWriteDeadline(time.Now().Add(l.policy.HandshakeTimeout))
 	buf := make([]byte, greetingLen, greetingLen+64)
 	if _, err := io.ReadFull(raw, buf[:signatureLen]); err != nil {
 		fail("handshake-timeout-or-eof", err)
 		return
 	}
+	l.progressed(raw)
 	if buf[0] != 0xFF || buf[9]&0x01 != 0x01 {
 		fail("bad-signature", nil)
 		return
@@ -437,6 +470,7 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, overfl
 		fail("handshake-timeout-or-eof", err)
 		return
 	}
+	l.progressed(raw)
 	if buf[10] < 3 {
 		fail("old-zmtp-version", fmt.Errorf("ZMTP %d.%d", buf[10], buf[11]))
 		return
@@ -453,6 +487,7 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, overfl
 		fail("handshake-timeout-or-eof", err)
 		return
 	}
+	l.progressed(raw)
 	if hdr[0]&flagCommand == 0 {
 		fail("protocol-violation", errors.New("first frame is not a command"))
 		return
@@ -487,7 +522,7 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, overfl
 		fail("protocol-violation", fmt.Errorf("expected READY, got %q", name))
 		return
 	}
-	if overflow && !l.admit(key) {
+	if !l.admit(key, own) {
 		msg := fmt.Sprintf("%s: the limit of %d is reached and no connection could be given up", TooManyConnections, l.policy.MaxConns)
 		l.sendErrorCmd(raw, msg)
 		fail("too-many-connections", errors.New(msg))

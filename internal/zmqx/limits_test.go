@@ -228,7 +228,8 @@ func TestIdleEviction(t *testing.T) {
 			}
 		}
 	}
-	r, err := ListenRouter(context.Background(), endpoint, &Policy{MaxConns: 3, IdleEvictAfter: time.Nanosecond, OnReject: rej.add, Log: logf}, 0)
+	// (no reserve for our own uid: TestOwnReserve)
+	r, err := ListenRouter(context.Background(), endpoint, &Policy{MaxConns: 3, OwnReserve: -1, IdleEvictAfter: time.Nanosecond, OnReject: rej.add, Log: logf}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,4 +558,109 @@ func TestBudgetCutsWhoStoppedReading(t *testing.T) {
 		t.Fatalf("the reader was cut off: %v (rejections %v)", err, rej.n)
 	}
 	rej.waitFor(t, 1, 10*time.Second, "reply-queue-total")
+}
+
+// TestOwnReserve: at MaxConns with nothing to give up (every connection
+// holds a request), a peer of our own uid still gets one of OwnReserve
+// more slots, so that the operator can always look in; past those, it is
+// refused too.
+func TestOwnReserve(t *testing.T) {
+	endpoint := "ipc://" + filepath.Join(t.TempDir(), "r.sock")
+	rej := newRejections()
+	r, err := ListenRouter(context.Background(), endpoint, &Policy{MaxConns: 2, OwnReserve: 2, OnReject: rej.add}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.SetHandler(func(in Incoming) {
+		if string(in.Frames[len(in.Frames)-1]) == "block" {
+			return // (in flight for good: the peer is never idle)
+		}
+		in.Peer.Release()
+		_ = r.Send(in.Peer, [][]byte{[]byte("ok")})
+	})
+	var clients []*Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 4; i++ { // MaxConns, then the reserve
+		c, err := DialClient(context.Background(), "DEALER", endpoint, 2*time.Second, "")
+		if err != nil {
+			t.Fatalf("connection %d (limit 2, reserve 2): %v", i, err)
+		}
+		clients = append(clients, c)
+		if i == 3 { // the operator's: served
+			if err := c.Send([]byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Recv(); err != nil {
+				t.Fatalf("reserved connection: %v", err)
+			}
+		}
+		if err := c.Send([]byte("block")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := DialClient(context.Background(), "DEALER", endpoint, 2*time.Second, ""); err == nil || !strings.Contains(err.Error(), TooManyConnections) {
+		t.Fatalf("past the reserve: %v; want %q", err, TooManyConnections)
+	}
+}
+
+// TestHandshakeDisplacement: connections that never finish the handshake,
+// however many, do not keep out one that does: past MaxHandshakes a new
+// connection displaces the oldest still in the handshake (counted as
+// handshake-displaced), and a real client, which finishes within a round
+// trip, gets in meanwhile.
+func TestHandshakeDisplacement(t *testing.T) {
+	endpoint := "tcp://127.0.0.1:0"
+	rej := newRejections()
+	r, err := ListenRouter(context.Background(), endpoint, &Policy{MaxConns: 4, MaxHandshakes: 4, HandshakeTimeout: time.Minute, OnReject: rej.add}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.SetHandler(func(in Incoming) {
+		in.Peer.Release()
+		_ = r.Send(in.Peer, [][]byte{[]byte("ok")})
+	})
+	const silent = 10
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < silent; i++ {
+		c, err := net.Dial("tcp", r.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// The oldest six are cut (their handshake timeout is a minute away).
+	if !rej.countIs("handshake-displaced", silent-4) {
+		t.Fatalf("displaced %d; want %d", rej.count("handshake-displaced"), silent-4)
+	}
+	for i, c := range conns {
+		// (closed before counted: a displaced one reads EOF at once; the
+		// others, silent, get no greeting before their signature)
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		_, err := io.ReadAll(c)
+		if displaced := i < silent-4; displaced != (err == nil) {
+			t.Errorf("connection %d (displaced %v): read %v", i, displaced, err)
+		}
+	}
+	c, err := DialClient(context.Background(), "DEALER", "tcp://"+r.Addr().String(), 2*time.Second, "")
+	if err != nil {
+		t.Fatalf("a real client among silent handshakes: %v", err)
+	}
+	defer c.Close()
+	if err := c.Send([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Recv(); err != nil {
+		t.Fatal(err)
+	}
 }
