@@ -40,10 +40,20 @@ test-short:
 chaos:
 	$(GO) test -race -count=1 -timeout 15m ./cmd/exec-supervisor/
 
-# Benchmarks, each printed with its same-run baseline.
+# Benchmarks, each printed with its same-run baseline, then the same figures
+# as a markdown section for docs/benchmarks.md (.ci/bench-table). BENCH picks
+# benchmarks by name (make bench BENCH=SpawnTrueBinary). The exit status is
+# go test's.
+bench: BENCH ?= .
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/ ./internal/zmqx/ ./cmd/exec-supervisor/ ./pkg/protocol/
-	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/client/
+	@set -o pipefail; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; status=0; \
+	{ set -x; \
+	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/ ./internal/zmqx/ ./cmd/exec-supervisor/ ./pkg/protocol/ && \
+	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 5x -count 1 ./pkg/client/; \
+	} 2>&1 | tee "$$out" || status=$$?; \
+	echo; echo '---- for docs/benchmarks.md ----'; echo; \
+	.ci/bench-table "make bench$(if $(filter-out .,$(BENCH)), BENCH=$(BENCH))" < "$$out"; \
+	exit $$status
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
