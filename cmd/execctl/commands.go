@@ -62,25 +62,9 @@ func newFlags(name string, g *globals) *pflag.FlagSet {
 		if ex := examples[name]; ex != "" {
 			fmt.Fprintf(g.stderr, "\nexamples:\n  %s\n", ex)
 		}
+		fmt.Fprintf(g.stderr, "\nGlobal flags (--json, --control, ...: see execctl --help) may be given here too.\n")
 	}
 	return fs
-}
-
-func parse(fs *pflag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return err
-		}
-		// (execctl's own flags go before the command)
-		for _, g := range [...]string{"json", "control", "event", "token-file", "request-timeout"} {
-			if strings.Contains(err.Error(), "unknown flag: --"+g) {
-				cmd := strings.TrimPrefix(fs.Name(), "execctl ")
-				return &usageError{msg: err.Error(), hint: "--" + g + " is a global flag: put it before the command (execctl --" + g + " ... " + cmd + " ...)"}
-			}
-		}
-		return &usageError{msg: err.Error(), hint: "see: " + fs.Name() + " --help"}
-	}
-	return nil
 }
 
 // oneJob returns the command's one JOB argument, resolved (see resolveJob).
@@ -303,7 +287,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	stdin := fs.Bool("stdin", false, "keep the job's stdin open for 'execctl write' (default: /dev/null)")
 	noPace := fs.Bool("no-pace", false, "with --follow: do not hold the job to execctl's pace (output it prints faster than execctl shows it may be lost)")
 	svc := serviceFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *wait && *follow {
@@ -582,7 +566,7 @@ func (*PollCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	fs := newFlags("poll", g)
 	cursor := fs.Int64("cursor", 0, "byte offset into the job's combined output to start from")
 	maxB := fs.Int64("max-bytes", 0, "most bytes to fetch (default: the protocol maximum)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *cursor < 0 || *maxB < 0 {
@@ -631,7 +615,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	fs := newFlags("logs", g)
 	follow := fs.BoolP("follow", "f", false, "keep streaming until every job ended")
 	pace := fs.Bool("pace", false, "with -f: hold the jobs to this follower's pace, so that none of their output is lost to the ring buffer (they wait for it; a follower that stops reading is let go after the supervisor's --pace-stall-limit, 2m by default)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() == 0 {
@@ -838,7 +822,7 @@ func (*KillCommand) Synopsis() string {
 func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("kill", g)
 	sig := fs.StringP("signal", "s", "", "send this signal instead (SIGKILL kills at once; others are just delivered)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *sig != "" {
@@ -879,7 +863,7 @@ func (*StatusCommand) Synopsis() string { return "show a job in detail (or all j
 // Run implements command.
 func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("status", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() == 0 {
@@ -1012,7 +996,7 @@ func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, restarting, exited)")
 	session := fs.String("session", "", "only jobs of this session")
 	brief := fs.Bool("brief", false, "without the jobs' commands, cwd and labels (much less to transfer when commands are long)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	switch protocol.State(*state) {
@@ -1072,7 +1056,7 @@ func (*RemoveCommand) Synopsis() string { return "forget a finished job: remove 
 // Run implements command.
 func (*RemoveCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("remove", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	id, err := g.oneJob(ctx, fs)
@@ -1098,7 +1082,7 @@ func (*HealthCommand) Synopsis() string { return "check that the supervisor answ
 // Run implements command.
 func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("health", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	h, err := g.client.Health(ctx)
@@ -1139,7 +1123,7 @@ func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	fs := newFlags("write", g)
 	eof := fs.Bool("eof", false, "then close stdin (pipe jobs) or send Ctrl-D (pty jobs)")
 	raw := fs.BoolP("no-newline", "n", false, "do not append a newline (Enter, \\r, for a pty job) to DATA")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 {
@@ -1225,7 +1209,7 @@ func (*SendKeysCommand) Synopsis() string {
 // Run implements command.
 func (*SendKeysCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("send-keys", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() < 2 {
@@ -1262,7 +1246,7 @@ func (*ResizeCommand) Synopsis() string { return "resize a pty job's terminal: r
 // Run implements command.
 func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("resize", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() != 3 {
@@ -1319,7 +1303,7 @@ func (*WaitCommand) Synopsis() string {
 // Run implements command.
 func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("wait", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() == 0 {

@@ -656,16 +656,6 @@ func TestOperatorFindings(t *testing.T) {
 	}
 }
 
-// TestGlobalFlagAfterCommand: a global flag given after the command is a
-// usage error whose hint says where it goes (it pointed at the command's
-// --help, which does not list global flags).
-func TestGlobalFlagAfterCommand(t *testing.T) {
-	code, _, errs := execctl(t, "health", "--json")
-	if code != 2 || !strings.Contains(errs, "--json is a global flag: put it before the command") {
-		t.Fatalf("exit %d, stderr %q", code, errs)
-	}
-}
-
 // TestTokenHints: against a tcp supervisor (which requires ZMTP PLAIN),
 // execctl without a token, or with a wrong one, says to pass the token
 // (without one it said "is the supervisor running? start one").

@@ -48,14 +48,17 @@ func main() {
 	os.Exit(code)
 }
 
-// globals are the flags before the subcommand.
+// globals are the global flags (before or after the command) and what
+// every command uses.
 type globals struct {
 	control, event string
 	json           bool
 	timeout        time.Duration
+	tokenFile      string
+	flags          *pflag.FlagSet // (the global flags: see globalFlags)
 	stdout, stderr io.Writer
 	stdin          io.Reader
-	client         *client.Client
+	client         *client.Client // (made by parse: see connect)
 }
 
 // command is one execctl subcommand.
@@ -99,20 +102,18 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 	for _, name := range order {
 		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].Synopsis())
 	}
-	fmt.Fprintf(w, "\nglobal flags:\n%s\nRun 'execctl COMMAND --help' for a command's flags.\n", fs.FlagUsages())
+	fmt.Fprintf(w, "\nglobal flags (before or after the command):\n%s\nRun 'execctl COMMAND --help' for a command's flags.\n", fs.FlagUsages())
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := &globals{stdout: stdout, stderr: stderr, stdin: os.Stdin}
-	fs := pflag.NewFlagSet("execctl", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.SetInterspersed(false)
-	fs.StringVar(&g.control, "control", envOr("EXEC_SUPERVISOR_CONTROL", ""), "control endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_CONTROL)")
-	fs.StringVar(&g.event, "event", envOr("EXEC_SUPERVISOR_EVENT", ""), "event endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_EVENT)")
-	fs.BoolVar(&g.json, "json", false, "print JSON objects with the wire protocol's field names")
-	fs.DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each request to the supervisor")
+	return runIO(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// runIO is run with its standard input given (tests: a terminal).
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr, stdin: stdin}
+	fs := g.globalFlags()
 	version := fs.Bool("version", false, "print execctl's version and exit")
-	tokenFile := fs.String("token-file", envOr("EXEC_SUPERVISOR_TOKEN_FILE", ""), "token for tcp endpoints (default: env EXEC_SUPERVISOR_TOKEN, else the supervisor's default token file)")
 	fs.Usage = func() { usage(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -126,19 +127,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "execctl %s (protocol %d)\n", buildinfo.Version, protocol.Version)
 		return exitOK
 	}
-	for _, ep := range []struct{ flag, v string }{{"--control", g.control}, {"--event", g.event}} {
-		if ep.v == "" {
-			continue
-		}
-		if _, _, err := zmqx.Split(ep.v); err != nil {
-			fmt.Fprintf(stderr, "execctl: %s: %v\n  hint: an endpoint is ipc:///path/to.sock or tcp://host:port\n", ep.flag, err)
-			return exitUsage
-		}
-	}
-	if g.timeout <= 0 {
-		fmt.Fprintf(stderr, "execctl: --request-timeout %v must be positive\n", g.timeout)
-		return exitUsage
-	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		usage(stderr, fs)
@@ -150,21 +138,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr, fs)
 		return exitUsage
 	}
-	token := os.Getenv("EXEC_SUPERVISOR_TOKEN")
-	if *tokenFile != "" {
-		t, err := zmqx.ReadToken(*tokenFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "execctl: --token-file: %v\n", err)
-			return exitUsage
+	defer func() {
+		if g.client != nil {
+			g.client.Close()
 		}
-		token = t
-	}
-	g.client = client.New(client.Options{
-		ControlAddress: g.control, EventAddress: g.event, RequestTimeout: g.timeout,
-		MaxReconnectAttempts: 1, DialTimeout: 2 * time.Second, Token: token,
-		LocalPollJobs: -1, // (one-shot commands: a poll asks the supervisor)
-	})
-	defer g.client.Close()
+	}()
 	code, err := cmd.Run(ctx, g, rest[1:])
 	if err != nil {
 		return report(g, rest[0], err)

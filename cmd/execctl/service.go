@@ -180,7 +180,7 @@ func (*RestartCommand) Run(ctx context.Context, g *globals, args []string) (int,
 
 func serviceOp(ctx context.Context, g *globals, name string, args []string) (int, error) {
 	fs := newFlags(name, g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	id, err := g.oneJob(ctx, fs)
@@ -217,7 +217,7 @@ func (*StopCommand) Synopsis() string {
 // Run implements command.
 func (*StopCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("stop", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	id, err := g.oneJob(ctx, fs)
@@ -243,7 +243,7 @@ func (*HistoryCommand) Synopsis() string {
 func (*HistoryCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("history", g)
 	lines := fs.IntP("lines", "n", protocol.HistoryLines, "show at most this many of each run's last output lines (0: none)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *lines < 0 {

@@ -24,7 +24,7 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 	fs := newFlags("top", g)
 	interval := fs.Duration("interval", 2*time.Second, "refresh period")
 	all := fs.Bool("all", false, "also show finished jobs")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *interval < 100*time.Millisecond {
