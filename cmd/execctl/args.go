@@ -56,7 +56,7 @@ func (g *globals) parse(fs *pflag.FlagSet, args []string) error {
 		if errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
-		return &usageError{msg: err.Error(), hint: "see: " + fs.Name() + " --help"}
+		return &usageError{msg: err.Error() + unknownFlagHint(fs, err), hint: "see: " + fs.Name() + " --help"}
 	}
 	return g.connect()
 }

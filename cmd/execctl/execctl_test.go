@@ -306,7 +306,7 @@ func TestUsageErrors(t *testing.T) {
 		want []string // substrings of stderr
 	}{
 		{"no command", nil, []string{"usage: execctl", "spawn"}},
-		{"unknown command", []string{"frobnicate"}, []string{`unknown command "frobnicate"`, "usage: execctl"}},
+		{"unknown command", []string{"frobnicate"}, []string{"unknown command \"frobnicate\"\n  hint: see: execctl --help"}},
 		{"spawn without argv", []string{"spawn"}, []string{"no command given", "hint: execctl spawn -- echo hello"}},
 		{"spawn with only flags", []string{"spawn", "--wait"}, []string{"no command given", "hint:"}},
 		{"poll without job", []string{"poll"}, []string{"want exactly one JOB", "hint:"}},

@@ -120,7 +120,7 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 			return exitOK
 		}
 		// (pflag prints nothing itself with ContinueOnError)
-		fmt.Fprintf(stderr, "execctl: %v\n  hint: see: execctl --help\n", err)
+		fmt.Fprintf(stderr, "execctl: %v%s\n  hint: see: execctl --help\n", err, unknownFlagHint(fs, err))
 		return exitUsage
 	}
 	if *version {
@@ -134,8 +134,11 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	}
 	cmd, ok := commands[rest[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "execctl: unknown command %q\n", rest[0])
-		usage(stderr, fs)
+		msg := fmt.Sprintf("unknown command %q", rest[0])
+		if s := suggest(rest[0], order); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		}
+		fmt.Fprintf(stderr, "execctl: %s\n  hint: see: execctl --help\n", msg)
 		return exitUsage
 	}
 	defer func() {
