@@ -56,6 +56,7 @@ func (g *globals) parse(fs *pflag.FlagSet, args []string) error {
 		if errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
+		g.json = g.json || jsonAmong(args) // (for the error: --json may come after the mistake)
 		return &usageError{msg: err.Error() + unknownFlagHint(fs, err), hint: "see: " + fs.Name() + " --help"}
 	}
 	return g.connect()

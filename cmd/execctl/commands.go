@@ -232,8 +232,7 @@ func lostExit(g *globals, code int, lost bool) int {
 	if code != exitOK || !lost {
 		return code
 	}
-	fmt.Fprintf(g.stderr, "execctl: exit code %d: the job succeeded, but part of its output was lost (see above)\n", exitOutputLost)
-	return exitOutputLost
+	return outputLost(g, "the job succeeded, but part of its output was lost")
 }
 
 // logsLostExit is logs -f's exit code: 5 when output was lost, whatever
@@ -242,8 +241,16 @@ func logsLostExit(g *globals, lost bool) int {
 	if !lost {
 		return exitOK
 	}
-	fmt.Fprintf(g.stderr, "execctl: exit code %d: part of the output was lost (see above)\n", exitOutputLost)
-	return exitOutputLost
+	return outputLost(g, "part of the output was lost")
+}
+
+// outputLost reports exit code 5 (what says so: see above, or the gap
+// events of --json).
+func outputLost(g *globals, what string) int {
+	if g.json {
+		return g.fail(cliError{Code: codeOutputLost, Message: what + " (see the gap events)", ExitCode: exitOutputLost})
+	}
+	return g.fail(cliError{Code: codeOutputLost, Message: fmt.Sprintf("exit code %d: %s (see above)", exitOutputLost, what), ExitCode: exitOutputLost})
 }
 
 // millis converts a duration flag to ms, refusing what would round to 0
@@ -349,8 +356,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	job, err := spawnJob(ctx, g, a)
 	if pe := (*protocol.Error)(nil); errors.As(err, &pe) && pe.Code == protocol.CodeSpawnError && (*wait || *follow) {
 		// The job exists and failed: report it like any other job end.
-		fmt.Fprintf(g.stderr, "execctl spawn: %s (%s)\n", pe.Message, pe.Code)
-		return 127, nil
+		return g.fail(cliError{Code: string(pe.Code), Message: pe.Message, ExitCode: 127, Command: "spawn", wire: true}), nil
 	}
 	if err != nil {
 		return 0, err
@@ -375,8 +381,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		}
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			// Interrupted (Ctrl-C): the job is the supervisor's, and goes on.
-			fmt.Fprintf(g.stderr, "execctl: interrupted; job %s keeps running (stop it with: execctl kill %s)\n", job.JobID, job.JobID)
-			return exitInterrupted, nil
+			return g.fail(cliError{Code: codeInterrupted, Message: fmt.Sprintf("interrupted; job %s keeps running (stop it with: execctl kill %s)", job.JobID, job.JobID), ExitCode: exitInterrupted}), nil
 		}
 		return code, err
 	case g.json:

@@ -928,6 +928,11 @@ func TestLogsReportsLostOutput(t *testing.T) {
 	if code != 5 || !strings.Contains(errs, "output lost") || !strings.Contains(errs, "exit code 5") || !strings.HasSuffix(out, id+" | last\n"+id+" | [ended: exit code 0]\n") {
 		t.Fatalf("logs -f of a job whose output was evicted: exit %d (want 5)\nstderr: %s\nstdout ends: %q", code, errs, out[max(0, len(out)-200):])
 	}
+	// (--json: the gap is an event on stdout, exit 5 an error object)
+	code, _, errs = s.ctl(t, "logs", "-f", id, "--json")
+	if e := jsonError(t, errs); code != 5 || e["code"] != "output-lost" || e["exitCode"] != float64(5) {
+		t.Fatalf("logs -f --json of a job whose output was evicted: exit %d, stderr %s", code, errs)
+	}
 
 	small := s.spawnID(t, "--shell", "echo one")
 	s.waitExited(t, small)

@@ -10,14 +10,12 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/buildinfo"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -120,8 +118,7 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 			return exitOK
 		}
 		// (pflag prints nothing itself with ContinueOnError)
-		fmt.Fprintf(stderr, "execctl: %v%s\n  hint: see: execctl --help\n", err, unknownFlagHint(fs, err))
-		return exitUsage
+		return g.usageFail("", args, err.Error()+unknownFlagHint(fs, err), "see: execctl --help")
 	}
 	if *version {
 		fmt.Fprintf(stdout, "execctl %s (protocol %d)\n", buildinfo.Version, protocol.Version)
@@ -129,6 +126,9 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
+		if g.json {
+			return g.usageFail("", nil, "no command given", "see: execctl --help")
+		}
 		usage(stderr, fs)
 		return exitUsage
 	}
@@ -138,8 +138,7 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		if s := suggest(rest[0], order); s != "" {
 			msg += fmt.Sprintf("; did you mean %q?", s)
 		}
-		fmt.Fprintf(stderr, "execctl: %s\n  hint: see: execctl --help\n", msg)
-		return exitUsage
+		return g.usageFail("", rest[1:], msg, "see: execctl --help")
 	}
 	defer func() {
 		if g.client != nil {
@@ -165,93 +164,4 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
-}
-
-// report prints err with what to do about it and returns the exit code.
-func report(g *globals, name string, err error) int {
-	var ue *usageError
-	var ce *client.ConnectError
-	var pe *protocol.Error
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		return exitOK
-	case errors.As(err, &ue):
-		fmt.Fprintf(g.stderr, "execctl %s: %s\n", name, ue.msg)
-		if ue.hint != "" {
-			fmt.Fprintf(g.stderr, "  hint: %s\n", ue.hint)
-		}
-		return exitUsage
-	case errors.As(err, &ce) && strings.Contains(err.Error(), "mechanism PLAIN"):
-		fmt.Fprintf(g.stderr, "execctl %s: the supervisor wants a token (ZMTP PLAIN) and execctl has none\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n", name)
-		return exitUnreachable
-	case errors.As(err, &ce) && strings.Contains(err.Error(), "authentication failed"):
-		fmt.Fprintf(g.stderr, "execctl %s: the supervisor refused our token (authentication failed)\n  hint: pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)\n", name)
-		return exitUnreachable
-	case errors.As(err, &ce) && strings.Contains(err.Error(), zmqx.TooManyConnections):
-		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: the supervisor is running but at its connection limit (exec-supervisor --max-connections), with no idle connection to give up: a client may be holding many connections open; exec_supervisor_connections_rejected_total{reason=\"too-many-connections\"} counts refusals\n", name, err)
-		return exitUnreachable
-	case errors.As(err, &ce) && !ce.Lost && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)):
-		// Something accepted the connection and closed it at once: a
-		// supervisor that is running but refusing (its connection limit,
-		// or a peer it does not accept).
-		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: a supervisor is listening at %s but closed the connection at once: it may be at its connection limit (exec-supervisor --max-connections), or not accept this user (--allow-uid); its log says why (\"connection rejected\")\n",
-			name, err, g.client.Options().ControlAddress)
-		return exitUnreachable
-	case errors.As(err, &ce) && isTimeout(err), errors.Is(err, context.DeadlineExceeded):
-		// Something is listening (a connection was made, or a request
-		// went out) but did not answer in time.
-		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: the supervisor at %s did not answer in time: it may be stopped (SIGSTOP), hung or overloaded; check its process and log (starting another would find its state directory in use); a slow one may need a longer --request-timeout\n",
-			name, err, g.client.Options().ControlAddress)
-		return exitUnreachable
-	case errors.As(err, &ce) && errors.Is(err, syscall.EACCES):
-		// The socket (or its directory) is there and not ours to use: a
-		// supervisor of another user, or not opened to us.
-		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: a supervisor's socket is there but not open to this user (uid %d): its owner can let you in with exec-supervisor --allow-uid %d (or --allow-gid); or use your own supervisor with --control/--event\n",
-			name, err, os.Geteuid(), os.Geteuid())
-		return exitUnreachable
-	case errors.As(err, &ce) && strings.Contains(err.Error(), "refusing to"):
-		// (a directory on the way that is not safe: see zmqx.CheckPeerDir)
-		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: execctl will not talk through a socket directory another user controls (they could stand in for the supervisor): remove or fix that directory, or point --control/--event at a supervisor's private directory (default: $XDG_RUNTIME_DIR/exec-supervisor)\n",
-			name, err)
-		return exitUnreachable
-	case errors.As(err, &ce):
-		addr := g.client.Options().ControlAddress
-		fmt.Fprintf(g.stderr, "execctl %s: %v\n  hint: is the supervisor running? start one with: exec-supervisor --control %s --event %s\n",
-			name, err, addr, g.client.Options().EventAddress)
-		return exitUnreachable
-	case errors.As(err, &pe):
-		fmt.Fprintf(g.stderr, "execctl %s: %s (%s)\n", name, pe.Message, pe.Code)
-		if h := hintFor(name, pe.Code, pe.Message); h != "" {
-			fmt.Fprintf(g.stderr, "  hint: %s\n", h)
-		}
-		if pe.Code == protocol.CodeNotFound {
-			return exitNotFound
-		}
-		return exitFailed
-	}
-	fmt.Fprintf(g.stderr, "execctl %s: %v\n", name, err)
-	return exitFailed
-}
-
-func hintFor(name string, c protocol.Code, msg string) string {
-	switch {
-	case (name == "write" || name == "send-keys") && strings.Contains(msg, "stdin: true"):
-		return "spawn the job with --stdin (or --pty) to write to it"
-	case name == "spawn" && strings.Contains(msg, "pty.rows and pty.cols"):
-		return "--rows and --cols must be 1..10000"
-	}
-	switch c {
-	case protocol.CodeNotFound:
-		return "list known jobs with: execctl list"
-	case protocol.CodeTooManyJobs:
-		return "see running jobs with: execctl list; raise the limit with exec-supervisor --max-jobs"
-	case protocol.CodeJobRunning:
-		if name == "start" || name == "restart" {
-			return "" // the message says when to try again
-		}
-		return "kill it first with: execctl kill JOB"
-	case protocol.CodeUnsupportedVersion:
-		return "execctl and exec-supervisor come from different releases"
-	}
-	return ""
 }
