@@ -632,7 +632,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make([]error, fs.NArg())
-	color := isTTY(g.stdout)
+	color := useColor(g.stdout)
 	ids, err := g.resolveJobs(ctx, fs.Args(), true)
 	if err != nil {
 		return 0, err
@@ -659,7 +659,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 			defer wg.Done()
 			prefix := id + " | "
 			if color {
-				// One color per job, only for a terminal.
+				// One color per job, only for a terminal (see useColor).
 				prefix = fmt.Sprintf("\x1b[%dm%s\x1b[0m | ", 31+i%6, id)
 			}
 			lw := &lineWriter{prefix: prefix, mu: &mu}
