@@ -465,8 +465,8 @@ func followJob(ctx context.Context, g *globals, id string, paced bool) (int, err
 			if err := ev.DecodePayload(&p); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stderr, "execctl: job %s: run %d ended: %s; attempt %d starts in %v\n",
-				id, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), p.NextAttempt, msDuration(p.DelayMs))
+			fmt.Fprintf(g.stderr, "execctl: job %s: run %d ended: %s; attempt %d starts in %s\n",
+				id, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), p.NextAttempt, humanDuration(msDuration(p.DelayMs)))
 		}
 		return nil
 	})
@@ -721,7 +721,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 					var p protocol.RestartingPayload
 					_ = ev.DecodePayload(&p)
 					mu.Lock()
-					fmt.Fprintf(g.stdout, "%s[run %d ended: %s; restarting in %v]\n", lw.prefix, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), msDuration(p.DelayMs))
+					fmt.Fprintf(g.stdout, "%s[run %d ended: %s; restarting in %s]\n", lw.prefix, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), humanDuration(msDuration(p.DelayMs)))
 					mu.Unlock()
 				}
 				if ev.Kind.Terminal() {
@@ -922,7 +922,7 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	row("runtime", runtime(info))
 	serviceRows(row, info)
 	if u := info.Usage; u != nil {
-		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %.2fs (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), u.CPUSeconds, u.CPUPercent))
+		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %s (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), humanDuration(time.Duration(u.CPUSeconds*float64(time.Second))), u.CPUPercent))
 	}
 	row("output", fmt.Sprintf("%d bytes stdout, %d bytes stderr (retained from offset %d)", info.StdoutBytes, info.StderrBytes, info.RetainedFrom))
 	if info.OutputHeld {
@@ -951,7 +951,7 @@ func noneIfZero(ms int64) string {
 	if ms == 0 {
 		return "none"
 	}
-	return (time.Duration(ms) * time.Millisecond).String()
+	return humanDuration(msDuration(ms))
 }
 
 func fmtTime(ms int64) string {
@@ -969,7 +969,7 @@ func runtime(j protocol.JobInfo) string {
 	if end == 0 {
 		end = time.Now().UnixMilli()
 	}
-	return (time.Duration(end-j.StartedAt) * time.Millisecond).Round(time.Millisecond).String()
+	return humanDuration(msDuration(end - j.StartedAt))
 }
 
 func commandLine(j protocol.JobInfo) string {
@@ -1102,7 +1102,7 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		status = "draining"
 	}
 	fmt.Fprintf(g.stdout, "%s: exec-supervisor %s (protocol %d), instance %s, pid %d, up %s, %d/%d jobs running, %d known\n",
-		status, h.Version, h.Protocol, h.InstanceID, h.Pid, (time.Duration(h.UptimeMs) * time.Millisecond).Round(time.Second), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
+		status, h.Version, h.Protocol, h.InstanceID, h.Pid, humanDuration(msDuration(h.UptimeMs)), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
 	if !h.Cgroups && h.CgroupsNote != "" {
 		fmt.Fprintf(g.stdout, "no cgroup per job (%s): process groups only\n", h.CgroupsNote)
 	}
@@ -1280,22 +1280,8 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	return exitOK, nil
 }
 
-// humanBytes prints a size with a binary unit.
 // crashGapNote explains a poll's crashGap: output may be missing here.
 const crashGapNote = "output may be missing here: the supervisor crashed, and what it had read of this job since its last journal write is lost (how much is unknown)"
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%dB", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
 
 // WaitCommand waits for jobs to end.
 type WaitCommand struct{}

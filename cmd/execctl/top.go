@@ -62,8 +62,8 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 		var b bytes.Buffer
 		if live {
 			b.WriteString("\x1b[H\x1b[2J") // home, clear
-			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s  (every %v, q quits)\n\n",
-				h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"), *interval)
+			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s  (every %s, q quits)\n\n",
+				h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"), humanDuration(*interval))
 		} else {
 			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s\n\n", h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"))
 		}
