@@ -32,7 +32,7 @@ func (*AttachCommand) Synopsis() string {
 func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("attach", g)
 	tail := fs.Int64("tail", 4096, "replay this many bytes of recent output first")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	id, err := g.oneJob(ctx, fs)

@@ -62,25 +62,9 @@ func newFlags(name string, g *globals) *pflag.FlagSet {
 		if ex := examples[name]; ex != "" {
 			fmt.Fprintf(g.stderr, "\nexamples:\n  %s\n", ex)
 		}
+		fmt.Fprintf(g.stderr, "\nGlobal flags (--json, --control, ...: see execctl --help) may be given here too.\n")
 	}
 	return fs
-}
-
-func parse(fs *pflag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return err
-		}
-		// (execctl's own flags go before the command)
-		for _, g := range [...]string{"json", "control", "event", "token-file", "request-timeout"} {
-			if strings.Contains(err.Error(), "unknown flag: --"+g) {
-				cmd := strings.TrimPrefix(fs.Name(), "execctl ")
-				return &usageError{msg: err.Error(), hint: "--" + g + " is a global flag: put it before the command (execctl --" + g + " ... " + cmd + " ...)"}
-			}
-		}
-		return &usageError{msg: err.Error(), hint: "see: " + fs.Name() + " --help"}
-	}
-	return nil
 }
 
 // oneJob returns the command's one JOB argument, resolved (see resolveJob).
@@ -248,8 +232,7 @@ func lostExit(g *globals, code int, lost bool) int {
 	if code != exitOK || !lost {
 		return code
 	}
-	fmt.Fprintf(g.stderr, "execctl: exit code %d: the job succeeded, but part of its output was lost (see above)\n", exitOutputLost)
-	return exitOutputLost
+	return outputLost(g, "the job succeeded, but part of its output was lost")
 }
 
 // logsLostExit is logs -f's exit code: 5 when output was lost, whatever
@@ -258,8 +241,16 @@ func logsLostExit(g *globals, lost bool) int {
 	if !lost {
 		return exitOK
 	}
-	fmt.Fprintf(g.stderr, "execctl: exit code %d: part of the output was lost (see above)\n", exitOutputLost)
-	return exitOutputLost
+	return outputLost(g, "part of the output was lost")
+}
+
+// outputLost reports exit code 5 (what says so: see above, or the gap
+// events of --json).
+func outputLost(g *globals, what string) int {
+	if g.json {
+		return g.fail(cliError{Code: codeOutputLost, Message: what + " (see the gap events)", ExitCode: exitOutputLost})
+	}
+	return g.fail(cliError{Code: codeOutputLost, Message: fmt.Sprintf("exit code %d: %s (see above)", exitOutputLost, what), ExitCode: exitOutputLost})
 }
 
 // millis converts a duration flag to ms, refusing what would round to 0
@@ -303,7 +294,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	stdin := fs.Bool("stdin", false, "keep the job's stdin open for 'execctl write' (default: /dev/null)")
 	noPace := fs.Bool("no-pace", false, "with --follow: do not hold the job to execctl's pace (output it prints faster than execctl shows it may be lost)")
 	svc := serviceFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *wait && *follow {
@@ -365,8 +356,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	job, err := spawnJob(ctx, g, a)
 	if pe := (*protocol.Error)(nil); errors.As(err, &pe) && pe.Code == protocol.CodeSpawnError && (*wait || *follow) {
 		// The job exists and failed: report it like any other job end.
-		fmt.Fprintf(g.stderr, "execctl spawn: %s (%s)\n", pe.Message, pe.Code)
-		return 127, nil
+		return g.fail(cliError{Code: string(pe.Code), Message: pe.Message, ExitCode: 127, Command: "spawn", wire: true}), nil
 	}
 	if err != nil {
 		return 0, err
@@ -391,8 +381,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		}
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			// Interrupted (Ctrl-C): the job is the supervisor's, and goes on.
-			fmt.Fprintf(g.stderr, "execctl: interrupted; job %s keeps running (stop it with: execctl kill %s)\n", job.JobID, job.JobID)
-			return exitInterrupted, nil
+			return g.fail(cliError{Code: codeInterrupted, Message: fmt.Sprintf("interrupted; job %s keeps running (stop it with: execctl kill %s)", job.JobID, job.JobID), ExitCode: exitInterrupted}), nil
 		}
 		return code, err
 	case g.json:
@@ -476,8 +465,8 @@ func followJob(ctx context.Context, g *globals, id string, paced bool) (int, err
 			if err := ev.DecodePayload(&p); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stderr, "execctl: job %s: run %d ended: %s; attempt %d starts in %v\n",
-				id, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), p.NextAttempt, msDuration(p.DelayMs))
+			fmt.Fprintf(g.stderr, "execctl: job %s: run %d ended: %s; attempt %d starts in %s\n",
+				id, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), p.NextAttempt, humanDuration(msDuration(p.DelayMs)))
 		}
 		return nil
 	})
@@ -582,7 +571,7 @@ func (*PollCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	fs := newFlags("poll", g)
 	cursor := fs.Int64("cursor", 0, "byte offset into the job's combined output to start from")
 	maxB := fs.Int64("max-bytes", 0, "most bytes to fetch (default: the protocol maximum)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *cursor < 0 || *maxB < 0 {
@@ -631,7 +620,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	fs := newFlags("logs", g)
 	follow := fs.BoolP("follow", "f", false, "keep streaming until every job ended")
 	pace := fs.Bool("pace", false, "with -f: hold the jobs to this follower's pace, so that none of their output is lost to the ring buffer (they wait for it; a follower that stops reading is let go after the supervisor's --pace-stall-limit, 2m by default)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() == 0 {
@@ -643,7 +632,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make([]error, fs.NArg())
-	color := isTTY(g.stdout)
+	color := useColor(g.stdout)
 	ids, err := g.resolveJobs(ctx, fs.Args(), true)
 	if err != nil {
 		return 0, err
@@ -670,7 +659,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 			defer wg.Done()
 			prefix := id + " | "
 			if color {
-				// One color per job, only for a terminal.
+				// One color per job, only for a terminal (see useColor).
 				prefix = fmt.Sprintf("\x1b[%dm%s\x1b[0m | ", 31+i%6, id)
 			}
 			lw := &lineWriter{prefix: prefix, mu: &mu}
@@ -732,7 +721,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 					var p protocol.RestartingPayload
 					_ = ev.DecodePayload(&p)
 					mu.Lock()
-					fmt.Fprintf(g.stdout, "%s[run %d ended: %s; restarting in %v]\n", lw.prefix, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), msDuration(p.DelayMs))
+					fmt.Fprintf(g.stdout, "%s[run %d ended: %s; restarting in %s]\n", lw.prefix, p.Attempt, runEnd(p.Reason, p.ExitCode, p.Signal), humanDuration(msDuration(p.DelayMs)))
 					mu.Unlock()
 				}
 				if ev.Kind.Terminal() {
@@ -838,7 +827,7 @@ func (*KillCommand) Synopsis() string {
 func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("kill", g)
 	sig := fs.StringP("signal", "s", "", "send this signal instead (SIGKILL kills at once; others are just delivered)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *sig != "" {
@@ -879,7 +868,7 @@ func (*StatusCommand) Synopsis() string { return "show a job in detail (or all j
 // Run implements command.
 func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("status", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() == 0 {
@@ -933,7 +922,7 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	row("runtime", runtime(info))
 	serviceRows(row, info)
 	if u := info.Usage; u != nil {
-		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %.2fs (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), u.CPUSeconds, u.CPUPercent))
+		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %s (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), humanDuration(time.Duration(u.CPUSeconds*float64(time.Second))), u.CPUPercent))
 	}
 	row("output", fmt.Sprintf("%d bytes stdout, %d bytes stderr (retained from offset %d)", info.StdoutBytes, info.StderrBytes, info.RetainedFrom))
 	if info.OutputHeld {
@@ -962,7 +951,7 @@ func noneIfZero(ms int64) string {
 	if ms == 0 {
 		return "none"
 	}
-	return (time.Duration(ms) * time.Millisecond).String()
+	return humanDuration(msDuration(ms))
 }
 
 func fmtTime(ms int64) string {
@@ -980,7 +969,7 @@ func runtime(j protocol.JobInfo) string {
 	if end == 0 {
 		end = time.Now().UnixMilli()
 	}
-	return (time.Duration(end-j.StartedAt) * time.Millisecond).Round(time.Millisecond).String()
+	return humanDuration(msDuration(end - j.StartedAt))
 }
 
 func commandLine(j protocol.JobInfo) string {
@@ -1012,7 +1001,7 @@ func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, restarting, exited)")
 	session := fs.String("session", "", "only jobs of this session")
 	brief := fs.Bool("brief", false, "without the jobs' commands, cwd and labels (much less to transfer when commands are long)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	switch protocol.State(*state) {
@@ -1072,7 +1061,7 @@ func (*RemoveCommand) Synopsis() string { return "forget a finished job: remove 
 // Run implements command.
 func (*RemoveCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("remove", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	id, err := g.oneJob(ctx, fs)
@@ -1098,7 +1087,7 @@ func (*HealthCommand) Synopsis() string { return "check that the supervisor answ
 // Run implements command.
 func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("health", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	h, err := g.client.Health(ctx)
@@ -1113,7 +1102,7 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		status = "draining"
 	}
 	fmt.Fprintf(g.stdout, "%s: exec-supervisor %s (protocol %d), instance %s, pid %d, up %s, %d/%d jobs running, %d known\n",
-		status, h.Version, h.Protocol, h.InstanceID, h.Pid, (time.Duration(h.UptimeMs) * time.Millisecond).Round(time.Second), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
+		status, h.Version, h.Protocol, h.InstanceID, h.Pid, humanDuration(msDuration(h.UptimeMs)), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
 	if !h.Cgroups && h.CgroupsNote != "" {
 		fmt.Fprintf(g.stdout, "no cgroup per job (%s): process groups only\n", h.CgroupsNote)
 	}
@@ -1139,7 +1128,7 @@ func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	fs := newFlags("write", g)
 	eof := fs.Bool("eof", false, "then close stdin (pipe jobs) or send Ctrl-D (pty jobs)")
 	raw := fs.BoolP("no-newline", "n", false, "do not append a newline (Enter, \\r, for a pty job) to DATA")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 {
@@ -1225,7 +1214,7 @@ func (*SendKeysCommand) Synopsis() string {
 // Run implements command.
 func (*SendKeysCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("send-keys", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() < 2 {
@@ -1262,7 +1251,7 @@ func (*ResizeCommand) Synopsis() string { return "resize a pty job's terminal: r
 // Run implements command.
 func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("resize", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() != 3 {
@@ -1291,22 +1280,8 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	return exitOK, nil
 }
 
-// humanBytes prints a size with a binary unit.
 // crashGapNote explains a poll's crashGap: output may be missing here.
 const crashGapNote = "output may be missing here: the supervisor crashed, and what it had read of this job since its last journal write is lost (how much is unknown)"
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%dB", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
 
 // WaitCommand waits for jobs to end.
 type WaitCommand struct{}
@@ -1319,7 +1294,7 @@ func (*WaitCommand) Synopsis() string {
 // Run implements command.
 func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("wait", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() == 0 {

@@ -36,15 +36,25 @@ func commandFlags(g *globals) map[string][]string {
 				out[name] = append(out[name], "--"+m[1])
 			}
 		}
+		// (and the global flags, taken after the command too)
+		for _, gf := range strings.Fields(globalFlagNames) {
+			if !seen[gf[2:]] {
+				out[name] = append(out[name], gf)
+			}
+		}
 		sort.Strings(out[name])
 	}
 	return out
 }
 
+// globalFlagNames are the global flags completed (before the command, and
+// after it with its own).
+const globalFlagNames = "--control --event --json --request-timeout --token-file"
+
 // Run implements command.
 func (*CompletionCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("completion", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	args = fs.Args()
@@ -53,7 +63,6 @@ func (*CompletionCommand) Run(ctx context.Context, g *globals, args []string) (i
 	}
 	flags := commandFlags(g)
 	cmds := strings.Join(order, " ")
-	globalFlags := "--control --event --json --request-timeout --token-file"
 	var cases strings.Builder
 	for _, name := range order {
 		fmt.Fprintf(&cases, "    %s) flags=%q ;;\n", name, strings.Join(flags[name], " "))
@@ -86,7 +95,7 @@ _execctl() {
     COMPREPLY=( $(compgen -W "$(execctl list 2>/dev/null | awk 'NR>1{print $1}')" -- "$cur") )
   fi
 }
-`, cmds, globalFlags, cases.String())
+`, cmds, globalFlagNames, cases.String())
 	if args[0] == "zsh" {
 		script = "autoload -U +X bashcompinit && bashcompinit\n" + script
 	}

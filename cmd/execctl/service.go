@@ -30,8 +30,6 @@ type serviceOpts struct {
 // restartTuning are the flags that only mean something for a service.
 var restartTuning = []string{"restart-delay", "backoff-multiplier", "max-delay", "reset-after", "max-restarts", "restart-window"}
 
-func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
-
 func serviceFlags(fs *pflag.FlagSet) *serviceOpts {
 	o := &serviceOpts{}
 	o.restart = fs.String("restart", "", "make the job a service, restarted by `POLICY`: never (default: run once), on-failure (after a non-zero exit, a signal, a timeout), always (after any end)")
@@ -180,7 +178,7 @@ func (*RestartCommand) Run(ctx context.Context, g *globals, args []string) (int,
 
 func serviceOp(ctx context.Context, g *globals, name string, args []string) (int, error) {
 	fs := newFlags(name, g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	id, err := g.oneJob(ctx, fs)
@@ -217,7 +215,7 @@ func (*StopCommand) Synopsis() string {
 // Run implements command.
 func (*StopCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("stop", g)
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	id, err := g.oneJob(ctx, fs)
@@ -243,7 +241,7 @@ func (*HistoryCommand) Synopsis() string {
 func (*HistoryCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("history", g)
 	lines := fs.IntP("lines", "n", protocol.HistoryLines, "show at most this many of each run's last output lines (0: none)")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *lines < 0 {
@@ -293,7 +291,7 @@ func (*HistoryCommand) Run(ctx context.Context, g *globals, args []string) (int,
 		if r.Restarted {
 			restarted = "yes"
 		}
-		cells[i] = []string{"#" + strconv.Itoa(r.Attempt), fmtTime(r.StartedAt), "ran " + msDuration(r.DurationMs).String(),
+		cells[i] = []string{"#" + strconv.Itoa(r.Attempt), fmtTime(r.StartedAt), "ran " + humanDuration(msDuration(r.DurationMs)),
 			string(r.Reason), exitText(r.ExitCode, r.Signal), "restarted " + restarted}
 		for c, v := range cells[i] {
 			width[c] = max(width[c], len(v))
@@ -350,11 +348,11 @@ func serviceRows(row func(string, any), info protocol.JobInfo) {
 		row("attempt", info.Attempt)
 		row("restarts", fmt.Sprintf("%d (%d run ends within the restart window)", info.Restarts, info.RestartsInWindow))
 		if info.State == protocol.StateRunning || info.State == protocol.StateExiting {
-			row("uptime", msDuration(info.UptimeMs).String())
+			row("uptime", humanDuration(msDuration(info.UptimeMs)))
 		}
 		if info.NextRestartAt != 0 {
-			in := time.Until(time.UnixMilli(info.NextRestartAt)).Round(time.Millisecond)
-			row("next restart", fmt.Sprintf("%s (in %v, attempt %d)", fmtTime(info.NextRestartAt), max(in, 0), info.Attempt+1))
+			in := time.Until(time.UnixMilli(info.NextRestartAt))
+			row("next restart", fmt.Sprintf("%s (in %s, attempt %d)", fmtTime(info.NextRestartAt), humanDuration(max(in, 0)), info.Attempt+1))
 		}
 	}
 	if info.Notify {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -16,7 +17,7 @@ type TopCommand struct{}
 
 // Synopsis implements command.
 func (*TopCommand) Synopsis() string {
-	return "live view of jobs with CPU, RSS, state and age (Ctrl-C quits; one snapshot when not on a terminal): top [--interval 2s]"
+	return "live view of jobs with CPU, RSS, state and age (q or Ctrl-C quits; one snapshot when not on a terminal): top [--interval 2s]"
 }
 
 // Run implements command.
@@ -24,7 +25,7 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 	fs := newFlags("top", g)
 	interval := fs.Duration("interval", 2*time.Second, "refresh period")
 	all := fs.Bool("all", false, "also show finished jobs")
-	if err := parse(fs, args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
 	if *interval < 100*time.Millisecond {
@@ -33,6 +34,16 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 	// Not a terminal (a pipe, a file): one plain snapshot, no screen
 	// control, as top -b -n 1.
 	live := isTTY(g.stdout)
+	// q quits, typed on the terminal top runs in (in the foreground).
+	var quit <-chan struct{}
+	if in, ok := g.stdin.(*os.File); ok && live && isTerminal(int(in.Fd())) && !background(int(in.Fd())) {
+		typed, stop, err := watchKey(in, "qQ")
+		if err != nil {
+			return 0, fmt.Errorf("top: terminal: %w", err)
+		}
+		defer stop()
+		quit = typed
+	}
 	t := time.NewTicker(*interval)
 	defer t.Stop()
 	for {
@@ -51,8 +62,8 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 		var b bytes.Buffer
 		if live {
 			b.WriteString("\x1b[H\x1b[2J") // home, clear
-			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s  (every %v, Ctrl-C quits)\n\n",
-				h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"), *interval)
+			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s  (every %s, q quits)\n\n",
+				h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"), humanDuration(*interval))
 		} else {
 			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s\n\n", h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"))
 		}
@@ -68,6 +79,8 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 		_, _ = g.stdout.Write(bytes.ReplaceAll(b.Bytes(), []byte("\n"), []byte("\r\n")))
 		select {
 		case <-ctx.Done():
+			return exitOK, nil
+		case <-quit:
 			return exitOK, nil
 		case <-t.C:
 		}
