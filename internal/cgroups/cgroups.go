@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -152,6 +153,9 @@ type Cgroup struct {
 	// (taken once: Fd costs a system call every time).
 	dir   *os.File
 	dirFd int
+	// cpuBase is cpu.stat usage_usec when the cgroup went into the pool:
+	// what its earlier jobs used (see Usage).
+	cpuBase atomic.Int64
 }
 
 // Create makes a new cgroup named name and returns it with an open
@@ -199,7 +203,9 @@ func (b *Base) Acquire(fresh bool) (*Cgroup, int, error) {
 // it is empty (empty: the caller just saw it so) and the pool has room,
 // else removed (waiting up to d for it to empty).
 func (b *Base) Release(c *Cgroup, empty bool, d time.Duration) error {
-	if !c.noReuse && (empty || !c.Populated()) {
+	// Only an empty cgroup whose CPU use so far is known is reused
+	// (usage counts from there; nothing runs in it until then).
+	if !c.noReuse && (empty || !c.Populated()) && c.markCPUBase() == nil {
 		b.mu.Lock()
 		if len(b.idle) < poolMax {
 			b.idle = append(b.idle, c)
@@ -246,14 +252,7 @@ func (c *Cgroup) Procs() []int {
 	if err != nil {
 		return nil
 	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		var pid int
-		if _, err := fmt.Sscan(f, &pid); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return parsePids(b, nil)
 }
 
 // Populated reports whether any process is in the cgroup.

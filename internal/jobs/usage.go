@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -21,7 +22,8 @@ type usageAcc struct {
 
 // sampleUsage scans the process table once and adds up, per process group
 // (and per session, for PTY jobs), the live processes' RSS and CPU time
-// (own plus reaped children's).
+// (own plus reaped children's): the usage of jobs without a cgroup. Its
+// cost follows every process on the machine.
 func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 	out := map[int]*usageAcc{}
 	if len(groups) == 0 && len(sessions) == 0 {
@@ -53,34 +55,48 @@ func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 	return out
 }
 
-// attachUsage fills Usage for the running jobs among infos (one scan of
-// the process table for all of them). CPU percent is measured since the
-// previous sample of the same job, or since it started.
+// attachUsage fills Usage for the running jobs among infos. A job with a
+// cgroup is read from its cgroup's files (its own cost, whatever else
+// runs; and it counts what left the job's process group); the others
+// from one scan of the process table for all of them. CPU percent is
+// measured since the previous sample of the same job, or since it
+// started.
 func (m *Manager) attachUsage(infos []protocol.JobInfo) {
+	jobs := make([]*Job, len(infos))
+	accs := make([]*usageAcc, len(infos))
 	groups, sessions := map[int]bool{}, map[int]bool{}
-	for _, in := range infos {
-		if (in.State == protocol.StateRunning || in.State == protocol.StateExiting) && in.Pgid > 1 {
-			if in.Pty {
-				sessions[in.Pgid] = true
-			} else {
-				groups[in.Pgid] = true
+	for i, in := range infos {
+		if !sampled(in) {
+			continue
+		}
+		if j, err := m.Get(in.JobID); err == nil {
+			jobs[i] = j
+			if a, ok := j.cgroupUsage(); ok {
+				accs[i] = a
+				continue
 			}
 		}
+		if in.Pty {
+			sessions[in.Pgid] = true
+		} else {
+			groups[in.Pgid] = true
+		}
 	}
-	acc := sampleUsage(groups, sessions)
+	scanned := sampleUsage(groups, sessions)
 	now := m.now()
 	for i := range infos {
 		in := &infos[i]
-		if (in.State != protocol.StateRunning && in.State != protocol.StateExiting) || in.Pgid <= 1 {
+		if !sampled(*in) {
 			continue
 		}
-		a := acc[in.Pgid]
+		a := accs[i]
 		if a == nil {
-			a = &usageAcc{}
+			if a = scanned[in.Pgid]; a == nil {
+				a = &usageAcc{}
+			}
 		}
 		u := &protocol.Usage{Processes: a.procs, RSSBytes: a.rss, CPUSeconds: a.cpu, SampledAt: now.UnixMilli()}
-		j, err := m.Get(in.JobID)
-		if err == nil {
+		if j := jobs[i]; j != nil {
 			j.mu.Lock()
 			prevCPU, prevAt := j.lastCPU, j.lastSampled
 			if prevAt.IsZero() {
@@ -94,6 +110,71 @@ func (m *Manager) attachUsage(infos []protocol.JobInfo) {
 		}
 		in.Usage = u
 	}
+}
+
+// sampled reports whether a job in this state gets usage.
+func sampled(in protocol.JobInfo) bool {
+	return (in.State == protocol.StateRunning || in.State == protocol.StateExiting) && in.Pgid > 1
+}
+
+// cgroupUsage reads the current run's usage from its cgroup: processes
+// and CPU from the cgroup, memory too where its memory controller is
+// enabled, else the RSS of its processes. False when the job has no
+// cgroup, or it cannot be read (the process-group scan then).
+func (j *Job) cgroupUsage() (*usageAcc, bool) {
+	cg := j.liveCgroup()
+	if cg == nil {
+		return nil, false
+	}
+	u, err := cg.Usage()
+	var a *usageAcc
+	if err == nil {
+		a = &usageAcc{procs: len(u.Pids), rss: u.Memory, cpu: u.CPU.Seconds()}
+		if !u.HasMemory {
+			a.procs, a.rss = pidsRSS(u.Pids)
+		}
+	}
+	if j.liveCgroup() != cg {
+		// The run ended while its cgroup was read: the cgroup may be
+		// gone, or serve another job already.
+		return &usageAcc{}, true
+	}
+	if err != nil {
+		j.m.log.Debug("job usage from its cgroup", "job", j.id, "err", err)
+		return nil, false
+	}
+	return a, true
+}
+
+// liveCgroup returns the cgroup of the job's current run while it runs
+// (nil without one).
+func (j *Job) liveCgroup() *cgroups.Cgroup {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state != Running && j.state != Exiting {
+		return nil
+	}
+	return j.cg
+}
+
+// pidsRSS returns how many of pids are live processes, and the sum of
+// their RSS.
+func pidsRSS(pids []int) (n int, rss int64) {
+	buf := make([]byte, statBufSize)
+	for _, pid := range pids {
+		b, err := readStat(strconv.Itoa(pid), buf)
+		if err != nil {
+			continue // (ended)
+		}
+		f, ok := statFields(b)
+		if !ok || len(f) < 22 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		pages, _ := strconv.ParseInt(f[21], 10, 64)
+		n++
+		rss += pages * pageSize
+	}
+	return n, rss
 }
 
 // InfoWithUsage returns the job's info with its current resource usage.

@@ -372,13 +372,20 @@ type JobInfo struct {
 	Limits *LimitsInfo `msgpack:"limits,omitempty" json:"limits,omitempty"`
 }
 
-// Usage is the resource use of a job's live processes (its process group;
-// for PTY jobs its session).
+// Usage is the resource use of a job's current run: of its cgroup (every
+// process it started, those that left its process group included), or
+// without cgroups of its process group (for PTY jobs its session).
 type Usage struct {
-	Processes int   `msgpack:"processes" json:"processes"`
-	RSSBytes  int64 `msgpack:"rssBytes" json:"rssBytes"`
-	// CPUSeconds is user+system time of the live processes and of the
-	// children they have reaped.
+	// Processes counts the live processes.
+	Processes int `msgpack:"processes" json:"processes"`
+	// RSSBytes is the live processes' resident memory; with the cgroup's
+	// memory controller enabled, the anonymous and mapped file memory
+	// charged to the cgroup (memory.stat anon + file_mapped: shared
+	// pages counted once).
+	RSSBytes int64 `msgpack:"rssBytes" json:"rssBytes"`
+	// CPUSeconds is user+system time: with a cgroup, of every process
+	// that ran in it during this run, ended ones included; without, of
+	// the live processes and of the children they have reaped.
 	CPUSeconds float64 `msgpack:"cpuSeconds" json:"cpuSeconds"`
 	// CPUPercent is the CPU use since the previous sample of this job (or
 	// since it started); 100 = one core.
