@@ -810,7 +810,7 @@ func (s *Server) handle(p *zmqx.Peer, req *protocol.Request, err error, start ti
 	if err != nil {
 		return protocol.ErrorReply(id, protocol.Errorf(protocol.CodeInternal, "encode reply: %v", err)), nil
 	}
-	if len(b) > 64<<20 {
+	if len(b) > protocol.MaxReplyBytes {
 		return protocol.ErrorReply(id, protocol.Errorf(protocol.CodeTooLarge, "reply would be %d bytes; ask for less", len(b))), nil
 	}
 	return b, nil
@@ -948,7 +948,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 			return nil, err
 		}
 		if a.JobID == "" {
-			return protocol.StatusResult{Jobs: s.jobs.List("", "")}, nil
+			return s.statusAll()
 		}
 		j, err := s.jobs.Get(a.JobID)
 		if err != nil {

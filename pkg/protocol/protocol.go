@@ -180,6 +180,9 @@ const (
 	MaxArgs = 4096
 	// MaxArgBytes is the maximum total size of argv (or the shell string).
 	MaxArgBytes = 256 << 10
+	// MaxReplyBytes is the largest reply the supervisor sends: a larger
+	// one is refused with too-large.
+	MaxReplyBytes = 64 << 20
 	// MaxEnv is the maximum number of environment entries.
 	MaxEnv = 4096
 	// MaxEnvBytes is the maximum total size of environment keys and values.
