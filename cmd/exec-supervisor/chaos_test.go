@@ -1300,6 +1300,78 @@ func TestEscapeTreeWithoutCgroups(t *testing.T) {
 	waitLog(t, s, "ownership escape: a process a finished job left outside its group is terminated")
 }
 
+// TestCgroupEscapeEndedByMark: with cgroups, a job that moves itself out
+// of its cgroup (into the root's) and leaves a child behind there is
+// ended too: the child, reparented to the supervisor (its subreaper),
+// carries the job's mark, and its job has finished. (It survived for
+// ever: only without cgroups were such orphans judged by their mark.)
+func TestCgroupEscapeEndedByMark(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 30*time.Second)
+	h, err := s.client.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Cgroups {
+		t.Skipf("no cgroup per job here (%s)", h.CgroupsNote)
+	}
+	root := cgroup2Root(t)
+	dir := t.TempDir()
+	escape := fmt.Sprintf(`echo $$ > %s/cgroup.procs && exec setsid sh -c 'echo $$ > %s/pid; exec sleep 300'`, root, dir)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: escape, GraceMs: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	deadline := time.Now().Add(10 * time.Second)
+	for pid == 0 {
+		if b, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the escaped child did not start:\n%s", s.log)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the child to write its pid
+	}
+	ticks, _ := jobs.ProcStartTicks(pid)
+	t.Cleanup(func() {
+		if jobs.Identify(pid, ticks, jobs.BootID()) == jobs.Ours {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); !strings.Contains(string(b), "0::/\n") {
+		t.Fatalf("the child is not in the root cgroup: %q", b)
+	}
+	if _, fin, err := s.client.Wait(ctx, j.JobID, 10*time.Second); err != nil || !fin {
+		t.Fatalf("the job (its main process exits at once): finished %v, %v", fin, err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for ticks != 0 && jobs.Identify(pid, ticks, jobs.BootID()) == jobs.Ours {
+		if time.Now().After(deadline) {
+			t.Fatalf("the child that left its job's cgroup (pid %d) outlived its job by 10 s:\n%s", pid, s.log)
+		}
+		time.Sleep(20 * time.Millisecond) // the reaper's pass, once a second: no event to wait on
+	}
+	waitLog(t, s, "ownership escape: a process a finished job left outside its group is terminated")
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is mounted.
+func cgroup2Root(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.Contains(line, " - cgroup2 ") {
+			return f[4]
+		}
+	}
+	t.Skip("no cgroup v2 hierarchy mounted")
+	return ""
+}
+
 // TestServiceHistorySurvivesKill9: a service's crash history (last lines of
 // each run) and its restart-limit fate come back after the supervisor is
 // SIGKILLed; a service that was running is resumed (its orphan terminated,

@@ -208,9 +208,10 @@ func (m *Manager) pass(full bool) (acted bool) {
 
 // judgeOrphan decides what becomes of running child pid, an orphan the
 // supervisor adopted as subreaper: a process that left its job's group (a
-// setsid, a daemon) and whose parent died. Without cgroups (which end
-// such processes with their job) and with a mark (WithMark), whose job id
-// it carries in its environment: if that job has finished, or is
+// setsid, a daemon) and whose parent died. (With cgroups, such a process
+// ends with its job's cgroup, unless it also left the cgroup: then it is
+// still found here.) With a mark (WithMark), whose job id it carries in
+// its environment: if that job has finished, or is
 // forgotten, it gets SIGTERM and SIGCONT (to its group if it leads one),
 // then SIGKILL once the job's grace period has passed (at once when the
 // Manager is stopping in a hurry), as the job's group did. One without a
@@ -226,7 +227,7 @@ func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (
 		act.sigs = []syscall.Signal{syscall.SIGKILL}
 		return act, true
 	}
-	if m.mark == "" || m.cgroups != nil {
+	if m.mark == "" {
 		return act, false
 	}
 	seen, ok := m.orphans[pid]
