@@ -324,8 +324,9 @@ func TestCloseRemovesOnlyItsOwnSocketFile(t *testing.T) {
 }
 
 // TestSubscriptionsBounded: a subscriber is disconnected (reason
-// too-many-subscriptions) past MaxSubscriptions subscriptions or with a
-// topic over MaxTopicBytes; up to the bound it is served.
+// too-many-subscriptions) past MaxSubscriptions subscriptions, with a
+// topic over MaxTopicBytes, or past MaxSubscriptionBytes in all; up to the
+// bound it is served.
 func TestSubscriptionsBounded(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -339,6 +340,13 @@ func TestSubscriptionsBounded(t *testing.T) {
 			return ts
 		}()},
 		{"length", []string{"job/a/", strings.Repeat("x", MaxTopicBytes+1)}},
+		{"bytes in all", func() []string { // (each within the length, fewer than the count)
+			var ts []string
+			for i := 0; i*(200+subscriptionOverhead) <= MaxSubscriptionBytes; i++ {
+				ts = append(ts, fmt.Sprintf("%0200d", i))
+			}
+			return ts
+		}()},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rejected := make(chan string, 4)
@@ -361,11 +369,13 @@ func TestSubscriptionsBounded(t *testing.T) {
 			}
 		})
 	}
-	// Up to the bound: served.
+	// Up to the bound: served; 1,024 topics of jobs, as clients name them,
+	// fit.
 	p, s := pubAndSub(t, &Policy{})
-	last := fmt.Sprintf("job/%d/", MaxSubscriptions-1)
+	topic := func(i int) string { return fmt.Sprintf("job/j-%016x/", i) }
+	last := topic(MaxSubscriptions - 1)
 	for i := 0; i < MaxSubscriptions; i++ {
-		if err := s.Subscribe(fmt.Sprintf("job/%d/", i)); err != nil {
+		if err := s.Subscribe(topic(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
