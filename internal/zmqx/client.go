@@ -3,15 +3,12 @@ package zmqx
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -292,64 +289,3 @@ func (c *Client) Subscribe(topic string) error {
 
 // Close closes the connection; a Recv in progress returns an error.
 func (c *Client) Close() error { return c.conn.Close() }
-
-// ownListener checks that the tcp listener at addr (the remote end of a
-// connection we made) is a socket on this machine owned by our user or
-// root, from the kernel's socket tables.
-func ownListener(addr net.Addr) error {
-	ta, ok := addr.(*net.TCPAddr)
-	if !ok {
-		return fmt.Errorf("not a tcp address: %v", addr)
-	}
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(table)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			f := strings.Fields(line)
-			if len(f) < 8 || f[3] != "0A" { // (LISTEN)
-				continue
-			}
-			ip, port, ok := parseProcAddr(f[1])
-			if !ok || port != ta.Port || !(ip.Equal(ta.IP) || ip.IsUnspecified()) {
-				continue
-			}
-			uid, err := strconv.Atoi(f[7])
-			if err != nil {
-				continue
-			}
-			if uid != os.Geteuid() && uid != 0 {
-				return fmt.Errorf("the listener on %v belongs to uid %d, not to us (uid %d)", addr, uid, os.Geteuid())
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("no listener of this machine serves %v", addr)
-}
-
-// parseProcAddr parses a /proc/net/tcp address: hex ip (32-bit words in
-// host order) and hex port.
-func parseProcAddr(s string) (net.IP, int, bool) {
-	h, p, ok := strings.Cut(s, ":")
-	if !ok || (len(h) != 8 && len(h) != 32) {
-		return nil, 0, false
-	}
-	port, err := strconv.ParseUint(p, 16, 16)
-	if err != nil {
-		return nil, 0, false
-	}
-	raw, err := hex.DecodeString(h)
-	if err != nil {
-		return nil, 0, false
-	}
-	ip := make(net.IP, len(raw))
-	for i := 0; i < len(raw); i += 4 { // each word as stored on a little-endian host
-		w := binary.NativeEndian.Uint32(raw[i : i+4])
-		binary.BigEndian.PutUint32(ip[i:i+4], w)
-	}
-	if v4 := ip.To4(); v4 != nil && len(raw) == 16 && !ip.IsUnspecified() {
-		ip = v4
-	}
-	return ip, int(port), true
-}

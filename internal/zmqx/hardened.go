@@ -42,9 +42,9 @@ type Policy struct {
 	// the limit takes the place of a connection the socket gives up (a
 	// Router: the control connection idle the longest, see
 	// IdleEvictAfter; a Publisher: the oldest subscriber of the peer
-	// holding the most); else, if it runs as our own uid (ipc), one of
-	// OwnReserve more slots; else it is refused with a ZMTP ERROR saying
-	// "too many connections".
+	// holding the most); else, if it runs as our own uid (ipc; tcp on
+	// loopback), one of OwnReserve more slots; else it is refused with a
+	// ZMTP ERROR saying "too many connections".
 	MaxConns int
 	// MaxHandshakes bounds connections still in the handshake; 0 means
 	// MaxConns. At the limit a new connection displaces the one in the
@@ -254,7 +254,13 @@ func (l *hardenedListener) acceptLoop() {
 		if ta, ok := raw.RemoteAddr().(*net.TCPAddr); ok {
 			key = ta.IP.String()
 		}
-		own := false
+		// own says whether the peer runs as our uid (asked only at the
+		// limit, see admit): over tcp only a loopback peer can tell, from
+		// the socket table.
+		own := func() bool {
+			uid, ok := tcpPeerUID(raw)
+			return ok && uid == os.Geteuid()
+		}
 		if uc, ok := raw.(*net.UnixConn); ok {
 			pid, uid, err := l.checkPeer(uc)
 			if err != nil {
@@ -263,7 +269,8 @@ func (l *hardenedListener) acceptLoop() {
 				continue
 			}
 			key = fmt.Sprintf("pid %d", pid)
-			remote, own = key, uid == os.Geteuid() // (its later refusals name it too)
+			remote = key // (its later refusals name it too)
+			own = func() bool { return uid == os.Geteuid() }
 		}
 		if !l.addPending(raw) {
 			raw.Close()
@@ -399,9 +406,9 @@ func peerGroups(fd int) []int {
 
 // admit takes a slot for a connection that completed the pre-handshake:
 // a free one of MaxConns, else one the socket gives up (evict), else, for
-// a peer of our own uid (own), one of the OwnReserve past MaxConns. It
-// reports false when there is none.
-func (l *hardenedListener) admit(key string, own bool) bool {
+// a peer of our own uid (own, asked only then), one of the OwnReserve past
+// MaxConns. It reports false when there is none.
+func (l *hardenedListener) admit(key string, own func() bool) bool {
 	for try := 0; try < 3; try++ {
 		if n := l.conns.Add(1); n <= int64(l.policy.MaxConns) {
 			return true
@@ -412,7 +419,7 @@ func (l *hardenedListener) admit(key string, own bool) bool {
 			break
 		}
 	}
-	if own && l.policy.OwnReserve > 0 {
+	if l.policy.OwnReserve > 0 && own() {
 		if n := l.conns.Add(1); n <= int64(l.policy.MaxConns+l.policy.OwnReserve) {
 			return true
 		}
@@ -434,8 +441,8 @@ const (
 // it before sending the rest). PLAIN credentials are checked here, so only
 // authenticated peers reach the engine.
 //
-// own says the peer runs as our uid (see admit).
-func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own bool) {
+// own says whether the peer runs as our uid (see admit).
+func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own func() bool) {
 	fail := func(reason string, err error) {
 		l.pmu.Lock()
 		if l.displaced[raw] { // (closed for a newer one: whatever failed)

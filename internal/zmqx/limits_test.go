@@ -565,13 +565,21 @@ func TestBudgetCutsWhoStoppedReading(t *testing.T) {
 // more slots, so that the operator can always look in; past those, it is
 // refused too.
 func TestOwnReserve(t *testing.T) {
-	endpoint := "ipc://" + filepath.Join(t.TempDir(), "r.sock")
+	t.Run("ipc", func(t *testing.T) { ownReserve(t, "ipc://"+filepath.Join(t.TempDir(), "r.sock")) })
+	// (our uid told from the socket table, the peer on loopback)
+	t.Run("tcp", func(t *testing.T) { ownReserve(t, "tcp://127.0.0.1:0") })
+}
+
+func ownReserve(t *testing.T, endpoint string) {
 	rej := newRejections()
 	r, err := ListenRouter(context.Background(), endpoint, &Policy{MaxConns: 2, OwnReserve: 2, OnReject: rej.add}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	if strings.HasPrefix(endpoint, "tcp://") {
+		endpoint = "tcp://" + r.Addr().String()
+	}
 	r.SetHandler(func(in Incoming) {
 		if string(in.Frames[len(in.Frames)-1]) == "block" {
 			return // (in flight for good: the peer is never idle)

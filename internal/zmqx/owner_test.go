@@ -3,6 +3,7 @@ package zmqx
 import (
 	"bufio"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -400,3 +401,35 @@ func worldWritableDir(t *testing.T) string {
 	}
 	return open
 }
+
+// TestTCPPeerUID: the uid of a loopback tcp peer comes from the socket
+// table: ours for a connection of this process; none for the listener's
+// own end looked up the wrong way round.
+func TestTCPPeerUID(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if uid, ok := tcpPeerUID(s); !ok || uid != os.Geteuid() {
+		t.Fatalf("peer uid %d (found %v); want ours, %d", uid, ok, os.Geteuid())
+	}
+	if _, ok := tcpPeerUID(fakeConn{s}); ok {
+		t.Fatal("a connection with non-loopback addresses has a peer uid")
+	}
+}
+
+// fakeConn reports a remote address off this machine.
+type fakeConn struct{ net.Conn }
+
+func (fakeConn) RemoteAddr() net.Addr { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 9} }
