@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// KillCommand terminates a job.
+type KillCommand struct{}
+
+// Synopsis implements command.
+func (*KillCommand) Synopsis() string {
+	return "terminate a job (SIGTERM, grace, SIGKILL) or signal it: kill JOB [--signal SIG]"
+}
+
+// Run implements command.
+func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("kill", g)
+	sig := fs.StringP("signal", "s", "", "send this signal instead (SIGKILL kills at once; others are just delivered)")
+	if err := g.parse(fs, args); err != nil {
+		return 0, err
+	}
+	if *sig != "" {
+		if _, err := protocol.ParseSignal(*sig); err != nil {
+			return 0, &usageError{msg: err.Error()}
+		}
+	}
+	id, err := g.oneJob(ctx, fs)
+	if err != nil {
+		return 0, err
+	}
+	res, err := g.client.Kill(ctx, id, *sig)
+	if err != nil {
+		return 0, err
+	}
+	return exitOK, printKillResult(g, id, res)
+}
+
+// printKillResult prints the result of kill or stop.
+func printKillResult(g *globals, id string, res protocol.KillResult) error {
+	if g.json {
+		return printJSON(g.stdout, res)
+	}
+	if res.AlreadyFinished {
+		fmt.Fprintf(g.stdout, "%s had already ended (%s)\n", id, res.Job.Reason)
+	} else {
+		fmt.Fprintf(g.stdout, "%s %s\n", id, res.Job.State)
+	}
+	return nil
+}
+
+// StatusCommand shows one job, or all.
+type StatusCommand struct{}
+
+// Synopsis implements command.
+func (*StatusCommand) Synopsis() string { return "show a job in detail (or all jobs): status [JOB]" }
+
+// Run implements command.
+func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("status", g)
+	if err := g.parse(fs, args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() == 0 {
+		return listJobs(ctx, g, protocol.ListJobsArgs{})
+	}
+	id, err := g.oneJob(ctx, fs)
+	if err != nil {
+		return 0, err
+	}
+	info, err := g.client.Status(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, protocol.StatusResult{Job: &info})
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	row("job", info.JobID)
+	row("state", info.State)
+	row("command", commandLine(info))
+	if info.Cwd != "" {
+		row("cwd", info.Cwd)
+	}
+	row("pid", info.Pid)
+	if info.Ownership != "" {
+		row("ownership", info.Ownership)
+	}
+	if info.Pty {
+		t := fmt.Sprintf("pty %dx%d", info.Rows, info.Cols)
+		if info.BracketedPaste {
+			t += ", bracketed paste on"
+		}
+		row("terminal", t)
+	}
+	row("created", fmtTime(info.CreatedAt))
+	row("started", fmtTime(info.StartedAt))
+	if info.Finished() {
+		row("ended", fmtTime(info.EndedAt))
+		row("reason", info.Reason)
+		if info.ExitCode != nil {
+			row("exit code", *info.ExitCode)
+		}
+		if info.Signal != "" {
+			row("signal", info.Signal)
+		}
+		if info.Error != "" {
+			row("error", info.Error)
+		}
+	}
+	row("runtime", runtime(info))
+	serviceRows(row, info)
+	if u := info.Usage; u != nil {
+		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %s (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), humanDuration(time.Duration(u.CPUSeconds*float64(time.Second))), u.CPUPercent))
+	}
+	row("output", fmt.Sprintf("%d bytes stdout, %d bytes stderr (retained from offset %d)", info.StdoutBytes, info.StderrBytes, info.RetainedFrom))
+	if info.OutputHeld {
+		row("output held", "not read until the supervisor's journal can be written (disk full? see its log); the job waits on its output")
+	}
+	if info.OutputPaced {
+		row("output paced", "waiting for a client that paces it (spawn --follow, logs -f --pace) to take its output")
+	}
+	row("timeouts", fmt.Sprintf("overall %v, no-output %v", noneIfZero(info.TimeoutMs), noneIfZero(info.NoOutputTimeoutMs)))
+	if len(info.Labels) > 0 {
+		keys := make([]string, 0, len(info.Labels))
+		for k := range info.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, k+"="+info.Labels[k])
+		}
+		row("labels", strings.Join(parts, " "))
+	}
+	return exitOK, tw.Flush()
+}
+
+func noneIfZero(ms int64) string {
+	if ms == 0 {
+		return "none"
+	}
+	return humanDuration(msDuration(ms))
+}
+
+func fmtTime(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).Format("2006-01-02 15:04:05.000")
+}
+
+func runtime(j protocol.JobInfo) string {
+	if j.StartedAt == 0 {
+		return "-"
+	}
+	end := j.EndedAt
+	if end == 0 {
+		end = time.Now().UnixMilli()
+	}
+	return humanDuration(msDuration(end - j.StartedAt))
+}
+
+func commandLine(j protocol.JobInfo) string {
+	s := j.Shell
+	if s == "" {
+		s = strings.Join(j.Argv, " ")
+	}
+	if s == "" {
+		s = "-" // (list --brief)
+	}
+	// One line, whatever the command holds (a shell script's newlines
+	// and tabs broke the table's rows and columns).
+	s = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`).Replace(s)
+	if len(s) > 60 {
+		s = s[:57] + "..."
+	}
+	return s
+}
+
+// ListCommand lists jobs.
+type ListCommand struct{}
+
+// Synopsis implements command.
+func (*ListCommand) Synopsis() string { return "list jobs: list [--state S] [--session ID] [--brief]" }
+
+// Run implements command.
+func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("list", g)
+	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, restarting, exited)")
+	session := fs.String("session", "", "only jobs of this session")
+	brief := fs.Bool("brief", false, "without the jobs' commands, cwd and labels (much less to transfer when commands are long)")
+	if err := g.parse(fs, args); err != nil {
+		return 0, err
+	}
+	switch protocol.State(*state) {
+	case "", protocol.StateStarting, protocol.StateRunning, protocol.StateExiting, protocol.StateRestarting, protocol.StateExited:
+	default:
+		return 0, &usageError{msg: fmt.Sprintf("--state %q: want starting, running, exiting, restarting or exited", *state)}
+	}
+	return listJobs(ctx, g, protocol.ListJobsArgs{State: protocol.State(*state), SessionID: *session, Brief: *brief})
+}
+
+// listJobs lists every job a selects, page after page (a supervisor sends
+// a long listing in pages of about protocol.MaxListBytes).
+func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, error) {
+	jobs, err := g.client.ListJobs(ctx, a)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		if jobs == nil {
+			jobs = []protocol.JobInfo{}
+		}
+		return exitOK, printJSON(g.stdout, protocol.ListJobsResult{Jobs: jobs})
+	}
+	return exitOK, printJobTable(g, jobs)
+}
+
+// printJobTable prints jobs as an aligned table.
+func printJobTable(g *globals, jobs []protocol.JobInfo) error {
+	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tPID\tRUNTIME\tCPU\tRSS\tREASON\tEXIT\tOUTPUT\tCOMMAND")
+	for _, j := range jobs {
+		exit := "-"
+		if j.ExitCode != nil {
+			exit = fmt.Sprint(*j.ExitCode)
+		} else if j.Signal != "" {
+			exit = j.Signal
+		}
+		reason := string(j.Reason)
+		if reason == "" {
+			reason = "-"
+		}
+		cpu, rss := "-", "-"
+		if u := j.Usage; u != nil {
+			cpu, rss = fmt.Sprintf("%.0f%%", u.CPUPercent), humanBytes(u.RSSBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.JobID, j.State, j.Pid, runtime(j), cpu, rss, reason, exit, humanBytes(j.StdoutBytes+j.StderrBytes), commandLine(j))
+	}
+	return tw.Flush()
+}
+
+// RemoveCommand forgets a finished job.
+type RemoveCommand struct{}
+
+// Synopsis implements command.
+func (*RemoveCommand) Synopsis() string { return "forget a finished job: remove JOB" }
+
+// Run implements command.
+func (*RemoveCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("remove", g)
+	if err := g.parse(fs, args); err != nil {
+		return 0, err
+	}
+	id, err := g.oneJob(ctx, fs)
+	if err != nil {
+		return 0, err
+	}
+	if err := g.client.Remove(ctx, id); err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, protocol.RemoveResult{JobID: id})
+	}
+	fmt.Fprintf(g.stdout, "%s removed\n", id)
+	return exitOK, nil
+}
+
+// HealthCommand checks the supervisor.
+type HealthCommand struct{}
+
+// Synopsis implements command.
+func (*HealthCommand) Synopsis() string { return "check that the supervisor answers" }
+
+// Run implements command.
+func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := newFlags("health", g)
+	if err := g.parse(fs, args); err != nil {
+		return 0, err
+	}
+	h, err := g.client.Health(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if g.json {
+		return exitOK, printJSON(g.stdout, h)
+	}
+	status := "ok"
+	if !h.OK {
+		status = "draining"
+	}
+	fmt.Fprintf(g.stdout, "%s: exec-supervisor %s (protocol %d), instance %s, pid %d, up %s, %d/%d jobs running, %d known\n",
+		status, h.Version, h.Protocol, h.InstanceID, h.Pid, humanDuration(msDuration(h.UptimeMs)), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
+	if !h.Cgroups && h.CgroupsNote != "" {
+		fmt.Fprintf(g.stdout, "no cgroup per job (%s): process groups only\n", h.CgroupsNote)
+	}
+	if h.JournalError != "" {
+		fmt.Fprintf(g.stdout, "JOURNAL FAILING, %s: a crash now would be recovered from an older record of the jobs (see its log; disk full?)\n", h.JournalError)
+	}
+	if !h.OK || h.JournalError != "" {
+		return exitFailed, nil
+	}
+	return exitOK, nil
+}
