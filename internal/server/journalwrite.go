@@ -1,0 +1,598 @@
+package server
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+func (s *Server) record(sn jobs.Snapshot) journal.Record {
+	i := sn.Info
+	r := journal.Record{
+		JobID: i.JobID, Argv: i.Argv, Shell: i.Shell, Cwd: i.Cwd, Labels: i.Labels, SessionID: i.SessionID,
+		Pid: i.Pid, Pgid: i.Pgid, StartTicks: sn.StartTicks, BootID: sn.BootID, State: string(i.State),
+		CreatedAt: i.CreatedAt, StartedAt: i.StartedAt, UpdatedAt: sn.UpdatedAt, EndedAt: i.EndedAt, LastOutputAt: i.LastOutputAt,
+		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: s.instanceID,
+		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
+		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
+		Pty: i.Pty, Rows: i.Rows, Cols: i.Cols, Cgroup: i.Cgroup,
+	}
+	if sn.TailEnd != i.OutputEnd && len(sn.Tail) > 0 {
+		r.OutputTailEnd = sn.TailEnd
+	}
+	for _, c := range sn.TailChunks {
+		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len, Attempt: c.Attempt})
+	}
+	for _, u := range sn.Unpublished {
+		r.OutputUnpublished = append(r.OutputUnpublished, journal.Unpublished{Stream: string(u.Stream), Data: u.Data, Attempt: u.Attempt})
+	}
+	r.OutputSkips = offsetPairs(sn.OutputSkips)
+	r.PendingEnd = string(sn.PendingEnd)
+	if le := sn.LeaderExit; le != nil {
+		r.LeaderExit = &journal.LeaderExit{ExitCode: le.ExitCode, Signal: le.Signal}
+	}
+	if sv := sn.Service; sv != nil {
+		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
+			RunOutputStart: sv.RunOutputStart}
+		r.Service.OutputSkips = offsetPairs(sv.OutputSkips)
+		for _, e := range sv.Ends {
+			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
+		}
+	}
+	return r
+}
+
+// journalBeforeRun writes the journal before a service's next run starts
+// if the journal on disk may hold it as finished (its supervision ended,
+// or nothing was written since recovery: the dead supervisor's record):
+// see jobs.Hooks.BeforeServiceRun. A restart by policy needs no write:
+// its record says running or restarting, which recovery reserves from.
+func (s *Server) journalBeforeRun(id string) {
+	s.journalMu.Lock()
+	c, cached := s.recCache[id]
+	first := s.recGen == 0
+	s.journalMu.Unlock()
+	if first || cached && c.svc {
+		s.writeJournal(false)
+	}
+}
+
+// recordIntent writes the intent record of a job whose run just started
+// (jobs.Hooks.Started), before the start is answered: until the next
+// journal write covers it, it is what tells a supervisor started after a
+// crash that the job ran, with which process (pid, start time, group,
+// cgroup), so that it records the job's fate and terminates what it left
+// running instead of not knowing it. A one-shot job's record goes cut
+// down as in a journal over its bound (slimRecord).
+func (s *Server) recordIntent(j *jobs.Job) {
+	if s.intents == nil {
+		return
+	}
+	var sn jobs.Snapshot
+	wrote := false
+	err := s.intents.Append(func() *journal.Record {
+		sn = j.Snapshot()
+		if cur, err := s.jobs.Get(j.ID()); err != nil || cur != j {
+			// Removed already (a quick one whose end a client saw): an
+			// intent would bring it back after a crash. (One over but
+			// not removed gets its finished record: its spawn is being
+			// answered, and must not be unknown after a crash.)
+			return nil
+		}
+		r := s.record(sn)
+		if sn.Service == nil {
+			r = *slimRecord(r)
+		}
+		wrote = true
+		return &r
+	})
+	if err != nil {
+		if s.intentErr.Load() == nil {
+			s.intentErr.CompareAndSwap(nil, &journalFailure{err: err, since: time.Now()})
+		}
+		s.warnIntents("job start not recorded in the journal intents: if the supervisor dies before the next journal write, the next run will not know this job (nor, without cgroups, terminate its processes)", err, "job", j.ID())
+		return
+	}
+	if !wrote {
+		return
+	}
+	if f := s.intentErr.Load(); f != nil && s.intentErr.CompareAndSwap(f, nil) {
+		s.log.Info("journal intents written again", "path", journal.IntentsPath(s.journal.Path()))
+	}
+	// (a successor restores the job from this record: what it publishes
+	// from now on counts from it, as from a journal write; see
+	// jobs.Job.journalHeldLocked)
+	s.jobs.Journaled([]jobs.Snapshot{sn})
+}
+
+// journalHealth is health's journalError: why journal writes fail, and
+// why job starts cannot be recorded in its intents ("" when both work).
+func (s *Server) journalHealth() string {
+	j, in := s.journalErr.Load().String(), s.intentErr.Load().String()
+	switch {
+	case in == "":
+		return j
+	case j == "":
+		return "intents " + in
+	}
+	return j + "; intents " + in
+}
+
+// warnIntents logs a failure of the journal intents, at most once per
+// durableWarnEvery.
+func (s *Server) warnIntents(msg string, err error, attrs ...any) {
+	if !warnNow(&s.lastIntentWarn) {
+		return
+	}
+	s.log.Error(msg, append(attrs, "path", journal.IntentsPath(s.journal.Path()), "err", err)...)
+}
+
+// plausibleExit reports whether a journaled leader exit is one (the
+// journal is input): an exit code 0..255, or a signal's name.
+func plausibleExit(le *journal.LeaderExit) bool {
+	if le.ExitCode != nil {
+		return *le.ExitCode >= 0 && *le.ExitCode <= 255 && le.Signal == ""
+	}
+	_, err := protocol.ParseSignal(le.Signal)
+	return err == nil
+}
+
+// leaderExitUnscanned reports whether a job in snaps has a leader exit
+// (the rest of its group being terminated) that no member scan saw yet,
+// and notes them as seen (journalMu held): one scan each, not one per
+// write for the whole grace period.
+func (s *Server) leaderExitUnscanned(snaps []jobs.Snapshot) bool {
+	var now map[string]bool
+	found := false
+	for _, sn := range snaps {
+		if sn.LeaderExit != nil {
+			if now == nil {
+				now = map[string]bool{}
+			}
+			id := sn.Info.JobID
+			now[id] = true
+			found = found || !s.leaderScanned[id]
+		}
+	}
+	s.leaderScanned = now
+	return found
+}
+
+// durableWaitMax bounds how long a reply waits for the journal write that
+// records what its request changed (see awaitJournal).
+const durableWaitMax = 3 * time.Second
+
+// awaitJournal returns once a journal write that began after this call
+// was attempted: so that a reply sent then tells the client that what its
+// request changed (op on job: a kill, a stop, a start) survives a crash
+// of the supervisor; a kill acknowledged then lost came back as
+// supervisor-restart, a stopped service as running. It waits at most
+// durableWaitMax (a slow disk does not hold the reply longer), and not
+// past the server's end. A reply that goes without its change journaled
+// (the write failed, or took too long) is logged, at most once per
+// durableWarnEvery (health reports a failing journal).
+func (s *Server) awaitJournal(op, job string) {
+	t := s.journalTickets.Add(1)
+	s.markDirty()
+	timer := time.NewTimer(durableWaitMax)
+	defer timer.Stop()
+	for {
+		s.attemptMu.Lock()
+		done, ok, ch := s.attempted >= t, s.landed >= t, s.attemptDone
+		s.attemptMu.Unlock()
+		if done {
+			if !ok {
+				s.warnNotDurable(op, job, "the journal write failed")
+			}
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			s.warnNotDurable(op, job, fmt.Sprintf("no journal write landed within %s", durableWaitMax))
+			return
+		case <-s.stopJournal:
+			return
+		}
+	}
+}
+
+// warnNow reports whether a warning rate-limited by last (unix ns of the
+// last one logged) may be logged now, at most once per durableWarnEvery,
+// and notes it as logged.
+func warnNow(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	l := last.Load()
+	return now-l >= int64(durableWarnEvery) && last.CompareAndSwap(l, now)
+}
+
+// durableWarnEvery bounds how often warnNotDurable logs.
+const durableWarnEvery = 10 * time.Second
+
+// warnNotDurable logs that a reply goes before its change is journaled
+// (at most once per durableWarnEvery).
+func (s *Server) warnNotDurable(op, job, why string) {
+	if !warnNow(&s.lastDurableWarn) {
+		return
+	}
+	s.log.Warn("reply sent before the journal recorded its change: a crash now would undo it", "op", op, "job", job, "why", why)
+}
+
+// journalAttempted records that a write attempt covering the tickets up
+// to covered has finished (landed: it succeeded), and wakes awaitJournal.
+func (s *Server) journalAttempted(covered uint64, landed bool) {
+	s.attemptMu.Lock()
+	defer s.attemptMu.Unlock()
+	s.attempted = max(s.attempted, covered)
+	if landed {
+		s.landed = max(s.landed, covered)
+	}
+	close(s.attemptDone)
+	s.attemptDone = make(chan struct{})
+}
+
+// markDirty asks the journal loop for a write. It never blocks.
+func (s *Server) markDirty() {
+	select {
+	case s.journalDirty <- struct{}{}:
+	default:
+	}
+}
+
+// journalLoop writes the journal after state changes (coalescing bursts
+// into one write) and every flush interval, until stop is closed; Close
+// writes the final version.
+func (s *Server) journalLoop(stop <-chan struct{}) {
+	t := time.NewTicker(s.cfg.JournalFlushInterval)
+	defer t.Stop()
+	// young fires when the members of young jobs are due (youngScanDue).
+	young := time.NewTimer(time.Hour)
+	young.Stop()
+	defer young.Stop()
+	armed := time.Time{}
+	arm := func() {
+		switch due := s.youngScanDue(); {
+		case due.IsZero() && !armed.IsZero():
+			young.Stop() // (scanned meanwhile, or the young job ended)
+			armed = time.Time{}
+		case !due.IsZero() && !due.Equal(armed):
+			armed = due
+			young.Reset(max(time.Until(due), 0))
+		}
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.journalDirty:
+			s.writeJournal(false)
+			arm()
+			// Coalesce bursts: changes arriving now are written together
+			// after a short pause, bounding the write rate.
+			pause := time.NewTimer(s.journalPause())
+			select {
+			case <-stop:
+				pause.Stop()
+				return
+			case <-pause.C:
+			}
+		case <-young.C:
+			armed = time.Time{}
+			s.writeJournal(false)
+			arm()
+		case <-t.C:
+			s.writeJournal(true)
+			arm()
+		}
+	}
+}
+
+// journalMinInterval is the shortest time between two journal writes
+// triggered by state changes: a change reaches the disk within about this
+// long, and a burst of spawns costs one write per interval. With a cgroup
+// per job, orphans are found through their cgroups whatever the journal
+// says, so the journal only has to keep fates and may lag a little more.
+const (
+	journalMinInterval       = 25 * time.Millisecond
+	journalMinIntervalCgroup = 100 * time.Millisecond
+)
+
+func (s *Server) journalPause() time.Duration {
+	if s.cgroupBase != nil {
+		return journalMinIntervalCgroup
+	}
+	return journalMinInterval
+}
+
+// writeJournal saves a snapshot of every job. Failures are logged (once
+// per failure streak) and counted; the supervisor keeps running.
+//
+// The journal is bounded in bytes (JournalMaxBytes) as well as in finished
+// jobs (JournalMaxFinished): running jobs and services are always written
+// (they are what a restarted supervisor must reconcile or resume), and
+// the most recently finished one-shot jobs fill what they leave, newest
+// first. When running jobs and services alone pass the bound, the records
+// of running one-shot jobs are written cut down (slimRecord: argv, shell,
+// cwd, labels clipped; what reconciles the process is whole); a document
+// Load would refuse (journal.MaxFileBytes) is never written.
+func (s *Server) writeJournal(periodic bool) {
+	s.journalMu.Lock()
+	defer s.journalMu.Unlock()
+	// (tickets taken before the jobs' snapshots below: what their
+	// requests changed is in them)
+	covered, landed := s.journalTickets.Load(), false
+	defer func() { s.journalAttempted(covered, landed) }()
+	if s.recCache == nil {
+		s.recCache = map[string]cachedRecord{}
+	}
+	budget := s.cfg.JournalMaxBytes
+	if budget <= 0 {
+		budget = DefaultConfig().JournalMaxBytes
+	}
+	// Finished records do not change: each is encoded once and reused.
+	// The cache is kept in place (entries not seen in this write are
+	// dropped after it) and the list of records reused, so that a write
+	// allocates for what changed only: with a thousand finished jobs kept
+	// and ten writes a second, rebuilding both was a good part of the
+	// supervisor's garbage. A finished record left out for size stays in
+	// the cache without its encoding (it is not encoded again at every
+	// write only to be left out again).
+	s.recGen++
+	gen := s.recGen
+	encoded := s.encBuf[:0] // running jobs and services, then finished ones
+	fin := s.finBuf[:0]
+	cached := func(id string, seq uint64) bool {
+		c, ok := s.recCache[id]
+		if ok && c.seq == seq {
+			c.gen = gen
+			s.recCache[id] = c
+			if c.svc {
+				encoded = append(encoded, c.b)
+			} else {
+				fin = append(fin, finRecord{id: id, finN: c.finN, size: c.size, b: c.b})
+			}
+			return true
+		}
+		return false
+	}
+	var snaps []jobs.Snapshot
+	var intentsCovered uint64
+	take := func(last uint64) {
+		intentsCovered = last
+		snaps = s.jobs.Snapshots(s.cfg.JournalMaxFinished, cached)
+	}
+	if s.intents != nil {
+		// (the intents appended before these snapshots are covered by
+		// this write, later ones are newer than it: see Intents.Hold)
+		s.intents.Hold(take)
+	} else {
+		take(0)
+	}
+	scan := periodic || s.cgroupBase == nil && s.leaderExitUnscanned(snaps)
+	if !scan && s.cgroupBase == nil {
+		scan = s.youngScanDueLocked(snaps)
+	}
+	if scan {
+		// (also at once when a job's leader ended and the rest of its
+		// group is being terminated, and soon after a job started:
+		// without cgroups the members found now are how a restarted
+		// supervisor proves them its own)
+		s.scanMembers(snaps)
+		s.lastScan, s.youngScanAt = time.Now(), time.Time{}
+		s.scannedRuns = make(map[string]int64, len(snaps))
+		for _, sn := range snaps {
+			if youngScanned(sn) {
+				s.scannedRuns[sn.Info.JobID] = sn.Info.StartedAt
+			}
+		}
+	}
+	var slimmable []int // running one-shot jobs' records, in encoded
+	var slimRecs []journal.Record
+	for _, sn := range snaps {
+		id := sn.Info.JobID
+		r := s.record(sn)
+		r.Members = s.members[id]
+		b, err := json.Marshal(&r)
+		if err != nil {
+			s.log.Error("encode journal record", "job", id, "err", err)
+			continue
+		}
+		if sn.Info.State == protocol.StateExited {
+			s.recCache[id] = cachedRecord{seq: sn.Info.LastSeq, b: b, gen: gen, svc: sn.Service != nil, finN: sn.FinN, size: len(b)}
+			if sn.Service == nil {
+				fin = append(fin, finRecord{id: id, finN: sn.FinN, size: len(b), b: b})
+				continue
+			}
+		} else if sn.Service == nil {
+			slimmable = append(slimmable, len(encoded))
+			slimRecs = append(slimRecs, r)
+		}
+		encoded = append(encoded, b)
+	}
+	must := int64(journalHeaderBytes)
+	for _, b := range encoded {
+		must += int64(len(b)) + 1
+	}
+	if must > budget && len(slimmable) > 0 {
+		// Running jobs and services alone pass the bound: the running
+		// one-shot jobs' records go cut down (what reconciles the
+		// process, its fate and output tail stay whole).
+		for i, k := range slimmable {
+			if b, err := json.Marshal(slimRecord(slimRecs[i])); err == nil && len(b) < len(encoded[k]) {
+				must -= int64(len(encoded[k]) - len(b))
+				encoded[k] = b
+			}
+		}
+	}
+	if must > budget {
+		if !s.journalOverBound {
+			s.log.Warn("running jobs and services alone pass --journal-max-bytes; no finished job is journaled while they do",
+				"bytes", must, "journalMaxBytes", budget, "runningAndServices", len(encoded))
+		}
+		s.journalOverBound = true
+	} else {
+		s.journalOverBound = false
+	}
+	// The finished jobs' records fill the rest, newest first (then in
+	// the order they finished: a restarted supervisor restores them in
+	// file order, which is the order its bounds forget them in).
+	slices.SortFunc(fin, func(a, b finRecord) int { return cmp.Compare(b.finN, a.finN) })
+	room := budget - must
+	kept := len(encoded)
+	for _, f := range fin {
+		if int64(f.size)+1 > room {
+			if f.b != nil { // left out for size: remembered without its encoding
+				c := s.recCache[f.id]
+				c.b = nil
+				s.recCache[f.id] = c
+			}
+			continue
+		}
+		room -= int64(f.size) + 1
+		if f.b == nil {
+			// It fits again (newer ones were removed or forgotten): its
+			// record is encoded anew at the next write, asked for now
+			// (else it waited for the next change or periodic write).
+			delete(s.recCache, f.id)
+			s.markDirty()
+			continue
+		}
+		encoded = append(encoded, f.b)
+	}
+	slices.Reverse(encoded[kept:])
+	for id, c := range s.recCache {
+		if c.gen != gen {
+			delete(s.recCache, id)
+		}
+	}
+	defer func() {
+		clear(encoded) // (no record kept alive by the reused lists)
+		s.encBuf = encoded[:0]
+		clear(fin)
+		s.finBuf = fin[:0]
+	}()
+	hdr := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli()}
+	if s.intents != nil {
+		hdr.IntentsGeneration, hdr.IntentsCovered = s.intents.Generation(), intentsCovered
+	}
+	if err := s.journal.SaveEncoded(hdr, encoded); err != nil {
+		if s.finalJournal.Load() {
+			// (no retry follows: say what the next start will find)
+			s.log.Error("journal write at shutdown failed: the journal on disk is older than this stop; the next start reports what became of the jobs from it and from the intents file", "path", s.journal.Path(), "err", err)
+		} else if !s.journalFailing {
+			msg := "journal write failed; will keep retrying"
+			if errors.Is(err, journal.ErrTooLarge) {
+				msg = "journal write refused: running jobs and services alone would make a journal too large to read back; the previous journal is kept (will keep retrying)"
+			}
+			s.log.Error(msg, "path", s.journal.Path(), "err", err)
+			s.journalErr.Store(&journalFailure{err: err, since: time.Now()})
+		}
+		s.journalFailing = true
+		return
+	}
+	landed = true
+	s.jobs.Journaled(snaps)
+	if s.intents != nil {
+		// (a file that could not be written is rewritten by Covered: if
+		// that worked, intents are written again)
+		was := s.intents.Writable()
+		if err := s.intents.Covered(intentsCovered); err != nil {
+			s.warnIntents("journal intents not compacted", err)
+		} else if f := s.intentErr.Load(); f != nil && !was && s.intents.Writable() && s.intentErr.CompareAndSwap(f, nil) {
+			s.log.Info("journal intents can be written again", "path", journal.IntentsPath(s.journal.Path()))
+		}
+	}
+	if s.journalFailing {
+		s.log.Info("journal writes recovered", "path", s.journal.Path())
+		s.journalFailing = false
+		s.journalErr.Store(nil)
+	}
+}
+
+// journalFailure is why journal writes fail, since when.
+type journalFailure struct {
+	err   error
+	since time.Time
+}
+
+// String says so for health ("" for nil: writes land).
+func (f *journalFailure) String() string {
+	if f == nil {
+		return ""
+	}
+	return fmt.Sprintf("not written since %s: %v", f.since.UTC().Format(time.RFC3339), f.err)
+}
+
+// journalHeaderBytes is what a journal write counts for the document
+// around its records (version, instance id, pid, time) against
+// JournalMaxBytes.
+const journalHeaderBytes = 512
+
+// finRecord is a finished one-shot job's record in a journal write (b
+// nil: left out for size at an earlier write).
+type finRecord struct {
+	id   string
+	finN uint64
+	size int
+	b    []byte
+}
+
+// cachedRecord is the encoding of a finished job's record, valid while
+// its last seq is seq (a finished service started again changes it); b
+// is nil for a record left out of the journal for size (size is its
+// length).
+type cachedRecord struct {
+	seq  uint64
+	b    []byte
+	gen  uint64 // the last write that included it (see writeJournal)
+	svc  bool   // a service's (always written)
+	finN uint64 // a one-shot job's place in the finish order
+	size int
+}
+
+// Bounds of a running one-shot job's record cut down by slimRecord.
+const (
+	slimArgBytes   = 1024 // each of argv (its first 16 elements), shell, cwd
+	slimArgvBytes  = 4096 // argv in all
+	slimLabelBytes = 4096 // labels in all
+)
+
+// slimRecord is r with its client-given text cut down (clipped, with a
+// marker): argv, shell, cwd, labels (those that fit, in key order) and
+// error. What identifies and reconciles the process (pid, group, start
+// ticks, members, cgroup) and the job's fate and output tail stay whole.
+// For running one-shot jobs only: a service's spec is what it is started
+// again with, never cut.
+func slimRecord(r journal.Record) *journal.Record {
+	r.Argv = jobs.ClipArgv(r.Argv, 16, slimArgBytes, slimArgvBytes)
+	r.Shell = jobs.Clip(r.Shell, slimArgBytes)
+	r.Cwd = jobs.Clip(r.Cwd, slimArgBytes)
+	r.Error = jobs.Clip(r.Error, slimArgBytes)
+	n := 0
+	for k, v := range r.Labels {
+		n += len(k) + len(v)
+	}
+	if n > slimLabelBytes {
+		keys := slices.Sorted(maps.Keys(r.Labels))
+		kept := map[string]string{}
+		n = 0
+		for _, k := range keys {
+			if v := r.Labels[k]; n+len(k)+len(v) <= slimLabelBytes {
+				kept[k] = v
+				n += len(k) + len(v)
+			}
+		}
+		r.Labels = kept
+	}
+	return &r
+}
