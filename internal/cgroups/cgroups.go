@@ -362,7 +362,7 @@ func (c *Cgroup) Remove(d time.Duration) error {
 
 // removeTree removes the empty cgroup dir and the cgroups below it,
 // deepest first: a job may have made cgroups of its own (a supervisor or a
-// pkg/client.Local run as a job), and a cgroup with children cannot be
+// pkg/local Engine run as a job), and a cgroup with children cannot be
 // removed. Everything in it is the job's, so ours.
 func removeTree(dir string) error {
 	ents, err := os.ReadDir(dir)

@@ -77,7 +77,7 @@ func TestOpenRecordedRefusesOtherPaths(t *testing.T) {
 }
 
 // TestRemoveNested: a job cgroup in which the job made cgroups of its own
-// (a supervisor or a pkg/client.Local run as a job) is removed with them,
+// (a supervisor or a pkg/local Engine run as a job) is removed with them,
 // deepest first, once its processes are gone (it stayed behind, and its
 // base with it).
 func TestRemoveNested(t *testing.T) {

@@ -541,7 +541,7 @@ func (j *Job) wrapLimits(path string, argv []string) (string, []string, error) {
 		return path, argv, nil
 	}
 	if j.m.limitsHelper == "" {
-		return "", nil, errors.New("limits.maxOpenFiles, maxAddressSpaceBytes and nice need a limits helper, and none is configured (the supervisor always has one; pkg/client's Local needs LocalOptions.LimitsHelper)")
+		return "", nil, errors.New("limits.maxOpenFiles, maxAddressSpaceBytes and nice need a limits helper, and none is configured (the supervisor always has one; pkg/local's Engine needs Options.LimitsHelper)")
 	}
 	cp, ca := limits.Wrap(j.m.limitsHelper, l, path, argv)
 	var applied []string

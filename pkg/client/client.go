@@ -6,6 +6,11 @@
 // A Client is safe for concurrent use. It connects lazily, and recreates
 // its control socket itself after a timeout or a broken connection (it
 // never relies on the ZeroMQ engine's automatic reconnect).
+//
+// It is only a client: it speaks the protocol (pkg/protocol) over ZeroMQ
+// and links no job engine. Running jobs in this process instead (a
+// Dispatcher's origin mode) is pkg/local's, which a program imports only
+// if it wants that.
 package client
 
 import (

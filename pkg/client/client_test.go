@@ -19,6 +19,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/local"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -87,11 +88,11 @@ func readAll(t *testing.T, r io.Reader) (string, error) {
 // and zmq mode.
 func TestDispatcherModesBehaveAlike(t *testing.T) {
 	s := start(t, nil)
-	local := client.NewLocal(0)
-	t.Cleanup(func() { local.Close(context.Background()) })
+	origin := local.New(0)
+	t.Cleanup(func() { origin.Close(context.Background()) })
 	for _, mode := range []client.Mode{client.ModeOrigin, client.ModeZMQ} {
 		t.Run(string(mode), func(t *testing.T) {
-			d := client.NewDispatcher(s.c, local)
+			d := client.NewDispatcher(s.c, origin)
 			ctx := ctxT(t, 30*time.Second)
 			if err := d.SetMode(ctx, mode); err != nil {
 				t.Fatal(err)
@@ -158,16 +159,16 @@ func TestDispatcherModesBehaveAlike(t *testing.T) {
 // keep their mode.
 func TestDispatcherSwitching(t *testing.T) {
 	s := start(t, nil)
-	local := client.NewLocal(0)
-	t.Cleanup(func() { local.Close(context.Background()) })
+	origin := local.New(0)
+	t.Cleanup(func() { origin.Close(context.Background()) })
 	ctx := ctxT(t, 30*time.Second)
 	dead := client.New(client.Options{ControlAddress: "ipc:///nonexistent/c.sock", EventAddress: "ipc:///nonexistent/e.sock", RequestTimeout: time.Second, MaxReconnectAttempts: 1})
 	defer dead.Close()
-	d := client.NewDispatcher(dead, local)
+	d := client.NewDispatcher(dead, origin)
 	if err := d.SetMode(ctx, client.ModeZMQ); err == nil || d.Mode() != client.ModeOrigin {
 		t.Fatalf("switch to zmq without a supervisor: %v, mode %s", err, d.Mode())
 	}
-	d = client.NewDispatcher(s.c, local)
+	d = client.NewDispatcher(s.c, origin)
 	j, err := d.Start(ctx, protocol.SpawnArgs{Shell: "sleep 0.3; echo origin-done"}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -435,9 +436,9 @@ func TestClientAuditFindings(t *testing.T) {
 		defer r.Close()
 		c := client.New(client.Options{ControlAddress: ep, EventAddress: ep})
 		defer c.Close()
-		local := client.NewLocal(0)
-		defer local.Close(context.Background())
-		d := client.NewDispatcher(c, local)
+		origin := local.New(0)
+		defer origin.Close(context.Background())
+		d := client.NewDispatcher(c, origin)
 		first := make(chan error, 1)
 		go func() { first <- d.SetMode(ctx, client.ModeZMQ) }()
 		in, err := r.Recv() // its health check is under way
@@ -464,19 +465,11 @@ func TestClientAuditFindings(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// TestOriginModeAuditFindings: Local.Start with a cancelled context
-// started the job anyway; Client.Write of more than a write may carry got
-// the connection closed ("broken pipe") instead of too-large.
-func TestOriginModeAuditFindings(t *testing.T) {
+// TestWriteOverLimitKeepsConnection: Client.Write of more than a write
+// may carry got the connection closed ("broken pipe") instead of
+// too-large.
+func TestWriteOverLimitKeepsConnection(t *testing.T) {
 	s := start(t, nil)
-	local := client.NewLocal(0)
-	defer local.Close(context.Background())
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	if j, err := local.Start(cancelled, protocol.SpawnArgs{Argv: []string{"true"}}, 0); err == nil {
-		j.Close()
-		t.Fatal("started with a cancelled context")
-	}
 	ctx := ctxT(t, 10*time.Second)
 	info, err := s.c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"cat"}, Stdin: true})
 	if err != nil {
@@ -704,47 +697,6 @@ func TestPollFollowServiceAcrossGracefulRestart(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "second") || end.Reason != protocol.ReasonRestartLimit {
 		t.Fatalf("output %q, end %+v: want the resumed run's output and its end (restart-limit)", out.String(), end)
-	}
-}
-
-// TestLocalLimits: a Local with a limits helper applies a job's rlimits
-// and niceness before its program runs; without one, such a spawn fails
-// saying what is missing, and nothing runs.
-func TestLocalLimits(t *testing.T) {
-	ctx := ctxT(t, 30*time.Second)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := client.NewLocalWith(client.LocalOptions{NoCgroups: true, LimitsHelper: self})
-	t.Cleanup(func() { local.Close(context.Background()) })
-	nice := 7
-	lim := &protocol.ResourceLimits{MaxOpenFiles: 77, MaxAddressSpaceBytes: 3 << 30, Nice: &nice}
-	j, err := local.Start(ctx, protocol.SpawnArgs{Shell: `echo "$$ $(cut -d' ' -f5,19 /proc/$$/stat) $(ulimit -n) $(ulimit -v)"`, Limits: lim}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := readAll(t, j.Stdout())
-	ex, err := j.Wait(ctx)
-	if err != nil || ex.Reason != protocol.ReasonExit || ex.ExitCode == nil || *ex.ExitCode != 0 {
-		t.Fatalf("job ended %+v, %v; output %q", ex, err, out)
-	}
-	// pid, process group (the program leads the job's group: it kept the
-	// helper's pid), nice, nofile, address space in KiB.
-	f := strings.Fields(out)
-	if len(f) != 5 || f[0] != f[1] || f[2] != "7" || f[3] != "77" || f[4] != strconv.Itoa((3<<30)/1024) {
-		t.Fatalf("output %q, want \"PID PID 7 77 %d\"", out, (3<<30)/1024)
-	}
-
-	plain := client.NewLocalWith(client.LocalOptions{NoCgroups: true})
-	t.Cleanup(func() { plain.Close(context.Background()) })
-	marker := filepath.Join(t.TempDir(), "ran")
-	_, err = plain.Start(ctx, protocol.SpawnArgs{Argv: []string{"touch", marker}, Limits: lim}, 0)
-	if err == nil || !strings.Contains(err.Error(), "LimitsHelper") {
-		t.Fatalf("spawn with limits and no helper: %v, want an error naming LocalOptions.LimitsHelper", err)
-	}
-	if _, serr := os.Stat(marker); serr == nil {
-		t.Fatal("the job ran although its limits could not be applied")
 	}
 }
 

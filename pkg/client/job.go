@@ -44,7 +44,7 @@ type Job struct {
 	// ID is the job's id.
 	ID string
 
-	b       backend
+	b       JobBackend
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when following ended
 	out     [2]*streamBuf
@@ -58,45 +58,73 @@ type Job struct {
 	paced bool
 }
 
-// backend is what a Job needs from where it runs (the supervisor, or this
-// process for the dispatcher's origin mode).
-type backend interface {
-	follow(ctx context.Context, id string, fn FollowFunc) error
-	kill(ctx context.Context, id, signal string) error
-	write(ctx context.Context, id string, data []byte, eof bool) error
-	// ended returns nil once the job has finished (for a paced Job's
-	// Wait: its follow may be stuck on a reader that stopped).
-	ended(ctx context.Context, id string) error
+// JobBackend is one job where it runs, as a Job needs it: the supervisor
+// (Client.Start, Client.Open), or an engine in this process (pkg/local,
+// for a Dispatcher's origin mode). Implement it to give such an engine's
+// jobs Job handles (NewJob); a Job calls Follow once, from a goroutine of
+// its own, and the others from its callers' goroutines.
+type JobBackend interface {
+	// Follow hands the job's events to fn exactly once and in seq order
+	// from seq 1 (events no longer there as job.gap events naming the
+	// missing seqs) until its terminal event (job.exited or job.failed)
+	// has been given, returning nil then; or fn's error, or ctx's once
+	// ctx ends. fn may block (a paced Job's full buffer): for a paced
+	// job, what fn has returned from is what the reader took, and the
+	// job is held a window past it.
+	Follow(ctx context.Context, fn FollowFunc) error
+	// Kill terminates the job: SIGTERM to its process group (its whole
+	// tree), a grace period, SIGKILL; reason manual-cancel.
+	Kill(ctx context.Context) error
+	// Write sends input to the job's stdin (or PTY); eof closes its stdin
+	// after data.
+	Write(ctx context.Context, data []byte, eof bool) error
+	// Ended returns nil once the job has finished (for a paced Job's
+	// Wait: its Follow may be stuck on a reader that stopped), or ctx's
+	// error.
+	Ended(ctx context.Context) error
 }
 
-// zmqBackend is a job of the supervisor; paced: spawned with Pace, its
+// NewJob returns a Job following b's job (id is its id) into buffers of
+// bufferBytes per stream (0 means DefaultJobBufferBytes). With paced, b
+// holds the job to what Follow's fn was given, and the Job's buffers hold
+// Follow once a stream is being read (see Client.Start), rather than
+// dropping what overflows them. Client.Start and pkg/local make theirs
+// with it.
+func NewJob(id string, b JobBackend, bufferBytes int, paced bool) *Job {
+	return startJob(id, b, bufferBytes, paced, nil)
+}
+
+// zmqBackend is job id of the supervisor; paced: spawned with Pace, its
 // follow paces it (see Start).
 type zmqBackend struct {
 	c     *Client
+	id    string
 	paced bool
 }
 
-func (b zmqBackend) follow(ctx context.Context, id string, fn FollowFunc) error {
+func (b zmqBackend) Follow(ctx context.Context, fn FollowFunc) error {
 	if b.paced {
-		return b.c.Follow(ctx, id, 1, fn, Paced())
+		return b.c.Follow(ctx, b.id, 1, fn, Paced())
 	}
-	return b.c.Follow(ctx, id, 1, fn)
+	return b.c.Follow(ctx, b.id, 1, fn)
 }
-func (b zmqBackend) ended(ctx context.Context, id string) error {
+
+func (b zmqBackend) Ended(ctx context.Context) error {
 	for {
-		_, finished, err := b.c.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
+		_, finished, err := b.c.Wait(ctx, b.id, protocol.MaxWaitMs*time.Millisecond)
 		if err != nil || finished {
 			return err
 		}
 	}
 }
 
-func (b zmqBackend) kill(ctx context.Context, id, sig string) error {
-	_, err := b.c.Kill(ctx, id, sig)
+func (b zmqBackend) Kill(ctx context.Context) error {
+	_, err := b.c.Kill(ctx, b.id, "")
 	return err
 }
-func (b zmqBackend) write(ctx context.Context, id string, data []byte, eof bool) error {
-	_, err := b.c.Write(ctx, id, data, eof)
+
+func (b zmqBackend) Write(ctx context.Context, data []byte, eof bool) error {
+	_, err := b.c.Write(ctx, b.id, data, eof)
 	return err
 }
 
@@ -121,18 +149,18 @@ func (c *Client) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes
 	if err != nil {
 		return nil, err
 	}
-	return startJob(info.JobID, zmqBackend{c: c, paced: args.Pace}, bufferBytes, args.Pace, c.life), nil
+	return startJob(info.JobID, zmqBackend{c: c, id: info.JobID, paced: args.Pace}, bufferBytes, args.Pace, c.life), nil
 }
 
 // Open follows an existing job of the supervisor (from its first event).
 func (c *Client) Open(jobID string, bufferBytes int) *Job {
-	return startJob(jobID, zmqBackend{c: c}, bufferBytes, false, nil)
+	return startJob(jobID, zmqBackend{c: c, id: jobID}, bufferBytes, false, nil)
 }
 
 // startJob follows job id through b into buffers of bufferBytes per
 // stream; blocking: a full buffer holds the follow (which paces the job)
 // instead of dropping output.
-func startJob(id string, b backend, bufferBytes int, blocking bool, life context.Context) *Job {
+func startJob(id string, b JobBackend, bufferBytes int, blocking bool, life context.Context) *Job {
 	if bufferBytes <= 0 {
 		bufferBytes = DefaultJobBufferBytes
 	}
@@ -156,7 +184,7 @@ func (j *Job) run(ctx context.Context) {
 	if j.stopLife != nil {
 		defer j.stopLife()
 	}
-	err := j.b.follow(ctx, j.ID, func(ev protocol.Event) error {
+	err := j.b.Follow(ctx, func(ev protocol.Event) error {
 		switch ev.Kind {
 		case protocol.KindStdout, protocol.KindStderr:
 			p, err := ev.Output()
@@ -241,7 +269,7 @@ func (j *Job) Wait(ctx context.Context) (protocol.ExitPayload, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if j.b.ended(wctx, j.ID) == nil {
+			if j.b.Ended(wctx) == nil {
 				for _, s := range j.out {
 					s.stopBlocking()
 				}
@@ -260,11 +288,11 @@ func (j *Job) Wait(ctx context.Context) (protocol.ExitPayload, error) {
 }
 
 // Kill terminates the job (SIGTERM, grace, SIGKILL to its whole tree).
-func (j *Job) Kill(ctx context.Context) error { return j.b.kill(ctx, j.ID, "") }
+func (j *Job) Kill(ctx context.Context) error { return j.b.Kill(ctx) }
 
 // Write sends input to the job (see Client.Write).
 func (j *Job) Write(ctx context.Context, data []byte, eof bool) error {
-	return j.b.write(ctx, j.ID, data, eof)
+	return j.b.Write(ctx, data, eof)
 }
 
 // Close stops following the job (the job itself keeps running) and

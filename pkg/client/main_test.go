@@ -10,12 +10,9 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
-	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 )
 
 func TestMain(m *testing.M) {
-	// (TestLocalLimits' jobs start through this binary as the helper.)
-	client.MaybeRunLimitsHelper()
 	os.Exit(testenv.Main(withDefaultSupervisor{m}))
 }
 

@@ -400,29 +400,6 @@ func (s *supervisor) info(ctx context.Context, t *testing.T, id string) protocol
 	return info
 }
 
-// TestLocalPacedJob: in origin mode (Local), a Job started with Pace is
-// held to its reader's pace too, as a supervisor's is (Pace was ignored:
-// a slow reader lost output in one mode and not in the other).
-func TestLocalPacedJob(t *testing.T) {
-	local := client.NewLocalWith(client.LocalOptions{NoCgroups: true})
-	t.Cleanup(func() { local.Close(context.Background()) })
-	ctx := ctxT(t, 60*time.Second)
-	const cmd = "seq 1 600000" // (4 MB: more than the ring, far more than the buffer)
-	want, err := exec.Command("sh", "-c", cmd).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := local.Start(ctx, protocol.SpawnArgs{Shell: cmd, Pace: true}, 32<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	got := readSlowly(t, j.Stdout())
-	if ex, err := j.Wait(ctx); err != nil || ex.Reason != protocol.ReasonExit || !bytes.Equal(got, want) {
-		t.Fatalf("local paced job: %+v, %v; %d of %d bytes", ex, err, len(got), len(want))
-	}
-}
-
 // readSlowly reads r to its end as a reader that falls behind now and
 // then, failing on any error (a loss included).
 func readSlowly(t *testing.T, r io.Reader) []byte {

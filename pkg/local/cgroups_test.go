@@ -1,4 +1,4 @@
-package client_test
+package local_test
 
 import (
 	"context"
@@ -14,23 +14,23 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
-	"github.com/exec-supervisor/exec-supervisor/pkg/client"
+	"github.com/exec-supervisor/exec-supervisor/pkg/local"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// TestLocalCgroupEndsEscapes: in origin mode too, each job gets a cgroup
+// TestCgroupEndsEscapes: in origin mode too, each job gets a cgroup
 // of its own where the process may make them, so that a descendant that
 // left the job's process group (setsid) ends with the job; Close removes
 // the cgroups.
-func TestLocalCgroupEndsEscapes(t *testing.T) {
-	local := client.NewLocal(0)
-	ok, why := local.Cgroups()
+func TestCgroupEndsEscapes(t *testing.T) {
+	e := local.New(0)
+	ok, why := e.Cgroups()
 	if !ok {
-		local.Close(context.Background())
+		e.Close(context.Background())
 		t.Skipf("no cgroup per job here (%s): nothing to test", why)
 	}
 	ctx := ctxT(t, 20*time.Second)
-	j, err := local.Start(ctx, protocol.SpawnArgs{Shell: "setsid sleep 300 & echo $!"}, 0)
+	j, err := e.Start(ctx, protocol.SpawnArgs{Shell: "setsid sleep 300 & echo $!"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestLocalCgroupEndsEscapes(t *testing.T) {
 		t.Fatalf("the job's setsid descendant %d outlived it", pid)
 	}
 	dir := localBase(t)
-	if err := local.Close(context.Background()); err != nil {
+	if err := e.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -58,11 +58,11 @@ func TestLocalCgroupEndsEscapes(t *testing.T) {
 	}
 }
 
-// TestLocalSweepsDeadLocalsCgroups: a Local finds the cgroup base of a
-// Local whose process died (its jobs orphaned), ends what is in it and
+// TestSweepsDeadEnginesCgroups: an Engine finds the cgroup base of an
+// Engine whose process died (its jobs orphaned), ends what is in it and
 // removes it; one of a live process is left alone.
-func TestLocalSweepsDeadLocalsCgroups(t *testing.T) {
-	probe := client.NewLocal(0)
+func TestSweepsDeadEnginesCgroups(t *testing.T) {
+	probe := local.New(0)
 	ok, why := probe.Cgroups()
 	dir := ""
 	if ok {
@@ -73,7 +73,7 @@ func TestLocalSweepsDeadLocalsCgroups(t *testing.T) {
 		t.Skipf("no cgroup per job here (%s): nothing to test", why)
 	}
 	// A dead process's base (no such pid) with an orphan in a job cgroup
-	// that has a cgroup of its own (a nested Local's, say); a live
+	// that has a cgroup of its own (a nested Engine's, say); a live
 	// process's (pid 1, its start time); and a base of another pid
 	// namespace (its pids are not ours to look up). Unique names: other
 	// test runs may share this cgroup.
@@ -96,13 +96,13 @@ func TestLocalSweepsDeadLocalsCgroups(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dead, "c-x-1", "cgroup.procs"), []byte(strconv.Itoa(orphan.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
-	local := client.NewLocal(0)
-	defer local.Close(context.Background())
+	e := local.New(0)
+	defer e.Close(context.Background())
 	if err := orphan.Wait(); err == nil {
 		t.Fatal("the orphan exited by itself")
 	}
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
-		t.Fatalf("the dead Local's cgroup base is still there (%v)", err)
+		t.Fatalf("the dead Engine's cgroup base is still there (%v)", err)
 	}
 	if _, err := os.Stat(live); err != nil {
 		t.Fatalf("a live process's base was touched: %v", err)
@@ -112,7 +112,7 @@ func TestLocalSweepsDeadLocalsCgroups(t *testing.T) {
 	}
 }
 
-// localBase is this process's Local cgroup base (the one NewLocal made).
+// localBase is this process's Engine cgroup base (the one New made).
 func localBase(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/cgroup")
@@ -134,7 +134,7 @@ func localBase(t *testing.T) string {
 			}
 		}
 	}
-	t.Fatal("no Local cgroup base found")
+	t.Fatal("no Engine cgroup base found")
 	return ""
 }
 
@@ -156,10 +156,10 @@ func startTicks(t *testing.T, pid int) uint64 {
 	return v
 }
 
-// TestTwoLocalsInOneProcess: each Local of a process has a cgroup base of
+// TestTwoEnginesInOneProcess: each Engine of a process has a cgroup base of
 // its own: closing one leaves the other's jobs alone and able to start.
-func TestTwoLocalsInOneProcess(t *testing.T) {
-	a, b := client.NewLocal(0), client.NewLocal(0)
+func TestTwoEnginesInOneProcess(t *testing.T) {
+	a, b := local.New(0), local.New(0)
 	defer a.Close(context.Background())
 	if ok, why := a.Cgroups(); !ok {
 		b.Close(context.Background())
@@ -174,11 +174,11 @@ func TestTwoLocalsInOneProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := b.Close(ctx); err != nil {
-		t.Fatalf("close the second Local: %v", err)
+		t.Fatalf("close the second Engine: %v", err)
 	}
 	ja, err := a.Start(ctx, protocol.SpawnArgs{Shell: "echo still"}, 0)
 	if err != nil {
-		t.Fatalf("the first Local after the second closed: %v", err)
+		t.Fatalf("the first Engine after the second closed: %v", err)
 	}
 	if out, err := readAll(t, ja.Stdout()); err != nil || out != "still\n" {
 		t.Fatalf("output %q %v", out, err)
