@@ -389,11 +389,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.httpL != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", s.metrics.Handler())
-		s.httpS = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		s.httpS = newMetricsServer(mux, s.cfg.MetricsIdleTimeout)
+		l := newLimitListener(s.httpL, s.cfg.MetricsMaxConns, s.metrics.ConnRejected.WithLabelValues(metrics.RejectMetricsConns).Inc)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if err := s.httpS.Serve(s.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.httpS.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("metrics server", "err", err)
 			}
 		}()
