@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -844,7 +845,9 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 			OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
 			Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
 			ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
-			Cgroups: s.cgroupBase != nil, CgroupsNote: s.cgroupNote, JournalError: s.journalHealth(),
+			// (Both may quote paths the operator chose: sent as UTF-8.)
+			Cgroups: s.cgroupBase != nil, CgroupsNote: strings.ToValidUTF8(s.cgroupNote, "\uFFFD"),
+			JournalError: strings.ToValidUTF8(s.journalHealth(), "\uFFFD"),
 		}, nil
 	case protocol.OpSpawn:
 		var a protocol.SpawnArgs
