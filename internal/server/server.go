@@ -242,6 +242,13 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.metrics = s.newMetrics()
 	s.pub.onPublished = func(k protocol.Kind) { s.metrics.EventsPublished.WithLabelValues(string(k)).Inc() }
 	notifyDir := filepath.Join(s.cfg.StateDir, "notify")
+	// (Not a symlink someone planted: the sockets would be made where it
+	// points.)
+	if err := notify.CheckDir(notifyDir); err != nil {
+		s.lock.Release()
+		s.cancel()
+		return &ConfigError{fmt.Errorf("--state-dir: %w", err)}
+	}
 	// (a crashed predecessor's notify jobs left their sockets: nobody
 	// listens on them, and a resumed service binds a new name)
 	if n, err := notify.RemoveStale(notifyDir); err != nil {
