@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -93,10 +94,16 @@ type clippedError struct {
 func (e *clippedError) Error() string { return e.msg }
 func (e *clippedError) Unwrap() error { return e.err }
 
-// clipErr bounds err's message (nil stays nil).
+// clipErr bounds err's message, and makes it valid UTF-8 (it is sent as
+// a msgpack str, and may quote bytes from the system, such as a path
+// found in the supervisor's PATH); nil stays nil.
 func clipErr(err error) error {
-	if err == nil || len(err.Error()) <= maxErrMsgBytes {
+	if err == nil {
 		return err
 	}
-	return &clippedError{msg: Clip(err.Error(), maxErrMsgBytes), err: err}
+	msg := err.Error()
+	if len(msg) <= maxErrMsgBytes && utf8.ValidString(msg) {
+		return err
+	}
+	return &clippedError{msg: strings.ToValidUTF8(Clip(msg, maxErrMsgBytes), "\uFFFD"), err: err}
 }

@@ -1432,8 +1432,8 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 	if err := j.signalLocked(first); err != nil {
 		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
 	}
-	if j.isPTY && first != sigKill {
-		_ = j.signalLocked(syscall.SIGCONT) // (stopped processes act on it)
+	if first != sigKill { // (a stopped process acts on SIGTERM once continued)
+		_ = j.signalLocked(syscall.SIGCONT)
 	}
 	if first != sigKill {
 		j.m.wg.Add(1)
@@ -1849,6 +1849,7 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 		j.m.log.Info("job leader exited; terminating the rest of its process group", "job", j.id, "pgid", j.pgid)
 		j.mu.Lock()
 		_ = j.signalLocked(syscall.SIGTERM)
+		_ = j.signalLocked(syscall.SIGCONT) // (as in kill)
 		j.mu.Unlock()
 		deadline = j.m.now().Add(j.grace)
 	}

@@ -605,8 +605,8 @@ func Identify(pid int, startTicks uint64, bootID string) Liveness {
 }
 
 // TerminateGroup ends process group pgid (with session, every process
-// group of session pgid, as for PTY jobs) the way every job ends: SIGTERM,
-// up to grace for it to empty, then SIGKILL. It reports whether SIGKILL was
+// group of session pgid, as for PTY jobs) the way every job ends: SIGTERM
+// (and SIGCONT), up to grace for it to empty, then SIGKILL. It reports whether SIGKILL was
 // needed. The caller must know the group is its own.
 func TerminateGroup(pgid int, session bool, grace time.Duration) (killed bool, err error) {
 	// (never our own group or session, whatever a journal says)
@@ -620,6 +620,7 @@ func TerminateGroup(pgid int, session bool, grace time.Duration) (killed bool, e
 	if err := signal(syscall.SIGTERM); err != nil {
 		return false, err
 	}
+	_ = signal(syscall.SIGCONT) // (a stopped process acts on SIGTERM once continued)
 	if waitGone(alive, grace, nil) {
 		return false, nil
 	}

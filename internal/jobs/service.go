@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -389,13 +388,13 @@ func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
 }
 
 // notifyPath is the current run's notify socket path (its directory is
-// made when missing).
+// made when missing; never through a symlink).
 func (j *Job) notifyPath() (string, error) {
 	dir := j.m.notifyDir
 	if dir == "" {
 		return "", fmt.Errorf("notify needs the supervisor's state directory (none configured)")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := notify.EnsureDir(dir); err != nil {
 		return "", fmt.Errorf("notify socket directory: %w", err)
 	}
 	return filepath.Join(dir, fmt.Sprintf("%s.%d.sock", j.id, j.attempt)), nil

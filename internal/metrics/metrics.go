@@ -18,6 +18,11 @@ import (
 
 const ns = "exec_supervisor"
 
+// RejectMetricsConns is the connections_rejected_total reason of a
+// /metrics connection closed at once because --metrics-max-connections
+// were open.
+const RejectMetricsConns = "metrics-too-many-connections"
+
 // Metrics holds every collector. The zero value is not usable: use New.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -83,7 +88,7 @@ func New(g Gauges) *Metrics {
 		Help: "Jobs whose output is not read because the journal has not been written for too long (disk full?): they block on their output until a write lands."})
 	m.PaceStalls = c("pace_stalls_total", "Pacers let go for holding a job longer than --pace-stall-limit while taking none of its output (their follower then misses what leaves the ring: a gap).")
 	m.SubDisconnects = c("subscriber_disconnects_total", "Event subscribers gone, for any reason (cut off as too slow, closed, network).")
-	m.ConnRejected = cv("connections_rejected_total", "Connections refused or cut off by the hardened transport, by reason.", "reason")
+	m.ConnRejected = cv("connections_rejected_total", "Connections refused or cut off by the hardened transport (or by the /metrics listener: metrics-too-many-connections), by reason.", "reason")
 	m.RequestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: ns, Name: "control_request_duration_seconds", Help: "Control request handling time, by op.",
 		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
@@ -134,7 +139,7 @@ func New(g Gauges) *Metrics {
 	m.Timeouts.WithLabelValues("no_output")
 	m.CleanupKills.WithLabelValues("pgid")
 	m.CleanupKills.WithLabelValues("cgroup")
-	for _, r := range zmqx.RejectReasons() {
+	for _, r := range append(zmqx.RejectReasons(), RejectMetricsConns) {
 		m.ConnRejected.WithLabelValues(r)
 	}
 	return m

@@ -93,6 +93,13 @@ type Config struct {
 	CPUHomeTuning cpuhome.Config
 	// MetricsAddr is the HTTP address of /metrics; empty disables it.
 	MetricsAddr string
+	// MetricsMaxConns bounds the connections open to /metrics at once;
+	// one more is closed as soon as it is accepted.
+	MetricsMaxConns int
+	// MetricsIdleTimeout is how long a keep-alive /metrics connection may
+	// wait for its next request; 0 means 5 s. Not an operator setting
+	// (tests lower it).
+	MetricsIdleTimeout time.Duration
 	// Jobs configures the job manager.
 	Jobs jobs.Config
 	// EventHWM bounds the queue of events waiting for the event socket.
@@ -130,6 +137,7 @@ func DefaultConfig() Config {
 		Event:                zmqx.DefaultEvent(),
 		StateDir:             defaultStateDir(),
 		MetricsAddr:          "127.0.0.1:18792",
+		MetricsMaxConns:      64,
 		Jobs:                 jobs.DefaultConfig(),
 		EventHWM:             1000,
 		HeartbeatInterval:    time.Second,
@@ -174,6 +182,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Event, "event", c.Event, "event endpoint (PUB), tcp://HOST:PORT or ipc:///path")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for persistent state")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "HTTP address serving /metrics (empty disables)")
+	fs.IntVar(&c.MetricsMaxConns, "metrics-max-connections", c.MetricsMaxConns, "connections open to /metrics at once; one more is closed at once (idle keep-alive connections are closed after 5s)")
 	fs.IntVar(&c.Jobs.MaxJobs, "max-jobs", c.Jobs.MaxJobs, "maximum concurrent jobs")
 	fs.IntVar(&c.Jobs.RingBytes, "ring-buffer", c.Jobs.RingBytes, "output bytes retained per job")
 	fs.DurationVar(&c.Jobs.MergeInterval, "chunk-merge-interval", c.Jobs.MergeInterval, "output batching window (0 sends every read at once)")
@@ -268,6 +277,8 @@ func (c *Config) Validate() error {
 		{c.MaxInFlight >= 1, "max in-flight requests", "must be >= 1"},
 		{c.ShutdownTimeout > 0, "--shutdown-timeout", "must be > 0"},
 		{c.MaxConns >= 1 && c.MaxConns <= 100000, "--max-connections", "must be 1..100000"},
+		{c.MetricsMaxConns >= 1 && c.MetricsMaxConns <= 10000, "--metrics-max-connections", "must be 1..10000"},
+		{c.MetricsIdleTimeout >= 0, "metrics idle timeout", "must be >= 0"},
 		{c.ReplyQueueBytes >= 96<<20 && c.ReplyQueueBytes <= 1<<34, "--reply-queue-bytes", "must be 100663296..17179869184 (a reply may be 64 MiB)"},
 		{c.SubscriberQueueBytes >= 64<<10 && c.SubscriberQueueBytes <= 1<<30, "--subscriber-queue-bytes", "must be 65536..1073741824"},
 		{c.HandshakeTimeout >= 10*time.Millisecond && c.HandshakeTimeout <= time.Minute, "--handshake-timeout", "must be 10ms..1m"},

@@ -37,8 +37,11 @@ func checkFDBudget(cfg Config, log *slog.Logger) {
 		return
 	}
 	// What cfg's limits can take at once: every connection open on both
-	// sockets, and every job running.
+	// sockets and on /metrics, and every job running.
 	rest := fdsBase + 2*connsPerSlot*uint64(cfg.MaxConns)
+	if cfg.MetricsAddr != "" {
+		rest += uint64(cfg.MetricsMaxConns)
+	}
 	need := rest + uint64(cfg.Jobs.MaxJobs)*fdsPerJob
 	if need <= rl.Cur {
 		return

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,6 +242,13 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.metrics = s.newMetrics()
 	s.pub.onPublished = func(k protocol.Kind) { s.metrics.EventsPublished.WithLabelValues(string(k)).Inc() }
 	notifyDir := filepath.Join(s.cfg.StateDir, "notify")
+	// (Not a symlink someone planted: the sockets would be made where it
+	// points.)
+	if err := notify.CheckDir(notifyDir); err != nil {
+		s.lock.Release()
+		s.cancel()
+		return &ConfigError{fmt.Errorf("--state-dir: %w", err)}
+	}
 	// (a crashed predecessor's notify jobs left their sockets: nobody
 	// listens on them, and a resumed service binds a new name)
 	if n, err := notify.RemoveStale(notifyDir); err != nil {
@@ -389,11 +397,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.httpL != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", s.metrics.Handler())
-		s.httpS = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		s.httpS = newMetricsServer(mux, s.cfg.MetricsIdleTimeout)
+		l := newLimitListener(s.httpL, s.cfg.MetricsMaxConns, s.metrics.ConnRejected.WithLabelValues(metrics.RejectMetricsConns).Inc)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if err := s.httpS.Serve(s.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.httpS.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("metrics server", "err", err)
 			}
 		}()
@@ -843,7 +852,9 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 			OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
 			Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
 			ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
-			Cgroups: s.cgroupBase != nil, CgroupsNote: s.cgroupNote, JournalError: s.journalHealth(),
+			// (Both may quote paths the operator chose: sent as UTF-8.)
+			Cgroups: s.cgroupBase != nil, CgroupsNote: strings.ToValidUTF8(s.cgroupNote, "\uFFFD"),
+			JournalError: strings.ToValidUTF8(s.journalHealth(), "\uFFFD"),
 		}, nil
 	case protocol.OpSpawn:
 		var a protocol.SpawnArgs

@@ -158,8 +158,10 @@ func (s *Server) reapLeftoverCgroups(recorded []string) map[string]string {
 	procs := map[*cgroups.Cgroup][]int{}
 	for _, cg := range cgs {
 		if p := cg.Procs(); len(p) > 0 {
-			// The normal path: TERM, grace, KILL.
+			// The normal path: TERM (and CONT: a stopped process acts on
+			// TERM once continued), grace, KILL.
 			cg.Signal(syscall.SIGTERM)
+			cg.Signal(syscall.SIGCONT)
 			live = append(live, cg)
 			procs[cg] = p
 		}

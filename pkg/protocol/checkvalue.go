@@ -1,6 +1,9 @@
 package protocol
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // maxNesting bounds how deeply arrays and maps may nest in a message the
 // generic decoder reads. The protocol itself nests four deep at most; the
@@ -56,6 +59,16 @@ func checkValueMax(b []byte, maxElems uint64) error {
 // pass over is held to the bounds the generic path applies to the whole
 // message.
 func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
+	n, _, err := walkValue(b, maxElems, maxDepth, false)
+	return n, err
+}
+
+// walkValue is checkValueEnd also finding, with strs, the first str that
+// is not valid UTF-8: badStr is its offset in b (-1: none; not looked
+// for without strs). Such a str is not an error here: the request
+// decoders name the field it is in, where they can (checkUTF8).
+func walkValue(b []byte, maxElems uint64, maxDepth int, strs bool) (n, badStr int, err error) {
+	badStr = -1
 	maxDepth = min(maxDepth, maxNesting)
 	m := mp{b: b}
 	var left [maxNesting + 1]uint64 // values still to read at each open level
@@ -64,7 +77,7 @@ func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
 	for {
 		for left[depth] == 0 {
 			if depth == 0 {
-				return m.i, nil
+				return m.i, badStr, nil
 			}
 			depth--
 		}
@@ -72,7 +85,7 @@ func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
 		at := m.i
 		c, err := m.byte()
 		if err != nil {
-			return 0, fmt.Errorf("msgpack: truncated: a value is missing at byte %d", at)
+			return 0, -1, fmt.Errorf("msgpack: truncated: a value is missing at byte %d", at)
 		}
 		var size, elems uint64 // bytes to pass over, values to read inside
 		what := ""
@@ -86,9 +99,9 @@ func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
 		case c >= 0xa0 && c <= 0xbf:
 			size, what = uint64(c&0x1f), "str"
 		case c == 0xc1:
-			return 0, fmt.Errorf("msgpack: invalid code 0xc1 at byte %d", at)
+			return 0, -1, fmt.Errorf("msgpack: invalid code 0xc1 at byte %d", at)
 		case c >= 0xc7 && c <= 0xc9 || c >= 0xd4 && c <= 0xd8:
-			return 0, fmt.Errorf("msgpack: ext value (code %#x) at byte %d; the protocol has no ext types", c, at)
+			return 0, -1, fmt.Errorf("msgpack: ext value (code %#x) at byte %d; the protocol has no ext types", c, at)
 		case c == 0xca || c == 0xce || c == 0xd2:
 			size, what = 4, "number"
 		case c == 0xcb || c == 0xcf || c == 0xd3:
@@ -109,7 +122,7 @@ func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
 			}
 			n, err := m.be(k)
 			if err != nil {
-				return 0, fmt.Errorf("msgpack: truncated: the length at byte %d is cut short", at)
+				return 0, -1, fmt.Errorf("msgpack: truncated: the length at byte %d is cut short", at)
 			}
 			switch {
 			case c <= 0xc6:
@@ -127,7 +140,7 @@ func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
 			count /= 2
 		}
 		if maxElems > 0 && count > maxElems {
-			return 0, Errorf(CodeTooLarge, "msgpack: %s of %d elements at byte %d; at most %d are accepted", what, count, at, maxElems)
+			return 0, -1, Errorf(CodeTooLarge, "msgpack: %s of %d elements at byte %d; at most %d are accepted", what, count, at, maxElems)
 		}
 		rest := uint64(len(b) - m.i)
 		if size > rest || elems > rest {
@@ -138,7 +151,7 @@ func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
 			case elems > 0:
 				n, unit = count, "elements"
 			}
-			return 0, fmt.Errorf("msgpack: %s of %d %s at byte %d, but only %d bytes follow", what, n, unit, at, rest)
+			return 0, -1, fmt.Errorf("msgpack: %s of %d %s at byte %d, but only %d bytes follow", what, n, unit, at, rest)
 		}
 		// A big array or map must average bigElemBytes per element:
 		// none of the protocol's big lists (jobs, events, chunks) has
@@ -146,12 +159,15 @@ func checkValueEnd(b []byte, maxElems uint64, maxDepth int) (int, error) {
 		// element (up to ~850 bytes for a JobInfo, twice) per declared
 		// one before reading any.
 		if count > maxSmallList && count*bigElemBytes > rest {
-			return 0, fmt.Errorf("msgpack: %s of %d elements at byte %d in %d bytes: elements of a list that long take at least %d bytes each", what, count, at, rest, bigElemBytes)
+			return 0, -1, fmt.Errorf("msgpack: %s of %d elements at byte %d in %d bytes: elements of a list that long take at least %d bytes each", what, count, at, rest, bigElemBytes)
+		}
+		if strs && what == "str" && badStr < 0 && !utf8.Valid(b[m.i:m.i+int(size)]) {
+			badStr = at
 		}
 		m.i += int(size)
 		if elems > 0 {
 			if depth >= maxDepth {
-				return 0, fmt.Errorf("msgpack: arrays and maps nest more than %d deep (at byte %d)", maxDepth, at)
+				return 0, -1, fmt.Errorf("msgpack: arrays and maps nest more than %d deep (at byte %d)", maxDepth, at)
 			}
 			depth++
 			left[depth] = elems

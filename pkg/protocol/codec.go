@@ -50,11 +50,48 @@ func unmarshal(b []byte, v any, what string) error {
 // maxElems elements (0: no such bound) with CodeTooLarge.
 func unmarshalMax(b []byte, v any, what string, maxElems uint64) error {
 	if err := checkValueMax(b, maxElems); err != nil {
-		if pe := (*Error)(nil); errors.As(err, &pe) {
-			return Errorf(pe.Code, "decode %s: %s", what, pe.Message)
-		}
-		return Errorf(CodeBadRequest, "decode %s: %v", what, err)
+		return checkError(err, what)
 	}
+	return decodeChecked(b, v, what)
+}
+
+// decodeRequestValue decodes b, a request envelope or args, into v as
+// unmarshalMax with MaxArgs does, refusing (CodeBadRequest) any string
+// that is not valid UTF-8: a string v holds (named by checkUTF8), or
+// failing that a str anywhere in b (by its offset) — except one inside
+// a *Request's args, which DecodeArgs names.
+func decodeRequestValue(b []byte, v any, what string) error {
+	_, bad, err := walkValue(b, MaxArgs, maxNesting, true)
+	if err != nil {
+		return checkError(err, what)
+	}
+	if err := decodeChecked(b, v, what); err != nil {
+		return err
+	}
+	if err := checkUTF8(v, what); err != nil {
+		return err
+	}
+	if bad < 0 {
+		return nil
+	}
+	if r, ok := v.(*Request); ok {
+		if _, inArgs, _ := walkValue(r.Args, MaxArgs, maxNesting, true); inArgs >= 0 {
+			return nil // (named when the args are decoded)
+		}
+	}
+	return Errorf(CodeBadRequest, "decode %s: the str at byte %d is not valid UTF-8: strings must be UTF-8 (bytes that are not go in bin fields such as write's data)", what, bad)
+}
+
+// checkError is the *Error of what for checkValue's err.
+func checkError(err error, what string) error {
+	if pe := (*Error)(nil); errors.As(err, &pe) {
+		return Errorf(pe.Code, "decode %s: %s", what, pe.Message)
+	}
+	return Errorf(CodeBadRequest, "decode %s: %v", what, err)
+}
+
+// decodeChecked decodes b, which checkValue accepted, into v.
+func decodeChecked(b []byte, v any, what string) error {
 	dec := msgpack.GetDecoder()
 	rd := bytes.NewReader(b)
 	dec.Reset(rd) // (a bytes.Reader is read as it is: no read-ahead)
@@ -98,7 +135,7 @@ func DecodeRequest(b []byte, max int) (*Request, error) {
 			return nil, Errorf(CodeBadRequest, "request must be a msgpack map (first byte 0x%02x)", b[0])
 		}
 		req = new(Request)
-		if err := unmarshalMax(b, req, "request", MaxArgs); err != nil {
+		if err := decodeRequestValue(b, req, "request"); err != nil {
 			if CodeOf(err) == CodeTooLarge { // (as a body too large)
 				return &Request{ID: peekRequestID(b)}, err
 			}
@@ -135,7 +172,7 @@ const peekMaxKeys = 16
 // can all be passed over (walked over, not decoded: nothing is allocated,
 // every length is checked against b, nesting is bounded), or it has no
 // "id", or more than one, or one that is not a str (or bin) of at most
-// MaxIDBytes.
+// MaxIDBytes of UTF-8.
 func peekRequestID(b []byte) string {
 	m := mp{b: b}
 	n, err := m.mapLen()
@@ -156,7 +193,7 @@ func peekRequestID(b []byte) string {
 			if m.i < len(m.b) && m.b[m.i] == 0xc0 { // nil: no id
 				return ""
 			}
-			if id, err = m.bytes(); err != nil || len(id) > MaxIDBytes {
+			if id, err = m.bytes(); err != nil || len(id) > MaxIDBytes || !utf8.Valid(id) {
 				return ""
 			}
 			found = true
@@ -197,7 +234,7 @@ func DecodeArgs(req *Request, v any) error {
 			if spawn {
 				*a = SpawnArgs{} // whatever the fast path left
 			}
-			if err := unmarshalMax(req.Args, v, string(req.Op)+" args", MaxArgs); err != nil {
+			if err := decodeRequestValue(req.Args, v, string(req.Op)+" args"); err != nil {
 				return err
 			}
 		}
@@ -232,6 +269,7 @@ func EncodeRequest(id string, op Op, args any) ([]byte, error) {
 
 // OKReply encodes a successful reply carrying result.
 func OKReply(id string, result any) ([]byte, error) {
+	id = validUTF8(id) // (a request's is: DecodeRequest)
 	w := newMW(make([]byte, 0, 512))
 	w.int("v", Version, false)
 	w.str("id", id, false)
@@ -248,9 +286,19 @@ func OKReply(id string, result any) ([]byte, error) {
 	return Marshal(&Reply{V: Version, ID: id, OK: true, Result: raw})
 }
 
-// ErrorReply encodes an error reply. It cannot fail.
+// ErrorReply encodes an error reply. It cannot fail. Its text is sent as
+// valid UTF-8 even where a message quotes bytes nobody checked.
 func ErrorReply(id string, e *Error) []byte {
-	b, err := Marshal(&Reply{V: Version, ID: id, Error: e})
+	if e != nil && !e.validUTF8() {
+		c := *e
+		c.Code, c.Message = Code(validUTF8(string(c.Code))), validUTF8(c.Message)
+		c.Details = make(map[string]string, len(e.Details))
+		for k, v := range e.Details {
+			c.Details[validUTF8(k)] = validUTF8(v)
+		}
+		e = &c
+	}
+	b, err := Marshal(&Reply{V: Version, ID: validUTF8(id), Error: e})
 	if err != nil {
 		b, _ = Marshal(&Reply{V: Version, ID: id, Error: Errorf(CodeInternal, "encode error reply")})
 	}

@@ -33,6 +33,9 @@ var errMP = errors.New("msgpack")
 type mp struct {
 	b []byte
 	i int
+	// strict: strings read (str, strSliceValue, strStrMapValue) must
+	// be valid UTF-8, as those of requests (see checkUTF8).
+	strict bool
 }
 
 func (m *mp) byte() (byte, error) {

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -319,8 +320,18 @@ func fastResult(b []byte, result any) ([]byte, bool) {
 
 // str reads a str, bin or nil (empty) value as a string.
 func (m *mp) str() (string, bool) {
-	s, err := m.bytes()
+	s, err := m.text()
 	return string(s), err == nil
+}
+
+// text reads a str, bin or nil value holding a string: with m.strict, one
+// that is not UTF-8 is an error (left to the generic path, which names it).
+func (m *mp) text() ([]byte, error) {
+	s, err := m.bytes()
+	if err == nil && m.strict && !utf8.Valid(s) {
+		return nil, errMP
+	}
+	return s, err
 }
 
 // boolean reads true, false or nil (false).
@@ -384,7 +395,7 @@ func (m *mp) strSliceValue() ([]string, bool) {
 	}
 	out := make([]string, n)
 	for k := range out {
-		s, err := m.bytes()
+		s, err := m.text()
 		if err != nil {
 			return nil, false
 		}
@@ -416,11 +427,11 @@ func (m *mp) strStrMapValue() (map[string]string, bool) {
 	}
 	out := make(map[string]string, n)
 	for ; n > 0; n-- {
-		k, err := m.bytes()
+		k, err := m.text()
 		if err != nil {
 			return nil, false
 		}
-		v, err := m.bytes()
+		v, err := m.text()
 		if err != nil {
 			return nil, false
 		}
@@ -438,7 +449,7 @@ func (m *mp) fields(field func(key []byte) bool) bool {
 		return false
 	}
 	for ; n > 0; n-- {
-		key, err := m.bytes()
+		key, err := m.text()
 		if err != nil || !field(key) {
 			return false
 		}
@@ -450,13 +461,13 @@ func (m *mp) skipped() bool { return m.skip(0) == nil }
 
 // skippedInRequest passes over the value of an unknown key of a request
 // (the envelope or args map: one level down) holding it to the bounds
-// the generic path applies to a whole request (unmarshalMax with
-// MaxArgs): at most MaxArgs elements in any array or map, maxNesting
-// levels in all. Anything beyond is left to the generic path, which
-// refuses it (too-large, bad-request).
+// the generic path applies to a whole request (decodeRequestValue):
+// at most MaxArgs elements in any array or map, maxNesting levels in
+// all, every str UTF-8. Anything beyond is left to the generic path,
+// which refuses it (too-large, bad-request).
 func (m *mp) skippedInRequest() bool {
-	n, err := checkValueEnd(m.b[m.i:], MaxArgs, maxNesting-1)
-	if err != nil {
+	n, bad, err := walkValue(m.b[m.i:], MaxArgs, maxNesting-1, m.strict)
+	if err != nil || bad >= 0 { // (a str not UTF-8: refused there too)
 		return false
 	}
 	m.i += n
@@ -496,7 +507,7 @@ func (m *mp) intTo(p *int) bool {
 
 // fastRequest decodes a request envelope; Args aliases b.
 func fastRequest(b []byte) (*Request, bool) {
-	m := mp{b: b}
+	m := mp{b: b, strict: true}
 	var r Request
 	ok := m.fields(func(key []byte) bool {
 		var ok bool
@@ -526,7 +537,7 @@ func fastRequest(b []byte) (*Request, bool) {
 
 // fastSpawnArgs decodes spawn arguments without pty, restart or limits.
 func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
-	m := mp{b: b}
+	m := mp{b: b, strict: true}
 	ok := m.fields(func(key []byte) bool {
 		var ok bool
 		switch string(key) {

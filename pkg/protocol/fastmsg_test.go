@@ -300,6 +300,12 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 	f.Add(dup("labels", map[string]string{"a": "b"}, "labels", nil))
 	f.Add(dup("jobId", "j", "job", map[string]any{"argv": []string{"a"}}, "job", map[string]any{"argv": nil}))
 	f.Add(dup("v", 2, "id", "x", "op", "spawn", "args", map[string]any{"argv": []string{"a"}}, "args", nil))
+	// Strings that are not UTF-8 (refused by both request decoders; the
+	// fast one leaves them to the generic one, which names them).
+	f.Add(dup("argv", []string{"a", "\xff"}))
+	f.Add(dup("shell", []byte("\xc3("), "labels", map[string]string{"k\xfe": "v"}))
+	f.Add(dup("v", 2, "id", "x\xff", "op", "health"))
+	f.Add(dup("argv", []string{"a"}, "extra", "\xe2\x82"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if req, ok := fastRequest(b); ok {
 			var g Request
@@ -308,6 +314,9 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 			}
 			if !reflect.DeepEqual(*req, g) {
 				t.Fatalf("fastRequest %+v, generic %+v", *req, g)
+			}
+			if err := decodeRequestValue(b, new(Request), "x"); err != nil {
+				t.Fatalf("fastRequest accepted what the request decoder refuses (%v): %x", err, b)
 			}
 		}
 		var a SpawnArgs
@@ -318,6 +327,9 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 			}
 			if !reflect.DeepEqual(a, g) {
 				t.Fatalf("fastSpawnArgs %+v, generic %+v", a, g)
+			}
+			if err := decodeRequestValue(b, new(SpawnArgs), "x"); err != nil {
+				t.Fatalf("fastSpawnArgs accepted what the request decoder refuses (%v): %x", err, b)
 			}
 		}
 		var res SpawnResult
