@@ -1,0 +1,156 @@
+package jobs
+
+import (
+	"syscall"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/notify"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// finalize records the run's end. A service whose policy restarts it
+// goes to Restarting; otherwise the job is finalized. It returns the
+// run's notify socket for the caller to close.
+func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
+	j.mu.Lock()
+	stdin := j.stdin
+	j.stdin = nil
+	j.mu.Unlock()
+	if stdin != nil {
+		stdin.Close() // (a write in progress fails at once)
+	}
+	j.mu.Lock()
+	j.flushInOrderLocked(0) // (both, oldest first)
+	for i := range j.pending {
+		j.flushLocked(i)
+		if b := j.pending[i]; b != nil { // the readers are gone: reuse it
+			j.m.putOutBuf(b)
+			j.pending[i] = nil
+		}
+	}
+	for _, t := range []*time.Timer{j.overallT, j.idleT, j.watchdogT} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	j.overallT, j.idleT, j.watchdogT = nil, nil, nil
+	j.exitCode, j.signal = exitOf(ws)
+	if j.reason == "" {
+		if ws.Signaled() {
+			j.reason = protocol.ReasonSignal
+		} else {
+			j.reason = protocol.ReasonExit
+		}
+	}
+	j.endedAt = j.m.now()
+	close(j.runDone)
+	sock := j.notifySock
+	j.notifySock = nil
+	var attrs []any
+	logInfo := j.m.logInfo()
+	if logInfo || j.svc != nil {
+		attrs = []any{"job", j.id, "pid", j.pid, "reason", string(j.reason), "signal", j.signal,
+			"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
+		if j.exitCode != nil {
+			attrs = append(attrs, "exitCode", *j.exitCode)
+		}
+	}
+	if j.svc != nil {
+		attrs = append(attrs, "attempt", j.attempt)
+		if j.afterRunLocked() {
+			delay := j.restartAt.Sub(j.m.now()).Round(time.Millisecond)
+			j.mu.Unlock()
+			j.m.log.Warn("service run ended; restarting", append(attrs, "delay", delay)...)
+			return sock
+		}
+	}
+	j.finishLocked()
+	reason := j.reason
+	j.mu.Unlock()
+	if j.svc != nil {
+		attrs = append(attrs, "finalReason", string(reason))
+	}
+	if logInfo {
+		j.m.log.Info("job exited", attrs...)
+	}
+	return sock
+}
+
+// finishLocked finalizes the job: state Exited, the terminal event, done
+// closed. For a service the reason is the one that ended supervision.
+func (j *Job) finishLocked() {
+	if j.svc != nil && j.endReason != "" {
+		j.reason = j.endReason
+	}
+	if t := j.restartT; t != nil {
+		t.Stop()
+		j.restartT = nil
+	}
+	if err := j.transition(Exited); err != nil {
+		j.m.log.Error("finalize", "err", err)
+	}
+	// Counted (active jobs, finished metric) before anyone can see it
+	// ended (status, the terminal event, done): a client that saw the end
+	// and then scrapes /metrics finds it counted.
+	j.m.jobDone(j, j.reason)
+	kind := protocol.KindFailed
+	if j.reason == protocol.ReasonExit {
+		kind = protocol.KindExited
+	}
+	j.exitEv = ptr(j.emitLocked(kind, j.withEndLocked(protocol.ExitPayload{
+		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
+		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(),
+	})))
+	j.closeDoneLocked()
+}
+
+// withEndLocked fills in p the job's output end, byte counts and times as
+// of its end (what a terminal event carries of its final info).
+func (j *Job) withEndLocked(p protocol.ExitPayload) protocol.ExitPayload {
+	p.OutputEnd, p.EndedAt, p.LastOutputAt = j.offset, ms(j.endedAt), ms(j.lastOutputAt)
+	p.StdoutBytes, p.StderrBytes = j.streamN[0], j.streamN[1]
+	return p
+}
+
+// closeDoneLocked closes done and runs the AfterDone functions with the
+// job's final info.
+func (j *Job) closeDoneLocked() {
+	close(j.done)
+	j.clearPacersLocked()
+	if len(j.afterDone) == 0 {
+		return
+	}
+	info := j.infoLocked()
+	fs := j.afterDone
+	j.afterDone = nil
+	for _, f := range fs {
+		f(info)
+	}
+}
+
+// AfterDone registers f to run once when the job finishes (the current
+// supervision period, for a service), with its final info: on the
+// goroutine that finishes it, right after its terminal event, under the
+// job's lock (f must be quick and must not call into the job). It
+// reports false, registering nothing, when the job has finished already.
+// cancel forgets f (a no-op once it ran).
+func (j *Job) AfterDone(f func(protocol.JobInfo)) (cancel func(), ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	select {
+	case <-j.done:
+		return nil, false
+	default:
+	}
+	if j.afterDone == nil {
+		j.afterDone = map[uint64]func(protocol.JobInfo){}
+	}
+	j.afterDoneN++
+	id := j.afterDoneN
+	j.afterDone[id] = f
+	return func() {
+		j.mu.Lock()
+		delete(j.afterDone, id)
+		j.mu.Unlock()
+	}, true
+}

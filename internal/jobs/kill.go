@@ -1,0 +1,239 @@
+package jobs
+
+import (
+	"syscall"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Kill requests termination with reason. sig 0 or SIGTERM takes the
+// termination path: SIGTERM to the group, grace, SIGKILL to the group.
+// SIGKILL kills the group at once. Repeated kills are idempotent (a SIGKILL
+// escalates a pending grace). It reports whether the job had already finished.
+func (j *Job) Kill(reason Reason, sig syscall.Signal) (alreadyFinished bool, err error) {
+	return j.kill(nil, reason, sig)
+}
+
+// kill is Kill restricted to the run whose runDone is given (nil: any).
+func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (alreadyFinished bool, err error) {
+	j.mu.Lock()
+	if runDone != nil && over(runDone) {
+		j.mu.Unlock()
+		return false, nil
+	}
+	if j.svc != nil && endsSupervision(reason) && j.endReason == "" {
+		j.endReason = reason
+		j.m.changed() // (journaled as the pending end: a crash now must not resume it)
+	}
+	if j.state == Restarting && !endsSupervision(reason) {
+		j.mu.Unlock()
+		return false, nil // a timeout or watchdog of a run that is over
+	}
+	if j.state == Restarting {
+		// Between runs: nothing to signal; supervision ends here (the
+		// last run's end is in the history, not in this fate).
+		j.exitCode, j.signal, j.errMsg = nil, "", ""
+		j.finishLocked()
+		j.mu.Unlock()
+		j.m.log.Info("service stopped while waiting to restart", "job", j.id, "reason", string(j.reason))
+		return false, nil
+	}
+	defer j.mu.Unlock()
+	switch j.state {
+	case Exited:
+		return true, nil
+	case Starting:
+		// start() is between registration and the process start: it
+		// kills the job as soon as the process exists.
+		if j.pendingKill == "" {
+			j.pendingKill = reason
+		}
+		return false, nil
+	}
+	if sig == sigKill && j.killing {
+		j.escalateLocked()
+		// Sent here too, not only by the goroutine waiting out the grace
+		// period: a supervisor whose shutdown gave up waiting (Close)
+		// exits right after asking for this.
+		if !j.leaderExited || !j.groupGone {
+			if err := j.signalLocked(sigKill); err != nil {
+				j.m.log.Warn("job kill signal", "job", j.id, "err", err)
+			}
+		}
+		return false, nil
+	}
+	if j.killing {
+		return false, nil
+	}
+	j.killing = true
+	if !j.leaderExited {
+		j.reason = reason
+		_ = j.transition(Exiting)
+	}
+	j.killDeadline = j.m.now().Add(j.grace)
+	first := syscall.SIGTERM
+	if sig == sigKill {
+		first = sigKill
+		close(j.killNow)
+	}
+	j.m.log.Info("job kill", "job", j.id, "reason", string(reason), "signal", protocol.SignalName(first), "grace", j.grace)
+	if err := j.signalLocked(first); err != nil {
+		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
+	}
+	if first != sigKill { // (a stopped process acts on SIGTERM once continued)
+		_ = j.signalLocked(syscall.SIGCONT)
+	}
+	if first != sigKill {
+		j.m.wg.Add(1)
+		go j.escalateAfterGrace(j.runDone, j.killNow, j.grace, j.isPTY)
+	}
+	return false, nil
+}
+
+// exitOf is how a process ended, from its wait status: its exit code, or
+// the name of the signal that killed it.
+func exitOf(ws syscall.WaitStatus) (code *int, signal string) {
+	switch {
+	case ws.Exited():
+		c := ws.ExitStatus()
+		return &c, ""
+	case ws.Signaled():
+		return nil, protocol.SignalName(ws.Signal())
+	}
+	return nil, ""
+}
+
+// ptyHangupAfter is how long after SIGTERM a PTY job still running is
+// hung up (SIGHUP), within its grace (at most half of it).
+const ptyHangupAfter = time.Second
+
+func (j *Job) escalateLocked() {
+	select {
+	case <-j.killNow:
+	default:
+		close(j.killNow)
+	}
+}
+
+// escalateAfterGrace sends SIGKILL to the group once the grace period is
+// over, unless the job was finalized first; a PTY job is hung up before
+// (see ptyHangupAfter).
+func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}, grace time.Duration, pty bool) {
+	defer j.m.wg.Done()
+	// (grace and pty as they were when the kill began, under j.mu: a
+	// service's next run may set them anew)
+	if pty && grace > 0 {
+		// A terminal's job still there shortly after SIGTERM is hung up
+		// as a closing terminal does (interactive shells ignore SIGTERM
+		// and end on SIGHUP: every kill of sh -i waited out the grace and
+		// ended in SIGKILL); programs that handle SIGTERM had their turn.
+		hup := min(grace/2, ptyHangupAfter)
+		t := time.NewTimer(hup)
+		select {
+		case <-runDone:
+			t.Stop()
+			return
+		case <-killNow:
+			t.Stop()
+		case <-t.C:
+			j.mu.Lock()
+			if !over(runDone) {
+				_ = j.signalLocked(syscall.SIGHUP)
+				_ = j.signalLocked(syscall.SIGCONT)
+			}
+			j.mu.Unlock()
+			grace -= hup
+		}
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-runDone:
+		return
+	case <-t.C:
+	case <-killNow:
+	}
+	j.mu.Lock()
+	if over(runDone) {
+		j.mu.Unlock()
+		return
+	}
+	j.m.log.Info("job kill escalated", "job", j.id, "signal", "SIGKILL")
+	if err := j.signalLocked(sigKill); err != nil {
+		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
+	}
+	first, mode := j.markCleanupKillLocked()
+	j.mu.Unlock()
+	j.countCleanupKill(first, mode)
+}
+
+// markCleanupKillLocked records that the job needed SIGKILL and reports
+// whether this is the first time (each job is counted once).
+func (j *Job) markCleanupKillLocked() (first bool, mode string) {
+	first = !j.cleanupKilled
+	j.cleanupKilled = true
+	return first, j.ownership()
+}
+
+func (j *Job) countCleanupKill(first bool, mode string) {
+	if h := j.m.hooks.CleanupKill; h != nil && first {
+		h(mode)
+	}
+}
+
+// Signal delivers sig to the job's process group without starting the
+// termination path.
+func (j *Job) Signal(sig syscall.Signal) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch j.state {
+	case Exited:
+		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has already exited", j.id)
+	case Starting, Restarting:
+		// No process of this job runs now (the previous run's cgroup may
+		// already serve another job).
+		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no running process right now (%s)", j.id, j.state)
+	}
+	return j.signalLocked(sig)
+}
+
+// signalLocked signals the group while it is known to be ours: before the
+// leader is reaped (its pid, and so the pgid, cannot be reused) and, after,
+// until the group was seen empty. A job with a cgroup is signalled through
+// it, and through its group only until the leader is reaped: the cgroup
+// holds everything of the job, while the group number may be free (and
+// reused by anyone) although the cgroup is not empty yet.
+func (j *Job) signalLocked(sig syscall.Signal) error {
+	if j.cg != nil {
+		// Every member is ours by construction, even one that escaped.
+		if sig == syscall.SIGKILL {
+			_ = j.cg.Kill()
+		} else {
+			j.cg.Signal(sig)
+		}
+		if j.leaderExited {
+			return nil
+		}
+	}
+	if j.groupGone || j.pgid <= 1 {
+		return nil
+	}
+	if j.isPTY {
+		// A terminal session may hold several process groups (job control).
+		return signalSession(j.pgid, sig)
+	}
+	return signalGroup(j.pgid, sig)
+}
+
+// scopeAlive reports whether anything of the job still runs: its process
+// group, or for a PTY job its whole session.
+func (j *Job) scopeAlive() bool {
+	if j.cg != nil {
+		return j.cg.Populated()
+	}
+	if j.isPTY {
+		return sessionAlive(j.pgid)
+	}
+	return groupAlive(j.pgid)
+}

@@ -1,0 +1,173 @@
+package jobs
+
+import (
+	"os"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+func (j *Job) readLoop(i int, f *os.File, done chan struct{}) {
+	defer j.m.wg.Done()
+	defer func() {
+		if j.readersLeft.Add(-1) == 0 {
+			close(done)
+		}
+	}()
+	for {
+		j.awaitGate()
+		buf, start := j.readBuf(i)
+		n, err := f.Read(buf[start:cap(buf)])
+		if n > 0 {
+			j.output(i, buf, start, n)
+		}
+		if err != nil {
+			if !j.isPTY {
+				// Closed here, off the way from the exit to the exit
+				// event (drain's Close is then free). A terminal's
+				// master also carries input: drain closes it.
+				f.Close()
+			}
+			return
+		}
+	}
+}
+
+// readBuf returns stream i's merge buffer and where the next read goes
+// in it: output is read straight into it, behind the room for the event
+// header, so that a busy stream's output becomes event payloads without
+// being copied.
+func (j *Job) readBuf(i int) (buf []byte, start int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	buf = j.pending[i]
+	if buf == nil {
+		buf = j.m.getOutBuf()
+		j.pending[i] = buf
+	}
+	if len(buf) == cap(buf) { // full (flushes happen before): hand it on
+		j.flushInOrderLocked(i)
+		if buf = j.pending[i]; buf == nil {
+			buf = j.m.getOutBuf()
+			j.pending[i] = buf
+		}
+	}
+	return buf, len(buf)
+}
+
+// output takes n bytes that a read put at buf[start:] (buf being stream
+// i's merge buffer when the read began).
+func (j *Job) output(i int, buf []byte, start, n int) {
+	if h := j.m.hooks.OutputBytes; h != nil {
+		h(streams[i], n)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	cur := j.pending[i]
+	if cur != nil && len(cur) == start && &cur[:cap(cur)][0] == &buf[:cap(buf)][0] {
+		cur = cur[:start+n]
+	} else {
+		// The merge timer flushed while this read ran: the new bytes sit
+		// behind output already sent; move them into a buffer of their own.
+		if cur == nil {
+			cur = j.m.getOutBuf()
+		}
+		cur = append(cur, buf[start:start+n]...)
+	}
+	j.pending[i] = cur
+	if len(cur)-protocol.OutputHeadroom == n { // the first since the last flush
+		j.pendingN++
+		j.pendingSince[i] = j.pendingN
+	}
+	p := cur[len(cur)-n:]
+	j.lastOutputAt = j.m.now()
+	j.streamN[i] += int64(n)
+	if j.idleT != nil && j.state != Exited {
+		j.idleT.Reset(j.noOutput)
+	}
+	if j.isPTY {
+		j.trackBracketedPasteLocked(p)
+	}
+	if len(cur)-protocol.OutputHeadroom >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
+		j.flushInOrderLocked(i)
+		return
+	}
+	if j.flushT[i] == nil {
+		j.flushT[i] = time.AfterFunc(j.m.cfg.MergeInterval, func() {
+			j.mu.Lock()
+			j.flushT[i] = nil
+			j.flushInOrderLocked(i)
+			j.mu.Unlock()
+		})
+	}
+}
+
+// flushInOrderLocked flushes stream i, after the other stream if that
+// one's pending output was read first.
+func (j *Job) flushInOrderLocked(i int) {
+	if o := 1 - i; len(j.pending[o]) > protocol.OutputHeadroom && j.pendingSince[o] < j.pendingSince[i] {
+		j.flushLocked(o)
+	}
+	j.flushLocked(i)
+}
+
+// flushLocked turns stream i's pending output into one event (of at most
+// MergeMaxBytes). A large one is sent without a copy: its buffer becomes
+// the event's payload (and the ring's chunk) and the stream gets a new
+// one; a small one is copied into an event of its own size, and the
+// buffer is reused.
+func (j *Job) flushLocked(i int) {
+	if j.state == Exited {
+		return
+	}
+	if t := j.flushT[i]; t != nil {
+		t.Stop()
+		j.flushT[i] = nil
+	}
+	cur := j.pending[i]
+	n := len(cur) - protocol.OutputHeadroom
+	if n <= 0 {
+		return
+	}
+	j.nextSeqLocked()
+	var ev protocol.Event
+	if n >= j.m.cfg.MergeMaxBytes/2 {
+		ev = protocol.NewOutputEventInPlace(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, cur)
+		j.pending[i] = nil
+	} else {
+		ev = protocol.NewOutputEvent(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, cur[protocol.OutputHeadroom:])
+		j.pending[i] = cur[:protocol.OutputHeadroom]
+	}
+	ev.Attempt = j.attemptTag()
+	if j.m.sink != nil {
+		j.m.sink.Publish(ev)
+	}
+	// The ring's chunk aliases the payload's tail: the only copy kept.
+	stored := ev.Payload[len(ev.Payload)-n:]
+	j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload, attempt: ev.Attempt})
+	j.offset += int64(n)
+	j.checkReserveLocked()
+}
+
+func (j *Job) idleFired(runDone <-chan struct{}) {
+	j.mu.Lock()
+	if j.state != Running || over(runDone) {
+		j.mu.Unlock()
+		return
+	}
+	if j.gate != nil {
+		// Output held (journal, pacing): the job waits for us, it is not
+		// quiet. Counted again from when it is read.
+		j.idleT.Reset(j.noOutput)
+		j.mu.Unlock()
+		return
+	}
+	if quiet := j.m.now().Sub(laterOf(j.lastOutputAt, j.unheldAt)); quiet < j.noOutput {
+		// Output arrived while the timer fired: re-arm for the rest.
+		j.idleT.Reset(j.noOutput - quiet)
+		j.mu.Unlock()
+		return
+	}
+	j.mu.Unlock()
+	j.killRun(runDone, protocol.ReasonNoOutputTimeout)
+}

@@ -1,0 +1,133 @@
+package jobs
+
+import (
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Info returns a snapshot of the job.
+func (j *Job) Info() protocol.JobInfo {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.infoLocked()
+}
+
+func (j *Job) infoLocked() protocol.JobInfo {
+	info := protocol.JobInfo{
+		JobID: j.id, State: j.state.Wire(), Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Pid: j.pid, Pgid: j.pgid,
+		CreatedAt: ms(j.createdAt), StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), LastOutputAt: ms(j.lastOutputAt),
+		ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
+		TimeoutMs: j.timeout.Milliseconds(), NoOutputTimeoutMs: j.noOutput.Milliseconds(),
+		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1],
+		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
+		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
+		Cgroup:     j.cgroupPath(),
+		StdinOpen:  j.state != Exited && j.state != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
+		OutputHeld: j.heldJournal, OutputPaced: j.gate != nil && j.pacedLocked(),
+	}
+	if j.state == Exited {
+		info.Reason = j.reason
+	}
+	j.serviceInfoLocked(&info)
+	return info
+}
+
+// Poll returns retained output from cursor (a combined output offset).
+func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
+	if maxBytes <= 0 || maxBytes > protocol.MaxPollBytes {
+		maxBytes = protocol.MaxPollBytes
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if cursor > j.offset {
+		return protocol.PollResult{}, protocol.Errorf(protocol.CodeInvalidArgument,
+			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.offset)
+	}
+	res := j.out.poll(cursor, maxBytes)
+	res.Job = j.infoLocked()
+	return res, nil
+}
+
+// Events returns retained events with seq >= from, at most limit, and
+// reports the seq ranges (and output bytes) no longer retained.
+func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
+	if limit <= 0 || limit > protocol.MaxSubscribeEvents {
+		limit = protocol.MaxSubscribeEvents
+	}
+	if from == 0 {
+		from = 1
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	res := protocol.SubscribeResult{Job: j.infoLocked(), Events: []protocol.Event{}}
+	size := 0
+	next := from // the first seq not yet accounted for
+	// add appends ev (seq >= from, in order); seqs skipped since the last
+	// one are no longer retained and reported missing.
+	add := func(ev protocol.Event) bool {
+		if len(res.Events) >= limit || (len(res.Events) > 0 && size+len(ev.Payload) > protocol.MaxSubscribeBytes) {
+			res.More = true
+			return false
+		}
+		if ev.Seq > next {
+			res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: ev.Seq - 1})
+		}
+		next = ev.Seq + 1
+		size += len(ev.Payload)
+		res.Events = append(res.Events, ev)
+		return true
+	}
+	// Retained events in seq order: job.started, then output chunks merged
+	// with the other retained events (later runs' starts, restarts,
+	// readiness, ownership escapes, earlier terminal events), then the
+	// terminal event.
+	var retained []protocol.Event
+	if j.startedEv != nil && j.startedEv.Seq >= from {
+		retained = append(retained, j.startedEventLocked())
+	}
+	extra := j.extraEvs
+	for _, c := range j.out.live() {
+		for len(extra) > 0 && extra[0].Seq < c.Seq {
+			if extra[0].Seq >= from {
+				retained = append(retained, extra[0])
+			}
+			extra = extra[1:]
+		}
+		if c.Seq < from {
+			continue
+		}
+		ev := protocol.Event{V: protocol.Version, JobID: j.id, Seq: c.Seq, Ts: c.ts, Kind: c.Stream.Kind(), Attempt: c.attempt, Payload: c.payload}
+		if ev.Payload == nil { // a chunk restored from the journal
+			ev = protocol.NewOutputEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), c.Offset, c.Data)
+			ev.Attempt = c.attempt
+		}
+		retained = append(retained, ev)
+		if len(retained) > limit {
+			break // enough to fill the reply
+		}
+	}
+	if len(retained) <= limit {
+		for _, ev := range extra {
+			if ev.Seq >= from {
+				retained = append(retained, ev)
+			}
+		}
+		if j.exitEv != nil && j.exitEv.Seq >= from {
+			retained = append(retained, *j.exitEv)
+		}
+	}
+	for _, ev := range retained {
+		if !add(ev) {
+			break
+		}
+	}
+	if !res.More && len(retained) <= limit && next <= j.seq {
+		res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: j.seq})
+	}
+	if len(res.Missing) > 0 {
+		// Exact from the eviction index; an upper bound (all evicted
+		// output) only for ranges older than what the index keeps.
+		res.MissingBytes, _ = j.out.missingBytes(res.Missing)
+	}
+	return res, nil
+}
