@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -299,7 +300,7 @@ func TestPaceReasonsAndRefusals(t *testing.T) {
 	if _, _, err := m.SpawnJobWith(protocol.SpawnArgs{Argv: []string{"true"}}, SpawnOptions{Pacer: "b", PaceWatch: func(func()) func() bool {
 		watched = true
 		return func() bool { return true }
-	}}); protocol.CodeOf(err) != protocol.CodeTooManyJobs || watched {
+	}}); !errors.Is(err, ErrTooManyJobs) || watched {
 		t.Fatalf("a refused paced spawn: %v, watch set %v", err, watched)
 	}
 

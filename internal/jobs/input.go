@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // Write sends data to the job's stdin pipe or terminal, then (eof) closes
@@ -26,7 +24,7 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	// waiting behind one to a job that does not read its input gives up
 	// with it, rather than adding 2 s per writer in line.
 	if j.Finished() {
-		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited; nothing reads its input", j.id)
+		return 0, errorf(ErrFinished, "job %s has exited; nothing reads its input", j.id)
 	}
 	deadline := time.Now().Add(writeTimeout)
 	wait := time.NewTimer(writeTimeout)
@@ -34,7 +32,7 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	case j.wsem <- struct{}{}:
 		wait.Stop()
 	case <-wait.C:
-		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s is not reading its input: an earlier write to it was still waiting after %v (nothing of this one was written)", j.id, writeTimeout)
+		return 0, errorf(ErrNoInput, "job %s is not reading its input: an earlier write to it was still waiting after %v (nothing of this one was written)", j.id, writeTimeout)
 	}
 	defer func() { <-j.wsem }()
 	j.mu.Lock()
@@ -44,18 +42,18 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	}
 	j.mu.Unlock()
 	if state == Exited {
-		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited; nothing reads its input", j.id)
+		return 0, errorf(ErrFinished, "job %s has exited; nothing reads its input", j.id)
 	}
 	if state == Starting || state == Restarting {
 		// (a service between runs: the last run's input is closed, the
 		// next one's not open yet)
-		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no running process right now (%s); nothing reads its input", j.id, state)
+		return 0, errorf(ErrNotRunning, "job %s has no running process right now (%s); nothing reads its input", j.id, state)
 	}
 	if f == nil {
 		if j.spec.Stdin {
-			return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s's stdin was closed (eof)", j.id)
+			return 0, errorf(ErrNoInput, "job %s's stdin was closed (eof)", j.id)
 		}
-		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no stdin: spawn it with stdin: true (or pty)", j.id)
+		return 0, errorf(ErrNoInput, "job %s has no stdin: spawn it with stdin: true (or pty)", j.id)
 	}
 	lineMode := isPTY && termLineMode(f)
 	line := 0 // the terminal's unfinished line after data (as far as writes tell)
@@ -66,7 +64,7 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 			// The terminal's line discipline keeps 4095 bytes of a line
 			// and drops the rest: the program would get another line
 			// than the one sent (a shell, another command).
-			return 0, protocol.Errorf(protocol.CodeInvalidArgument,
+			return 0, errorf(ErrInvalid,
 				"job %s's terminal is in line mode, which keeps at most %d bytes of a line, and this write makes a line of %d (with what earlier writes left unfinished): nothing was written (send it in a file or to a job with stdin: true; a program that reads its terminal raw, as readline does, takes longer lines)", j.id, maxTermLine, n)
 		}
 	}
@@ -99,12 +97,12 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return n, protocol.Errorf(protocol.CodeInvalidArgument, "job %s is not reading its input: %d of %d bytes written in %v", j.id, n, len(data), writeTimeout)
+			return n, errorf(ErrNoInput, "job %s is not reading its input: %d of %d bytes written in %v", j.id, n, len(data), writeTimeout)
 		}
 		if inputGone(err) {
 			// (its reading end is closed: the job closed its stdin, or
 			// its run is ending; a terminal whose processes are gone)
-			return n, protocol.Errorf(protocol.CodeInvalidArgument, "job %s no longer reads its input (%d of %d bytes written): %v", j.id, n, len(data), err)
+			return n, errorf(ErrNoInput, "job %s no longer reads its input (%d of %d bytes written): %v", j.id, n, len(data), err)
 		}
 		return n, fmt.Errorf("write to job %s: %w", j.id, err)
 	}
@@ -169,17 +167,17 @@ func (j *Job) Resize(rows, cols uint16) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if !j.isPTY {
-		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no terminal (spawn it with pty)", j.id)
+		return errorf(ErrNoInput, "job %s has no terminal (spawn it with pty)", j.id)
 	}
 	switch {
 	case j.state == Exited:
-		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has exited", j.id)
+		return errorf(ErrFinished, "job %s has exited", j.id)
 	case j.state == Starting || j.state == Restarting || j.ptmx == nil:
-		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no running process right now (%s)", j.id, j.state)
+		return errorf(ErrNotRunning, "job %s has no running process right now (%s)", j.id, j.state)
 	}
 	if err := setWinsize(j.ptmx, rows, cols); err != nil {
 		if inputGone(err) {
-			return protocol.Errorf(protocol.CodeInvalidArgument, "job %s's terminal is closing (its run is ending): %v", j.id, err)
+			return errorf(ErrNotRunning, "job %s's terminal is closing (its run is ending): %v", j.id, err)
 		}
 		return fmt.Errorf("resize job %s: %w", j.id, err)
 	}

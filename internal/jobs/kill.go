@@ -189,11 +189,11 @@ func (j *Job) Signal(sig syscall.Signal) error {
 	defer j.mu.Unlock()
 	switch j.state {
 	case Exited:
-		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has already exited", j.id)
+		return errorf(ErrFinished, "job %s has already exited", j.id)
 	case Starting, Restarting:
 		// No process of this job runs now (the previous run's cgroup may
 		// already serve another job).
-		return protocol.Errorf(protocol.CodeInvalidArgument, "job %s has no running process right now (%s)", j.id, j.state)
+		return errorf(ErrNotRunning, "job %s has no running process right now (%s)", j.id, j.state)
 	}
 	return j.signalLocked(sig)
 }

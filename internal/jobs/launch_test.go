@@ -344,7 +344,7 @@ func TestQueuedWritesAreBounded(t *testing.T) {
 		if d := <-took; d > 5*time.Second {
 			t.Errorf("a write took %v; the bound is %v", d, writeTimeout)
 		}
-		if err := <-errs; protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "not reading its input") {
+		if err := <-errs; !errors.Is(err, ErrNoInput) || !strings.Contains(err.Error(), "not reading its input") {
 			t.Errorf("write: %v", err)
 		}
 	}
@@ -360,8 +360,8 @@ func TestWriteToClosedInput(t *testing.T) {
 		return len(res.Chunks) > 0
 	})
 	_, err := j.Write([]byte("hello\n"), false)
-	if protocol.CodeOf(err) != protocol.CodeInvalidArgument || !strings.Contains(err.Error(), "no longer reads its input") {
-		t.Fatalf("write to a closed stdin: %v (code %s), want invalid-argument", err, protocol.CodeOf(err))
+	if !errors.Is(err, ErrNoInput) || !strings.Contains(err.Error(), "no longer reads its input") {
+		t.Fatalf("write to a closed stdin: %v, want ErrNoInput (invalid-argument on the wire)", err)
 	}
 }
 

@@ -402,8 +402,8 @@ func newJobID() string {
 }
 
 // Spawn starts a job. On a spawn failure the job is still recorded (as
-// exited with reason spawn-error) and the error, a *protocol.Error with
-// CodeSpawnError, carries its id in Details["jobId"].
+// exited with reason spawn-error) and the error is a *SpawnError naming
+// it.
 func (m *Manager) Spawn(args protocol.SpawnArgs) (protocol.JobInfo, error) {
 	_, info, err := m.SpawnJob(args)
 	return info, err
@@ -433,10 +433,10 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	switch {
 	case m.closed:
 		m.mu.Unlock()
-		return nil, protocol.JobInfo{}, protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down; not starting new jobs")
+		return nil, protocol.JobInfo{}, errorf(ErrShuttingDown, "supervisor is shutting down; not starting new jobs")
 	case m.active >= m.cfg.MaxJobs:
 		m.mu.Unlock()
-		return nil, protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one", m.active, m.cfg.MaxJobs)
+		return nil, protocol.JobInfo{}, errorf(ErrTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one", m.active, m.cfg.MaxJobs)
 	}
 	m.createN++
 	j.createN = m.createN
@@ -449,9 +449,7 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 		_ = j.Pace(o.Pacer, 0, o.PaceWatch) // (offset 0 cannot be refused)
 	}
 	if err := j.start(); err != nil {
-		pe := protocol.Errorf(protocol.CodeSpawnError, "%v", err)
-		pe.Details = map[string]string{"jobId": j.id}
-		return j, j.Info(), pe
+		return j, j.Info(), &SpawnError{JobID: j.id, Err: err}
 	}
 	if m.hooks.Spawned != nil {
 		m.hooks.Spawned()
@@ -617,9 +615,9 @@ func (m *Manager) Get(id string) (*Job, error) {
 	m.mu.Unlock()
 	if j == nil {
 		if at := m.crashRecovery.Load(); at != nil {
-			return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job whose spawn it had not answered yet may be in no record)", id, at.UTC().Format(time.RFC3339))
+			return nil, errorf(ErrNotFound, "no job %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job whose spawn it had not answered yet may be in no record)", id, at.UTC().Format(time.RFC3339))
 		}
-		return nil, protocol.Errorf(protocol.CodeNotFound, "no job %.128q (finished jobs are forgotten after the retention period)", id)
+		return nil, errorf(ErrNotFound, "no job %.128q (finished jobs are forgotten after the retention period)", id)
 	}
 	return j, nil
 }
@@ -735,7 +733,7 @@ func (m *Manager) Remove(id string) error {
 	j.mu.Lock()
 	if j.state != Exited {
 		j.mu.Unlock()
-		return protocol.Errorf(protocol.CodeJobRunning, "job %s is still running: kill it first", id)
+		return errorf(ErrJobRunning, "job %s is still running: kill it first", id)
 	}
 	m.mu.Lock()
 	delete(m.jobs, id)

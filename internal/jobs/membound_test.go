@@ -166,14 +166,14 @@ func TestLogLinesClipInput(t *testing.T) {
 		{Argv: []string{"true"}, Cwd: "/no/such/" + huge},
 	} {
 		_, err := m.Spawn(a)
-		var pe *protocol.Error
-		if !errors.As(err, &pe) || pe.Code != protocol.CodeSpawnError {
+		var se *SpawnError
+		if !errors.Is(err, ErrSpawn) || !errors.As(err, &se) {
 			t.Fatalf("spawn %.40q: %v; want a spawn error", a.Argv, err)
 		}
-		if len(pe.Message) > 4<<10 || !strings.Contains(pe.Message, "truncated") {
-			t.Fatalf("spawn error of %d bytes: %.200s", len(pe.Message), pe.Message)
+		if msg := err.Error(); len(msg) > 4<<10 || !strings.Contains(msg, "truncated") {
+			t.Fatalf("spawn error of %d bytes: %.200s", len(msg), msg)
 		}
-		j, err := m.Get(pe.Details["jobId"])
+		j, err := m.Get(se.JobID)
 		if err != nil {
 			t.Fatal(err)
 		}

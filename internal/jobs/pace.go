@@ -2,8 +2,6 @@ package jobs
 
 import (
 	"time"
-
-	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // pacer is a client pacing a job's output: it has taken the output up to
@@ -70,7 +68,7 @@ func (j *Job) heldByLocked(p *pacer, w int64) bool { return j.offset >= p.acked+
 // finished job has nothing to pace (no error). Release with Unpace.
 func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop func() bool)) error {
 	if offset < 0 {
-		return protocol.Errorf(protocol.CodeInvalidArgument, "offset %d is negative", offset)
+		return errorf(ErrInvalid, "offset %d is negative", offset)
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()

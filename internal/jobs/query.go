@@ -40,7 +40,7 @@ func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if cursor > j.offset {
-		return protocol.PollResult{}, protocol.Errorf(protocol.CodeInvalidArgument,
+		return protocol.PollResult{}, errorf(ErrInvalid,
 			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.offset)
 	}
 	res := j.out.poll(cursor, maxBytes)

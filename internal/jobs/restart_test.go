@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -162,7 +163,7 @@ func TestLateKillOfEndedRunIsIgnored(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // as above
 	}
-	if err := c.Signal(SigTerm); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+	if err := c.Signal(SigTerm); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("signal while restarting: %v", err)
 	}
 	if in := c.Info(); in.Cgroup != "" {
@@ -185,7 +186,7 @@ func TestRestoreRefusesInvalidServiceSpec(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.Start("j-bad"); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+	if _, err := m.Start("j-bad"); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("start of a job with an invalid recorded spec: %v", err)
 	}
 	info, err := m.Start("j-good")

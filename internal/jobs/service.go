@@ -257,14 +257,14 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 	j.mu.Lock()
 	if j.svc == nil {
 		j.mu.Unlock()
-		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeInvalidArgument,
+		return protocol.JobInfo{}, errorf(ErrInvalid,
 			"job %s is not a service (spawned without a restart policy); spawn it again instead", id)
 	}
 	switch j.state {
 	case Starting:
 		j.mu.Unlock()
 		if restart {
-			return j.Info(), protocol.Errorf(protocol.CodeJobRunning, "job %s is starting; try again in a moment", id)
+			return j.Info(), errorf(ErrJobRunning, "job %s is starting; try again in a moment", id)
 		}
 		return j.Info(), nil
 	case Running:
@@ -284,7 +284,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		return j.Info(), nil
 	case Exiting:
 		j.mu.Unlock()
-		return j.Info(), protocol.Errorf(protocol.CodeJobRunning, "job %s is stopping; start it once it has exited", id)
+		return j.Info(), errorf(ErrJobRunning, "job %s is stopping; start it once it has exited", id)
 	case Restarting:
 		j.svc.reset()
 		j.beginRunLocked()
@@ -300,15 +300,15 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 	case m.jobs[id] != j:
 		m.mu.Unlock()
 		j.mu.Unlock()
-		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeNotFound, "job %s was removed", id)
+		return protocol.JobInfo{}, errorf(ErrNotFound, "job %s was removed", id)
 	case m.closed:
 		m.mu.Unlock()
 		j.mu.Unlock()
-		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down; not starting jobs")
+		return protocol.JobInfo{}, errorf(ErrShuttingDown, "supervisor is shutting down; not starting jobs")
 	case m.active >= m.cfg.MaxJobs:
 		m.mu.Unlock()
 		j.mu.Unlock()
-		return protocol.JobInfo{}, protocol.Errorf(protocol.CodeTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs)", m.active, m.cfg.MaxJobs)
+		return protocol.JobInfo{}, errorf(ErrTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs)", m.active, m.cfg.MaxJobs)
 	}
 	m.active++
 	j.svcFinN.Store(0) // (supervised again: not a finished service)
@@ -335,9 +335,7 @@ func startErr(j *Job, err error) error {
 	if err == nil {
 		return nil
 	}
-	pe := protocol.Errorf(protocol.CodeSpawnError, "%v", err)
-	pe.Details = map[string]string{"jobId": j.id}
-	return pe
+	return &SpawnError{JobID: j.id, Err: err}
 }
 
 // Stop ends a job gracefully (TERM, grace, KILL) with reason stopped; a

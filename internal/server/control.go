@@ -1,10 +1,10 @@
 package server
 
 import (
-	"errors"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/wireerr"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -221,12 +221,6 @@ func (s *Server) handle(p *zmqx.Peer, req *protocol.Request, err error, start ti
 	return b, nil
 }
 
-// toWire maps any error to a wire error: *protocol.Error passes through,
-// anything else is internal.
-func toWire(err error) *protocol.Error {
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		return pe
-	}
-	return protocol.Errorf(protocol.CodeInternal, "%v", err)
-}
+// toWire maps any error to a wire error (wireerr.Of: the one place that
+// decides codes).
+func toWire(err error) *protocol.Error { return wireerr.Of(err) }

@@ -113,6 +113,16 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 	return c, nil
 }
 
+// RefusedError is a ZMTP ERROR command from the server: it refused the
+// handshake, or ended the connection, and Reason says why (AuthFailed,
+// one starting with TooManyConnections, IdleEvicted, ...).
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "server refused: " + e.Reason }
+
+// AuthFailed is the reason of an ERROR refusing a PLAIN password.
+const AuthFailed = "authentication failed"
+
 // MechanismError says the supervisor and the client do not agree on the
 // ZMTP security mechanism: the supervisor wants a token the client does
 // not have (Server PLAIN, Client NULL), or runs without authentication
@@ -202,7 +212,7 @@ func (c *Client) expect(name string) error {
 	case err != nil:
 		return fmt.Errorf("waiting for %s: %w", name, err)
 	case got == zmq4.CmdError:
-		return fmt.Errorf("server refused: %s", errorReason(body))
+		return &RefusedError{Reason: errorReason(body)}
 	case got != name:
 		return fmt.Errorf("expected %s, got %q", name, got)
 	}
@@ -234,7 +244,7 @@ func (c *Client) Recv() ([][]byte, error) {
 		}
 		if flags&flagCommand != 0 {
 			if name, rest := cmdName(body); name == zmq4.CmdError {
-				return nil, fmt.Errorf("server error: %s", errorReason(rest))
+				return nil, &RefusedError{Reason: errorReason(rest)}
 			}
 			continue
 		}

@@ -521,7 +521,7 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 	name, rest := cmdName(body)
 	if l.policy.Token != "" {
 		if name != zmq4.CmdHello || !plainBodyOK(rest, l.policy.Token) {
-			l.sendErrorCmd(raw, "authentication failed")
+			l.sendErrorCmd(raw, AuthFailed)
 			fail("auth-failed", nil)
 			return
 		}

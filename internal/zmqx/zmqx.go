@@ -187,6 +187,23 @@ func EnsurePrivateDir(dir string) error {
 	return checkPrivateInfo(dir, fi)
 }
 
+// UnsafePathError says a path that would be trusted (a socket or state
+// directory, a token file) is not safe to use: someone other than us (or
+// root) could change it or what is in it. Err says how.
+type UnsafePathError struct {
+	Path string
+	Err  error
+}
+
+func (e *UnsafePathError) Error() string { return e.Err.Error() }
+
+func (e *UnsafePathError) Unwrap() error { return e.Err }
+
+// unsafePath returns an *UnsafePathError for path: "<path> <problem>".
+func unsafePath(path, problem string, args ...any) error {
+	return &UnsafePathError{Path: path, Err: fmt.Errorf("%s "+problem, append([]any{path}, args...)...)}
+}
+
 // checkPrivate is EnsurePrivateDir's check alone (it creates nothing).
 func checkPrivate(dir string) error {
 	fi, err := os.Lstat(dir)
@@ -198,14 +215,14 @@ func checkPrivate(dir string) error {
 
 func checkPrivateInfo(dir string, fi os.FileInfo) error {
 	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory (or is a symlink): refusing to use it", dir)
+		return unsafePath(dir, "is not a directory (or is a symlink): refusing to use it")
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d): refusing to use it", dir, st.Uid, os.Geteuid())
+		return unsafePath(dir, "is owned by uid %d, not by us (uid %d): refusing to use it", st.Uid, os.Geteuid())
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("%s has mode %o; it must be 0700 (chmod 700 %s)", dir, fi.Mode().Perm(), dir)
+		return unsafePath(dir, "has mode %o; it must be 0700 (chmod 700 %s)", fi.Mode().Perm(), dir)
 	}
 	return nil
 }
@@ -221,13 +238,13 @@ func CheckDir(dir string, stickyOK bool) error {
 		return fmt.Errorf("inspect %s: %w", dir, err)
 	}
 	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory (or is a symlink): refusing to use it", dir)
+		return unsafePath(dir, "is not a directory (or is a symlink): refusing to use it")
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && st.Uid != 0 {
-		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d) or root: refusing to use it", dir, st.Uid, os.Geteuid())
+		return unsafePath(dir, "is owned by uid %d, not by us (uid %d) or root: refusing to use it", st.Uid, os.Geteuid())
 	}
 	if fi.Mode().Perm()&0o022 != 0 && !(stickyOK && fi.Mode()&os.ModeSticky != 0) {
-		return fmt.Errorf("%s has mode %o: others could replace what is in it (chmod go-w %s)", dir, fi.Mode().Perm(), dir)
+		return unsafePath(dir, "has mode %o: others could replace what is in it (chmod go-w %s)", fi.Mode().Perm(), dir)
 	}
 	return nil
 }
@@ -267,7 +284,7 @@ func CheckPeerDir(dir string) error {
 		}
 	}
 	if perr != nil {
-		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d) or root, and anyone could have made it there (%w): refusing to use it; a supervisor shared with other users keeps its sockets in a directory of its own under a root-owned one, e.g. /run/exec-supervisor", dir, st.Uid, os.Geteuid(), perr)
+		return &UnsafePathError{Path: dir, Err: fmt.Errorf("%s is owned by uid %d, not by us (uid %d) or root, and anyone could have made it there (%w): refusing to use it; a supervisor shared with other users keeps its sockets in a directory of its own under a root-owned one, e.g. /run/exec-supervisor", dir, st.Uid, os.Geteuid(), perr)}
 	}
 	return nil
 }
@@ -280,7 +297,7 @@ func CheckOwnFile(f *os.File, path string) error {
 		return fmt.Errorf("inspect %s: %w", path, err)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d): refusing to trust it", path, st.Uid, os.Geteuid())
+		return unsafePath(path, "is owned by uid %d, not by us (uid %d): refusing to trust it", st.Uid, os.Geteuid())
 	}
 	return nil
 }

@@ -399,7 +399,8 @@ func (c *Client) readLoop(cn *conn) {
 	for {
 		frames, err := cn.sock.Recv()
 		if err != nil {
-			cn.evicted.Store(strings.Contains(err.Error(), zmqx.IdleEvicted))
+			var re *zmqx.RefusedError
+			cn.evicted.Store(errors.As(err, &re) && re.Reason == zmqx.IdleEvicted)
 			return
 		}
 		if len(frames) == 0 {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/wireerr"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -24,7 +25,7 @@ type backend struct {
 func (b *backend) Follow(ctx context.Context, fn client.FollowFunc) error {
 	j, err := b.e.m.Get(b.id)
 	if err != nil {
-		return err
+		return engineErr(err)
 	}
 	notify := b.e.sink.watch(b.id)
 	defer b.e.sink.unwatch(b.id)
@@ -35,7 +36,7 @@ func (b *backend) Follow(ctx context.Context, fn client.FollowFunc) error {
 	for {
 		res, err := j.Events(s.next, 0)
 		if err != nil {
-			return err
+			return engineErr(err)
 		}
 		if done, err := s.apply(res.Missing, res.Events); done || err != nil {
 			return err
@@ -58,7 +59,7 @@ func (b *backend) Follow(ctx context.Context, fn client.FollowFunc) error {
 func (b *backend) Ended(ctx context.Context) error {
 	j, err := b.e.m.Get(b.id)
 	if err != nil {
-		return err
+		return engineErr(err)
 	}
 	select {
 	case <-j.Done():
@@ -72,20 +73,29 @@ func (b *backend) Ended(ctx context.Context) error {
 func (b *backend) Kill(context.Context) error {
 	j, err := b.e.m.Get(b.id)
 	if err != nil {
-		return err
+		return engineErr(err)
 	}
 	_, err = j.Kill(protocol.ReasonManualCancel, syscall.SIGTERM)
-	return err
+	return engineErr(err)
 }
 
 // Write sends input to the job.
 func (b *backend) Write(_ context.Context, data []byte, eof bool) error {
 	j, err := b.e.m.Get(b.id)
 	if err != nil {
-		return err
+		return engineErr(err)
 	}
 	_, err = j.Write(data, eof)
-	return err
+	return engineErr(err)
+}
+
+// engineErr gives an error of the engine to the caller as the supervisor
+// would send it: a *protocol.Error of the same code (wireerr).
+func engineErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return wireerr.Of(err)
 }
 
 // sequencer hands pages of a job's events (jobs.Job.Events) to fn from

@@ -156,7 +156,7 @@ func (e *Engine) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes
 	if !args.Pace {
 		info, err := e.m.Spawn(args)
 		if err != nil {
-			return nil, err
+			return nil, engineErr(err)
 		}
 		return client.NewJob(info.JobID, &backend{e: e, id: info.JobID}, bufferBytes, false), nil
 	}
@@ -165,7 +165,7 @@ func (e *Engine) Start(ctx context.Context, args protocol.SpawnArgs, bufferBytes
 	pacer := new(byte)
 	_, info, err := e.m.SpawnJobWith(args, jobs.SpawnOptions{Pacer: pacer})
 	if err != nil {
-		return nil, err
+		return nil, engineErr(err)
 	}
 	return client.NewJob(info.JobID, &backend{e: e, id: info.JobID, pacer: pacer}, bufferBytes, true), nil
 }

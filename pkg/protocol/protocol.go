@@ -222,13 +222,44 @@ type Error struct {
 	Code    Code              `msgpack:"code" json:"code"`
 	Message string            `msgpack:"message" json:"message"`
 	Details map[string]string `msgpack:"details,omitempty" json:"details,omitempty"`
+	// cause is what the error was made from on this side (see Wrap); it
+	// never goes on the wire.
+	cause error
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
+// Unwrap returns the error this one was made from with Wrap (nil for one
+// decoded from the wire, or made with Errorf).
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is reports whether target is an *Error of the same code, so that callers
+// decide by code, never by message text:
+// errors.Is(err, &protocol.Error{Code: protocol.CodeNotFound}), or one of
+// the Err sentinels below.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Sentinels to test an error's code with errors.Is (compared by code only).
+var (
+	ErrNotFound     = &Error{Code: CodeNotFound}
+	ErrTooManyJobs  = &Error{Code: CodeTooManyJobs}
+	ErrSpawnError   = &Error{Code: CodeSpawnError}
+	ErrShuttingDown = &Error{Code: CodeShuttingDown}
+	ErrJobRunning   = &Error{Code: CodeJobRunning}
+	ErrTooLarge     = &Error{Code: CodeTooLarge}
+)
+
 // Errorf returns an *Error with code and a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an *Error with code and err's message that wraps err.
+func Wrap(code Code, err error) *Error {
+	return &Error{Code: code, Message: err.Error(), cause: err}
 }
 
 // CodeOf returns the code of the first *Error in err's chain, or
