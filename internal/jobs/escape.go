@@ -9,7 +9,7 @@ import (
 // cgroupPath is the current run's cgroup while it runs (a finished run's
 // cgroup may already serve another job).
 func (j *Job) cgroupPath() string {
-	if j.cg == nil || j.state == Exited || j.state == Restarting {
+	if j.cg == nil || j.life.State == Exited || j.life.State == Restarting {
 		return ""
 	}
 	return j.cg.Path
@@ -56,10 +56,10 @@ func (j *Job) detectEscapes(runDone <-chan struct{}) {
 	}
 	first := !j.escaped
 	j.escaped = true
-	if first && j.state != Exited {
+	if first && j.life.State != Exited {
 		j.keepExtraLocked(j.emitLocked(protocol.KindOwnershipEscape, protocol.OwnershipEscapePayload{Pids: escaped}))
 	}
-	strict := j.spec.StrictOwnership && !j.leaderExited
+	strict := j.spec.StrictOwnership && !j.life.LeaderExited
 	j.mu.Unlock()
 	if !first {
 		return

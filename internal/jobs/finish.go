@@ -35,11 +35,11 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	}
 	j.overallT, j.idleT, j.watchdogT = nil, nil, nil
 	j.exitCode, j.signal = exitOf(ws)
-	if j.reason == "" {
+	if j.life.Reason == "" {
 		if ws.Signaled() {
-			j.reason = protocol.ReasonSignal
+			j.life.Reason = protocol.ReasonSignal
 		} else {
-			j.reason = protocol.ReasonExit
+			j.life.Reason = protocol.ReasonExit
 		}
 	}
 	j.endedAt = j.m.now()
@@ -49,7 +49,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	var attrs []any
 	logInfo := j.m.logInfo()
 	if logInfo || j.svc != nil {
-		attrs = []any{"job", j.id, "pid", j.pid, "reason", string(j.reason), "signal", j.signal,
+		attrs = []any{"job", j.id, "pid", j.pid, "reason", string(j.life.Reason), "signal", j.signal,
 			"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
 		if j.exitCode != nil {
 			attrs = append(attrs, "exitCode", *j.exitCode)
@@ -65,7 +65,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 		}
 	}
 	j.finishLocked()
-	reason := j.reason
+	reason := j.life.Reason
 	j.mu.Unlock()
 	if j.svc != nil {
 		attrs = append(attrs, "finalReason", string(reason))
@@ -79,26 +79,28 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 // finishLocked finalizes the job: state Exited, the terminal event, done
 // closed. For a service the reason is the one that ended supervision.
 func (j *Job) finishLocked() {
-	if j.svc != nil && j.endReason != "" {
-		j.reason = j.endReason
+	if j.svc != nil && j.life.EndReason != "" {
+		j.life.Reason = j.life.EndReason
 	}
 	if t := j.restartT; t != nil {
 		t.Stop()
 		j.restartT = nil
 	}
-	if err := j.transition(Exited); err != nil {
-		j.m.log.Error("finalize", "err", err)
+	if j.life.State != Exited { // (unless the lifecycle core moved it)
+		if err := j.transition(Exited); err != nil {
+			j.m.log.Error("finalize", "err", err)
+		}
 	}
 	// Counted (active jobs, finished metric) before anyone can see it
 	// ended (status, the terminal event, done): a client that saw the end
 	// and then scrapes /metrics finds it counted.
-	j.m.jobDone(j, j.reason)
+	j.m.jobDone(j, j.life.Reason)
 	kind := protocol.KindFailed
-	if j.reason == protocol.ReasonExit {
+	if j.life.Reason == protocol.ReasonExit {
 		kind = protocol.KindExited
 	}
 	j.exitEv = ptr(j.emitLocked(kind, j.withEndLocked(protocol.ExitPayload{
-		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
+		Reason: j.life.Reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(),
 	})))
 	j.closeDoneLocked()

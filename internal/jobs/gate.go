@@ -21,7 +21,7 @@ const (
 // left to read then is bounded: the pipes' contents and what the group
 // writes before it is cleared).
 func (j *Job) gatedLocked() bool {
-	return !j.leaderExited && (j.journalHeldLocked() || j.pacedLocked())
+	return !j.life.LeaderExited && (j.journalHeldLocked() || j.pacedLocked())
 }
 
 // journalHeldLocked says whether output must wait for the journal: a
@@ -103,7 +103,7 @@ func (j *Job) noteHeldLocked() {
 		j.m.log.Warn("job output held: the journal has not been written for too long (disk full?); the job blocks on its output until a write lands",
 			"job", j.id, "seq", j.seq, "journaledSeq", j.seqSnap, "outputEnd", j.offset, "journaledOutputEnd", j.offSnap)
 	} else {
-		j.m.log.Info("job output read again", "job", j.id, "journaledSeq", j.seqSnap, "leaderExited", j.leaderExited)
+		j.m.log.Info("job output read again", "job", j.id, "journaledSeq", j.seqSnap, "leaderExited", j.life.LeaderExited)
 	}
 	if h := j.m.hooks.OutputHeld; h != nil {
 		h(held)

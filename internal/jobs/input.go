@@ -36,7 +36,7 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	}
 	defer func() { <-j.wsem }()
 	j.mu.Lock()
-	state, f, isPTY := j.state, j.stdin, j.isPTY
+	state, f, isPTY := j.life.State, j.stdin, j.isPTY
 	if isPTY {
 		f = j.ptmx
 	}
@@ -170,10 +170,10 @@ func (j *Job) Resize(rows, cols uint16) error {
 		return errorf(ErrNoInput, "job %s has no terminal (spawn it with pty)", j.id)
 	}
 	switch {
-	case j.state == Exited:
+	case j.life.State == Exited:
 		return errorf(ErrFinished, "job %s has exited", j.id)
-	case j.state == Starting || j.state == Restarting || j.ptmx == nil:
-		return errorf(ErrNotRunning, "job %s has no running process right now (%s)", j.id, j.state)
+	case j.life.State == Starting || j.life.State == Restarting || j.ptmx == nil:
+		return errorf(ErrNotRunning, "job %s has no running process right now (%s)", j.id, j.life.State)
 	}
 	if err := setWinsize(j.ptmx, rows, cols); err != nil {
 		if inputGone(err) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -39,8 +40,10 @@ type Job struct {
 	// runStarted is closed once the current run's process is known (or
 	// its start failed).
 	runStarted chan struct{}
-	// state only moves through transition.
-	state      State
+	// life is the job's lifecycle state: it moves only through stepLocked
+	// (lifecycle.Step), besides the moves the driver still makes itself
+	// (transition).
+	life       lifecycle.Life
 	proc       *proc
 	pid, pgid  int
 	startTicks uint64
@@ -48,22 +51,13 @@ type Job struct {
 	createdAt, startedAt, endedAt, lastOutputAt time.Time
 	updatedAt                                   time.Time // last state change
 
-	// reason is the termination reason requested by a kill or timeout
-	// before the leader exited; final after finalize.
-	reason   Reason
 	exitCode *int
 	signal   string
 	errMsg   string
 
-	// killing is set by the first kill; killDeadline is when SIGKILL follows.
-	killing       bool
-	cleanupKilled bool   // SIGKILL was needed (counted once)
-	pendingKill   Reason // a kill that arrived while Starting
-	killDeadline  time.Time
-	killNow       chan struct{} // closed to escalate to SIGKILL at once
-	// leaderExited: the process was reaped; groupGone: its group is empty
-	// too, so the pgid must never be signalled again (it may be reused).
-	leaderExited bool
+	// killDeadline is when SIGKILL follows the first kill.
+	killDeadline time.Time
+	killNow      chan struct{} // closed to escalate to SIGKILL at once
 	// termLine is what the writes to a PTY job's terminal left of an
 	// unfinished line (under wsem: see WriteInput).
 	termLine int
@@ -72,8 +66,7 @@ type Job struct {
 	svcFinN atomic.Uint64
 	// leaderWS is how a one-shot job's leader ended, while the rest of
 	// its group is terminated (journaled: see Snapshot.LeaderExit).
-	leaderWS  *syscall.WaitStatus
-	groupGone bool
+	leaderWS *syscall.WaitStatus
 
 	seq     uint64
 	out     *ring
@@ -157,10 +150,8 @@ type Job struct {
 	restartT  *time.Timer
 	restartAt time.Time
 	runOffset int64
-	// restartReq: the run is being ended by the restart op; endReason: a
-	// stop, kill or shutdown asked to end supervision.
+	// restartReq: the run is being ended by the restart op.
 	restartReq bool
-	endReason  Reason
 	history    []protocol.RunRecord
 
 	// Notify jobs: the run's notify socket and what it was told.
@@ -204,6 +195,7 @@ func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 		// A service runs until stopped: no overall timeout unless asked
 		// for (then it bounds each run).
 		j.svc = newBackoff(*args.Restart)
+		j.life.Service = true
 	} else {
 		j.timeout = m.cfg.DefaultTimeout
 	}
@@ -255,21 +247,46 @@ func over(ch <-chan struct{}) bool {
 func (j *Job) finishedAt() (time.Time, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.endedAt, j.state == Exited
+	return j.endedAt, j.life.State == Exited
 }
 
-// transition moves the state; an illegal move is a bug and is refused.
+// transition moves the state where the driver still decides the move
+// itself (its other moves go through stepLocked); an illegal move is a
+// bug and is refused.
 func (j *Job) transition(to State) error {
-	if !canMove(j.state, to) {
-		return fmt.Errorf("job %s: illegal transition %s -> %s", j.id, j.state, to)
+	if !lifecycle.CanMove(j.life.State, to) {
+		return fmt.Errorf("job %s: illegal transition %s -> %s", j.id, j.life.State, to)
 	}
+	j.movedLocked(j.life.State, to)
+	j.life.State = to
+	return nil
+}
+
+// movedLocked notes a move of the state (logged, time of change,
+// journal).
+func (j *Job) movedLocked(from, to State) {
 	if j.m.logDebug() { // (the attributes cost allocations even when not logged)
-		j.m.log.Debug("job state", "job", j.id, "from", j.state.String(), "to", to.String())
+		j.m.log.Debug("job state", "job", j.id, "from", from.String(), "to", to.String())
 	}
-	j.state = to
 	j.updatedAt = j.m.now()
 	j.m.changed()
-	return nil
+}
+
+// stepLocked hands ev to the lifecycle core and returns the effects to
+// carry out (see applyLocked). An event the core refuses is a bug of the
+// driver: logged, and nothing changes.
+func (j *Job) stepLocked(ev lifecycle.Event) []lifecycle.Effect {
+	before := j.life
+	after, effs, err := lifecycle.Step(before, ev)
+	if err != nil {
+		j.m.log.Error("job lifecycle", "job", j.id, "err", err)
+		return nil
+	}
+	j.life = after
+	if after.State != before.State {
+		j.movedLocked(before.State, after.State)
+	}
+	return effs
 }
 
 func ms(t time.Time) int64 {

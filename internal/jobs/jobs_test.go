@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -28,12 +29,12 @@ func TestTransitions(t *testing.T) {
 	}
 	for _, from := range all {
 		for _, to := range all {
-			if got := canMove(from, to); got != allowed[[2]State{from, to}] {
+			if got := lifecycle.CanMove(from, to); got != allowed[[2]State{from, to}] {
 				t.Errorf("%s -> %s: got %v", from, to, got)
 			}
 		}
 	}
-	j := &Job{m: &Manager{log: discard()}, state: Exited}
+	j := &Job{m: &Manager{log: discard()}, life: lifecycle.Life{State: Exited}}
 	if err := j.transition(Running); err == nil {
 		t.Fatal("exited -> running must be refused")
 	}

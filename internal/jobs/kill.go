@@ -1,9 +1,11 @@
 package jobs
 
 import (
+	"fmt"
 	"syscall"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -16,79 +18,84 @@ func (j *Job) Kill(reason Reason, sig syscall.Signal) (alreadyFinished bool, err
 }
 
 // kill is Kill restricted to the run whose runDone is given (nil: any).
+// What it does is the lifecycle core's decision (lifecycle.Kill); the
+// effects are carried out here.
 func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (alreadyFinished bool, err error) {
 	j.mu.Lock()
 	if runDone != nil && over(runDone) {
 		j.mu.Unlock()
 		return false, nil
 	}
-	if j.svc != nil && endsSupervision(reason) && j.endReason == "" {
-		j.endReason = reason
-		j.m.changed() // (journaled as the pending end: a crash now must not resume it)
-	}
-	if j.state == Restarting && !endsSupervision(reason) {
-		j.mu.Unlock()
-		return false, nil // a timeout or watchdog of a run that is over
-	}
-	if j.state == Restarting {
-		// Between runs: nothing to signal; supervision ends here (the
-		// last run's end is in the history, not in this fate).
-		j.exitCode, j.signal, j.errMsg = nil, "", ""
-		j.finishLocked()
-		j.mu.Unlock()
-		j.m.log.Info("service stopped while waiting to restart", "job", j.id, "reason", string(j.reason))
-		return false, nil
-	}
-	defer j.mu.Unlock()
-	switch j.state {
-	case Exited:
-		return true, nil
-	case Starting:
-		// start() is between registration and the process start: it
-		// kills the job as soon as the process exists.
-		if j.pendingKill == "" {
-			j.pendingKill = reason
+	before := j.life
+	effs := j.stepLocked(lifecycle.Kill{Reason: reason, Hard: sig == sigKill})
+	if !before.Killing && j.life.Killing {
+		j.killDeadline = j.m.now().Add(j.grace)
+		first := syscall.SIGTERM
+		if sig == sigKill {
+			first = sigKill
 		}
-		return false, nil
+		j.m.log.Info("job kill", "job", j.id, "reason", string(reason), "signal", protocol.SignalName(first), "grace", j.grace)
 	}
-	if sig == sigKill && j.killing {
-		j.escalateLocked()
-		// Sent here too, not only by the goroutine waiting out the grace
-		// period: a supervisor whose shutdown gave up waiting (Close)
-		// exits right after asking for this.
-		if !j.leaderExited || !j.groupGone {
-			if err := j.signalLocked(sigKill); err != nil {
+	after := j.applyLocked(effs)
+	j.mu.Unlock()
+	after()
+	if before.State == Restarting && j.Finished() {
+		j.m.log.Info("service stopped while waiting to restart", "job", j.id, "reason", string(reason))
+	}
+	return before.State == Exited, nil
+}
+
+// applyLocked carries out the lifecycle core's effects (j.mu held) and
+// returns what must be done once j.mu is released (the kill that came
+// while starting, counting a cleanup kill).
+func (j *Job) applyLocked(effs []lifecycle.Effect) (after func()) {
+	var later []func()
+	for _, e := range effs {
+		switch e := e.(type) {
+		case lifecycle.Signal:
+			if err := j.signalLocked(signalOf(e.Sig)); err != nil && e.Sig != lifecycle.SigCont {
 				j.m.log.Warn("job kill signal", "job", j.id, "err", err)
 			}
+		case lifecycle.ArmGrace:
+			j.m.wg.Add(1)
+			go j.escalateAfterGrace(j.runDone, j.killNow, j.grace, j.isPTY)
+		case lifecycle.Escalate:
+			j.escalateLocked()
+		case lifecycle.Journal:
+			j.m.changed()
+		case lifecycle.Finish:
+			if e.ClearExit {
+				j.exitCode, j.signal, j.errMsg = nil, "", ""
+			}
+			j.finishLocked()
+		case lifecycle.CountCleanupKill:
+			mode := j.ownership()
+			later = append(later, func() { j.countCleanupKill(mode) })
+		case lifecycle.KillPending:
+			runDone, reason := j.runDone, e.Reason
+			later = append(later, func() { _, _ = j.kill(runDone, reason, 0) })
+		default:
+			j.m.log.Error("job lifecycle: effect not carried out here", "job", j.id, "effect", fmt.Sprintf("%T", e))
 		}
-		return false, nil
 	}
-	if j.killing {
-		return false, nil
+	return func() {
+		for _, f := range later {
+			f()
+		}
 	}
-	j.killing = true
-	if !j.leaderExited {
-		j.reason = reason
-		_ = j.transition(Exiting)
+}
+
+// signalOf is the signal a lifecycle effect names.
+func signalOf(s lifecycle.Sig) syscall.Signal {
+	switch s {
+	case lifecycle.SigKill:
+		return syscall.SIGKILL
+	case lifecycle.SigCont:
+		return syscall.SIGCONT
+	case lifecycle.SigHup:
+		return syscall.SIGHUP
 	}
-	j.killDeadline = j.m.now().Add(j.grace)
-	first := syscall.SIGTERM
-	if sig == sigKill {
-		first = sigKill
-		close(j.killNow)
-	}
-	j.m.log.Info("job kill", "job", j.id, "reason", string(reason), "signal", protocol.SignalName(first), "grace", j.grace)
-	if err := j.signalLocked(first); err != nil {
-		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
-	}
-	if first != sigKill { // (a stopped process acts on SIGTERM once continued)
-		_ = j.signalLocked(syscall.SIGCONT)
-	}
-	if first != sigKill {
-		j.m.wg.Add(1)
-		go j.escalateAfterGrace(j.runDone, j.killNow, j.grace, j.isPTY)
-	}
-	return false, nil
+	return syscall.SIGTERM
 }
 
 // exitOf is how a process ended, from its wait status: its exit code, or
@@ -139,8 +146,7 @@ func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}, grace time.Du
 		case <-t.C:
 			j.mu.Lock()
 			if !over(runDone) {
-				_ = j.signalLocked(syscall.SIGHUP)
-				_ = j.signalLocked(syscall.SIGCONT)
+				j.applyLocked(j.stepLocked(lifecycle.HangupDue{}))
 			}
 			j.mu.Unlock()
 			grace -= hup
@@ -160,24 +166,13 @@ func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}, grace time.Du
 		return
 	}
 	j.m.log.Info("job kill escalated", "job", j.id, "signal", "SIGKILL")
-	if err := j.signalLocked(sigKill); err != nil {
-		j.m.log.Warn("job kill signal", "job", j.id, "err", err)
-	}
-	first, mode := j.markCleanupKillLocked()
+	after := j.applyLocked(j.stepLocked(lifecycle.GraceOver{}))
 	j.mu.Unlock()
-	j.countCleanupKill(first, mode)
+	after()
 }
 
-// markCleanupKillLocked records that the job needed SIGKILL and reports
-// whether this is the first time (each job is counted once).
-func (j *Job) markCleanupKillLocked() (first bool, mode string) {
-	first = !j.cleanupKilled
-	j.cleanupKilled = true
-	return first, j.ownership()
-}
-
-func (j *Job) countCleanupKill(first bool, mode string) {
-	if h := j.m.hooks.CleanupKill; h != nil && first {
+func (j *Job) countCleanupKill(mode string) {
+	if h := j.m.hooks.CleanupKill; h != nil {
 		h(mode)
 	}
 }
@@ -187,13 +182,13 @@ func (j *Job) countCleanupKill(first bool, mode string) {
 func (j *Job) Signal(sig syscall.Signal) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	switch j.state {
+	switch j.life.State {
 	case Exited:
 		return errorf(ErrFinished, "job %s has already exited", j.id)
 	case Starting, Restarting:
 		// No process of this job runs now (the previous run's cgroup may
 		// already serve another job).
-		return errorf(ErrNotRunning, "job %s has no running process right now (%s)", j.id, j.state)
+		return errorf(ErrNotRunning, "job %s has no running process right now (%s)", j.id, j.life.State)
 	}
 	return j.signalLocked(sig)
 }
@@ -212,11 +207,11 @@ func (j *Job) signalLocked(sig syscall.Signal) error {
 		} else {
 			j.cg.Signal(sig)
 		}
-		if j.leaderExited {
+		if j.life.LeaderExited {
 			return nil
 		}
 	}
-	if j.groupGone || j.pgid <= 1 {
+	if j.life.GroupGone || j.pgid <= 1 {
 		return nil
 	}
 	if j.isPTY {

@@ -731,7 +731,7 @@ func (m *Manager) Remove(id string) error {
 	// Checked and deleted under the job's lock: a service cannot be
 	// started again in between (startService takes the same locks).
 	j.mu.Lock()
-	if j.state != Exited {
+	if j.life.State != Exited {
 		j.mu.Unlock()
 		return errorf(ErrJobRunning, "job %s is still running: kill it first", id)
 	}

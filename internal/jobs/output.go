@@ -82,7 +82,7 @@ func (j *Job) output(i int, buf []byte, start, n int) {
 	p := cur[len(cur)-n:]
 	j.lastOutputAt = j.m.now()
 	j.streamN[i] += int64(n)
-	if j.idleT != nil && j.state != Exited {
+	if j.idleT != nil && j.life.State != Exited {
 		j.idleT.Reset(j.noOutput)
 	}
 	if j.isPTY {
@@ -117,7 +117,7 @@ func (j *Job) flushInOrderLocked(i int) {
 // one; a small one is copied into an event of its own size, and the
 // buffer is reused.
 func (j *Job) flushLocked(i int) {
-	if j.state == Exited {
+	if j.life.State == Exited {
 		return
 	}
 	if t := j.flushT[i]; t != nil {
@@ -151,7 +151,7 @@ func (j *Job) flushLocked(i int) {
 
 func (j *Job) idleFired(runDone <-chan struct{}) {
 	j.mu.Lock()
-	if j.state != Running || over(runDone) {
+	if j.life.State != Running || over(runDone) {
 		j.mu.Unlock()
 		return
 	}

@@ -72,7 +72,7 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.state == Exited {
+	if j.life.State == Exited {
 		return nil
 	}
 	// (offsets a resumed service skipped hold nothing to take)

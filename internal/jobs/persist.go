@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -164,23 +165,23 @@ func (j *Job) Snapshot() Snapshot {
 		}
 		j.flushLocked(older)
 	}
-	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.groupGone}
-	if j.svc == nil && j.state == Exited {
+	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.life.GroupGone}
+	if j.svc == nil && j.life.State == Exited {
 		s.FinN = j.finN // (set under j.mu too: jobDone)
 	}
-	if j.state == Starting && (j.pendingKill != "" || j.svc != nil && j.endReason != "") {
+	if j.life.State == Starting && (j.life.PendingKill != "" || j.svc != nil && j.life.EndReason != "") {
 		// (killed before its process started: it is killed as soon as
 		// the process exists, a crash meanwhile ends it so too)
-		s.PendingEnd = j.pendingKill
+		s.PendingEnd = j.life.PendingKill
 		if j.svc != nil {
-			s.PendingEnd = j.endReason
+			s.PendingEnd = j.life.EndReason
 		}
 	}
-	if j.state == Exiting && j.killing {
-		s.PendingEnd = j.reason
+	if j.life.State == Exiting && j.life.Killing {
+		s.PendingEnd = j.life.Reason
 		if j.svc != nil {
-			s.PendingEnd = j.endReason // ("": the run was ended, the service goes on)
-			if j.restartReq && j.endReason == "" {
+			s.PendingEnd = j.life.EndReason // ("": the run was ended, the service goes on)
+			if j.restartReq && j.life.EndReason == "" {
 				// (a stop or kill after the restart op wins, as it does
 				// live: see afterRunLocked)
 				s.PendingEnd = protocol.ReasonManualRestart
@@ -189,7 +190,7 @@ func (j *Job) Snapshot() Snapshot {
 	}
 	if j.svc == nil {
 		s.OutputSkips = slices.Clone(j.out.skips)
-		if j.state != Exited && j.leaderWS != nil {
+		if j.life.State != Exited && j.leaderWS != nil {
 			code, sig := exitOf(*j.leaderWS)
 			s.LeaderExit = &LeaderExit{ExitCode: code, Signal: sig}
 		}
@@ -237,7 +238,7 @@ func (j *Job) Snapshot() Snapshot {
 // leaderExited under j.mu right after): /proc/<pid> is then this process. Without the
 // fingerprint a restarted supervisor could not recognise the orphan.
 func (j *Job) fingerprintLocked() {
-	if j.startTicks != 0 || j.pid <= 0 || j.leaderExited || j.proc == nil {
+	if j.startTicks != 0 || j.pid <= 0 || j.life.LeaderExited || j.proc == nil {
 		return
 	}
 	t, err := ProcStartTicks(j.pid)
@@ -291,7 +292,7 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 	todo := js[:0]
 	for _, j := range js {
 		j.mu.Lock()
-		finished, seq := j.state == Exited, j.seq
+		finished, seq := j.life.State == Exited, j.seq
 		j.mu.Unlock()
 		if finished && cached != nil && cached(j.id, seq) {
 			continue
@@ -362,11 +363,12 @@ func (m *Manager) Restore(s Snapshot) error {
 	j := &Job{
 		m: m, id: info.JobID, done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
 		spec: protocol.SpawnArgs{Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID},
-		out:  newRing(m.cfg.RingBytes), state: Exited, reason: info.Reason, exitCode: info.ExitCode,
+		out:  newRing(m.cfg.RingBytes), exitCode: info.ExitCode,
 		signal: info.Signal, errMsg: info.Error, pid: info.Pid, pgid: info.Pgid, startTicks: s.StartTicks,
 		timeout: time.Duration(info.TimeoutMs) * time.Millisecond, noOutput: time.Duration(info.NoOutputTimeoutMs) * time.Millisecond,
-		leaderExited: true, groupGone: true, killing: true, isPTY: info.Pty,
-		rows: min(info.Rows, protocol.MaxTermSize), cols: min(info.Cols, protocol.MaxTermSize), // (the journal is input)
+		life:  lifecycle.Life{State: Exited, Reason: info.Reason, LeaderExited: true, GroupGone: true, Killing: true},
+		isPTY: info.Pty,
+		rows:  min(info.Rows, protocol.MaxTermSize), cols: min(info.Cols, protocol.MaxTermSize), // (the journal is input)
 	}
 	j.createdAt, j.startedAt, j.endedAt = fromMs(info.CreatedAt), fromMs(info.StartedAt), fromMs(info.EndedAt)
 	j.lastOutputAt, j.updatedAt = fromMs(info.LastOutputAt), m.now()
@@ -514,6 +516,7 @@ func (m *Manager) Restore(s Snapshot) error {
 	if sv != nil && sv.Spec.Restart.Enabled() {
 		j.spec = sv.Spec
 		j.svc = newBackoff(*sv.Spec.Restart)
+		j.life.Service = true
 		j.svc.consecutive, j.svc.ends = sv.Consecutive, sv.Ends
 		j.attempt, j.restarts, j.history = max(sv.Attempt, 1), sv.Restarts, sv.History
 		j.watchdog = time.Duration(sv.Spec.WatchdogIntervalMs) * time.Millisecond

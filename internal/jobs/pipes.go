@@ -273,7 +273,7 @@ func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, e
 
 func (j *Job) failSpawn(err error) {
 	j.mu.Lock()
-	j.reason = protocol.ReasonSpawnError
+	j.life.Reason = protocol.ReasonSpawnError
 	j.errMsg = err.Error()
 	j.endedAt = j.m.now()
 	close(j.runStarted)
@@ -297,7 +297,7 @@ func (j *Job) failSpawn(err error) {
 	}
 	_ = j.transition(Exited)
 	j.m.jobDone(j, protocol.ReasonSpawnError) // counted before anyone can see it ended
-	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, j.withEndLocked(protocol.ExitPayload{Reason: j.reason, Error: j.errMsg})))
+	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, j.withEndLocked(protocol.ExitPayload{Reason: j.life.Reason, Error: j.errMsg})))
 	j.closeDoneLocked()
 	j.mu.Unlock()
 	closeNotify(sock)

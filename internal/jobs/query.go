@@ -13,7 +13,7 @@ func (j *Job) Info() protocol.JobInfo {
 
 func (j *Job) infoLocked() protocol.JobInfo {
 	info := protocol.JobInfo{
-		JobID: j.id, State: j.state.Wire(), Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+		JobID: j.id, State: j.life.State.Wire(), Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
 		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Pid: j.pid, Pgid: j.pgid,
 		CreatedAt: ms(j.createdAt), StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), LastOutputAt: ms(j.lastOutputAt),
 		ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
@@ -22,11 +22,11 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
 		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
 		Cgroup:     j.cgroupPath(),
-		StdinOpen:  j.state != Exited && j.state != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
+		StdinOpen:  j.life.State != Exited && j.life.State != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
 		OutputHeld: j.heldJournal, OutputPaced: j.gate != nil && j.pacedLocked(),
 	}
-	if j.state == Exited {
-		info.Reason = j.reason
+	if j.life.State == Exited {
+		info.Reason = j.life.Reason
 	}
 	j.serviceInfoLocked(&info)
 	return info

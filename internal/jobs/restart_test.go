@@ -145,7 +145,7 @@ func TestLateKillOfEndedRunIsIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.mu.Lock()
-	killing, state := j.killing, j.state
+	killing, state := j.life.Killing, j.life.State
 	j.mu.Unlock()
 	if killing || state != Running {
 		t.Fatalf("a kill bound to run 1 reached run 2 (killing %v, state %s)", killing, state)

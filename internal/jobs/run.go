@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"golang.org/x/sys/unix"
 )
 
@@ -149,7 +150,7 @@ func (j *Job) runLoop(p *proc, out, held [2]int) {
 			// taken. From here on a kill signals a cgroup job through its
 			// cgroup only: once reaped, the group number may be anyone's.
 			j.mu.Lock()
-			j.leaderExited = true
+			j.stepLocked(lifecycle.LeaderExited{})
 			j.openGateLocked()
 			j.mu.Unlock()
 		}
@@ -211,9 +212,9 @@ func (j *Job) afterReap(p *proc, ws syscall.WaitStatus, err error) {
 		j.m.log.Error("wait for job", "job", j.id, "err", err)
 	}
 	j.mu.Lock()
-	j.leaderExited = true
+	j.stepLocked(lifecycle.LeaderExited{})
 	j.openGateLocked()
-	killing, deadline, cg, runDone := j.killing, j.killDeadline, j.cg, j.runDone
+	killing, deadline, cg, runDone := j.life.Killing, j.killDeadline, j.cg, j.runDone
 	j.mu.Unlock()
 
 	// Usually nothing is left once the leader is gone: one check of the
@@ -274,10 +275,9 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 	}
 	if !waitGone(j.scopeAlive, time.Until(deadline), j.killNow) {
 		j.mu.Lock()
-		_ = j.signalLocked(sigKill)
-		first, mode := j.markCleanupKillLocked()
+		after := j.applyLocked(j.stepLocked(lifecycle.GroupOutlived{}))
 		j.mu.Unlock()
-		j.countCleanupKill(first, mode)
+		after()
 		if !waitGone(j.scopeAlive, 5*time.Second, nil) {
 			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
 			j.markGroupGone()
@@ -290,7 +290,7 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 
 func (j *Job) markGroupGone() {
 	j.mu.Lock()
-	j.groupGone = true
+	j.stepLocked(lifecycle.GroupGone{})
 	j.mu.Unlock()
 }
 

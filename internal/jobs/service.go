@@ -16,16 +16,6 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// endsSupervision reports whether a kill with reason ends a service for
-// good (rather than ending one run that the policy may restart).
-func endsSupervision(r Reason) bool {
-	switch r {
-	case protocol.ReasonManualCancel, protocol.ReasonStopped, protocol.ReasonShutdown:
-		return true
-	}
-	return false
-}
-
 // afterRunLocked is called once a service run's fate is recorded (reason,
 // exit status, endedAt; runDone closed). It records the run in the
 // history and, when the policy wants another run, moves the job to
@@ -35,7 +25,7 @@ func endsSupervision(r Reason) bool {
 func (j *Job) afterRunLocked() bool {
 	now := j.m.now()
 	ran := j.endedAt.Sub(j.startedAt)
-	if j.startedAt.IsZero() || j.state == Starting {
+	if j.startedAt.IsZero() || j.life.State == Starting {
 		ran = 0
 	}
 	rec := j.runRecordLocked()
@@ -48,27 +38,27 @@ func (j *Job) afterRunLocked() bool {
 		restart  bool
 	)
 	switch {
-	case j.endReason != "":
+	case j.life.EndReason != "":
 		// Stopped or killed.
 	case j.m.closing():
 		// The supervisor is going away (a drain: --shutdown=wait). A run
 		// its policy would restart ends supervision as a shutdown does,
 		// so that the next supervisor resumes the service.
-		if j.restartReq || j.svc.wants(j.reason, j.exitCode) {
-			j.endReason = protocol.ReasonShutdown
+		if j.restartReq || j.svc.wants(j.life.Reason, j.exitCode) {
+			j.life.EndReason = protocol.ReasonShutdown
 		}
 	case j.restartReq:
 		j.svc.reset()
 		restart = true
 		rec.Reason = protocol.ReasonManualRestart
-	case j.svc.wants(j.reason, j.exitCode):
+	case j.svc.wants(j.life.Reason, j.exitCode):
 		var limited bool
 		delay, inWindow, limited = j.svc.next(now, ran)
 		if limited {
-			last := describeEnd(j.reason, j.exitCode, j.signal)
+			last := describeEnd(j.life.Reason, j.exitCode, j.signal)
 			j.errMsg = fmt.Sprintf("%d run ends within %v (maxRestarts %d); last run: %s; start it again with start or restart",
 				inWindow, time.Duration(j.svc.p.RestartWindowMs)*time.Millisecond, *j.svc.p.MaxRestarts, last)
-			j.reason = protocol.ReasonRestartLimit
+			j.life.Reason = protocol.ReasonRestartLimit
 			j.m.log.Error("service hit its restart limit; not restarting", "job", j.id, "attempt", j.attempt, "lastRun", last)
 		} else {
 			restart = true
@@ -116,10 +106,10 @@ func describeEnd(r Reason, code *int, sig string) string {
 func (j *Job) runRecordLocked() protocol.RunRecord {
 	rec := protocol.RunRecord{
 		Attempt: j.attempt, StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), Pid: j.pid,
-		Reason: j.reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
+		Reason: j.life.Reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		Tail: []string{},
 	}
-	if !j.startedAt.IsZero() && j.state != Starting {
+	if !j.startedAt.IsZero() && j.life.State != Starting {
 		rec.DurationMs = j.endedAt.Sub(j.startedAt).Milliseconds()
 	} else {
 		rec.StartedAt, rec.Pid = 0, 0
@@ -188,13 +178,13 @@ func TailLines(b []byte, n int) []string {
 // restartFired starts the next run once the restart delay is over.
 func (j *Job) restartFired(gen uint64) {
 	j.mu.Lock()
-	if j.state != Restarting || gen != j.restartGen {
+	if j.life.State != Restarting || gen != j.restartGen {
 		j.mu.Unlock()
 		return // stopped, killed or started by hand meanwhile
 	}
 	j.restartT = nil
 	if j.m.closing() {
-		j.endReason = protocol.ReasonShutdown
+		j.life.EndReason = protocol.ReasonShutdown
 		j.finishLocked()
 		j.mu.Unlock()
 		return
@@ -217,19 +207,19 @@ func (j *Job) beginRunLocked() {
 	j.proc = nil
 	j.pid, j.pgid = 0, 0
 	j.startTicks = 0
-	j.reason, j.exitCode, j.signal, j.errMsg = "", nil, "", ""
+	j.life.Reason, j.exitCode, j.signal, j.errMsg = "", nil, "", ""
 	j.endedAt = time.Time{} // (the last run's end: this one has none yet)
-	j.killing, j.cleanupKilled, j.pendingKill = false, false, ""
+	j.life.Killing, j.life.CleanupKilled, j.life.PendingKill = false, false, ""
 	j.killDeadline = time.Time{}
 	j.killNow = make(chan struct{})
-	j.leaderExited, j.groupGone = false, false
+	j.life.LeaderExited, j.life.GroupGone = false, false
 	j.rfiles, j.ptmx, j.stdin = nil, nil, nil
 	j.bracketed, j.escaped = false, false
 	j.cg = nil
 	j.lastCPU, j.lastSampled = 0, time.Time{}
 	j.ready, j.notifyStatus, j.stopping, j.lastWatchdog = false, "", false, time.Time{}
 	j.limits = nil
-	j.restartReq, j.endReason = false, ""
+	j.restartReq, j.life.EndReason = false, ""
 	j.restartAt = time.Time{}
 	j.runDone = make(chan struct{})
 	j.runStarted = make(chan struct{})
@@ -260,7 +250,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		return protocol.JobInfo{}, errorf(ErrInvalid,
 			"job %s is not a service (spawned without a restart policy); spawn it again instead", id)
 	}
-	switch j.state {
+	switch j.life.State {
 	case Starting:
 		j.mu.Unlock()
 		if restart {
@@ -364,7 +354,7 @@ func (j *Job) History() []protocol.RunRecord {
 // serviceInfoLocked fills the service and notify fields of info.
 func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
 	info.Notify = j.spec.Notify
-	if j.spec.Notify && (j.state == Running || j.state == Exiting) {
+	if j.spec.Notify && (j.life.State == Running || j.life.State == Exiting) {
 		info.Ready, info.NotifyStatus, info.Stopping = j.ready, j.notifyStatus, j.stopping
 		info.LastWatchdogAt = ms(j.lastWatchdog)
 	}
@@ -377,10 +367,10 @@ func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
 	info.Attempt = j.attempt
 	info.Restarts = j.restarts
 	info.RestartsInWindow = j.svc.inWindow(now)
-	if j.state == Restarting {
+	if j.life.State == Restarting {
 		info.NextRestartAt = ms(j.restartAt)
 	}
-	if j.state == Running || j.state == Exiting {
+	if j.life.State == Running || j.life.State == Exiting {
 		info.UptimeMs = now.Sub(j.startedAt).Milliseconds()
 	}
 }
@@ -503,7 +493,7 @@ func truncateUTF8(s string, n int) string {
 // whole interval is hung and killed with reason watchdog.
 func (j *Job) watchdogFired(runDone <-chan struct{}) {
 	j.mu.Lock()
-	if over(runDone) || j.state != Running {
+	if over(runDone) || j.life.State != Running {
 		j.mu.Unlock()
 		return
 	}

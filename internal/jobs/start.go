@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -171,15 +172,15 @@ func (j *Job) start() error {
 	j.pgid = p.pid // Setpgid with Pgid 0 (or Setsid): the leader's pid
 	j.startedAt = j.m.now()
 	j.lastOutputAt = j.startedAt
-	_ = j.transition(Running)
+	started := j.applyLocked(j.stepLocked(lifecycle.Started{})) // (a kill asked for while starting follows)
 	close(runStarted)
-	started := j.emitLocked(protocol.KindStarted, j.startedPayload(j.pid, j.attemptTag()))
-	if j.startedEv == nil && started.Seq == 1 {
-		j.startedEv = &started
+	ev := j.emitLocked(protocol.KindStarted, j.startedPayload(j.pid, j.attemptTag()))
+	if j.startedEv == nil && ev.Seq == 1 {
+		j.startedEv = &ev
 	} else {
 		// (a later run's; or a restored job's whose first start is not
 		// known: Events keeps these in seq order among the others)
-		j.keepExtraLocked(started)
+		j.keepExtraLocked(ev)
 	}
 	if j.timeout > 0 {
 		j.overallT = time.AfterFunc(j.timeout, func() { j.killRun(runDone, protocol.ReasonOverallTimeout) })
@@ -215,14 +216,11 @@ func (j *Job) start() error {
 	if j.cg != nil {
 		j.m.watchEscapes(j, runDone)
 	}
-	pending := j.pendingKill
 	j.mu.Unlock()
 	if h := j.m.hooks.Started; h != nil {
 		h(j)
 	}
-	if pending != "" {
-		_, _ = j.kill(runDone, pending, 0)
-	}
+	started()
 	return nil
 }
 

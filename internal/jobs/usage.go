@@ -151,7 +151,7 @@ func (j *Job) cgroupUsage() (*usageAcc, bool) {
 func (j *Job) liveCgroup() *cgroups.Cgroup {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.state != Running && j.state != Exiting {
+	if j.life.State != Running && j.life.State != Exiting {
 		return nil
 	}
 	return j.cg
