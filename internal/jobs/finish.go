@@ -12,13 +12,7 @@ import (
 // goes to Restarting; otherwise the job is finalized. It returns the
 // run's notify socket for the caller to close.
 func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
-	j.mu.Lock()
-	stdin := j.stdin
-	j.stdin = nil
-	j.mu.Unlock()
-	if stdin != nil {
-		stdin.Close() // (a write in progress fails at once)
-	}
+	j.closeStdin() // (a write in progress fails at once)
 	j.mu.Lock()
 	j.flushInOrderLocked(0) // (both, oldest first)
 	for i := range j.pending {
@@ -74,6 +68,18 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 		j.m.log.Info("job exited", attrs...)
 	}
 	return sock
+}
+
+// closeStdin closes the write end of the job's stdin pipe, if it has one
+// (outside j.mu: a write in progress fails at once).
+func (j *Job) closeStdin() {
+	j.mu.Lock()
+	stdin := j.stdin
+	j.stdin = nil
+	j.mu.Unlock()
+	if stdin != nil {
+		stdin.Close()
+	}
 }
 
 // finishLocked finalizes the job: state Exited, the terminal event, done

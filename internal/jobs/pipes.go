@@ -136,12 +136,7 @@ func (j *Job) prepare(argv, env []string) (*launch, procFiles, error) {
 		if err != nil {
 			files.closeChild()
 			files.closeParent()
-			j.mu.Lock()
-			if j.stdin != nil {
-				j.stdin.Close()
-				j.stdin = nil
-			}
-			j.mu.Unlock()
+			j.closeStdin()
 			return nil, files, fmt.Errorf("create output pipe: %w", err)
 		}
 		files.out[i-1] = r

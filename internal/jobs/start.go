@@ -148,12 +148,7 @@ func (j *Job) start() error {
 			j.mu.Unlock()
 		}
 		files.closeParent()
-		j.mu.Lock()
-		if j.stdin != nil {
-			j.stdin.Close()
-			j.stdin = nil
-		}
-		j.mu.Unlock()
+		j.closeStdin()
 		// (kept, logged and sent back: its message may quote input)
 		err = clipErr(err)
 		j.failSpawn(err)
