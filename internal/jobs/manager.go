@@ -428,9 +428,18 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	if err := args.Validate(); err != nil {
 		return nil, protocol.JobInfo{}, err
 	}
+	chosen := args.JobID != ""
 	j := m.newJob(args)
 	m.mu.Lock()
+	for !chosen && m.jobs[j.id] != nil {
+		j.id = newJobID() // (64 random bits met a caller's choice)
+	}
 	switch {
+	case m.jobs[j.id] != nil:
+		m.mu.Unlock()
+		pe := protocol.Errorf(protocol.CodeAlreadyExists, "job %q already exists (a job keeps its id until it is removed or forgotten): nothing was started", j.id)
+		pe.Details = map[string]string{"jobId": j.id}
+		return nil, protocol.JobInfo{}, pe
 	case m.closed:
 		m.mu.Unlock()
 		return nil, protocol.JobInfo{}, protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down; not starting new jobs")
