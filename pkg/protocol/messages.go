@@ -451,6 +451,10 @@ type SubscribeArgs struct {
 	FromSeq uint64 `msgpack:"fromSeq" json:"fromSeq"`
 	// Limit caps the events returned; 0 means MaxSubscribeEvents.
 	Limit int `msgpack:"limit,omitempty" json:"limit,omitempty"`
+	// Flush publishes the job's output still in its merge window (see
+	// --chunk-merge-interval) before the reply is made, so that the reply
+	// holds every byte read so far; false leaves the windows alone.
+	Flush bool `msgpack:"flush,omitempty" json:"flush,omitempty"`
 }
 
 // SubscribeResult is the result of OpSubscribe.
