@@ -117,6 +117,11 @@ func (h *Handler) decode(body []byte) (*request, error) {
 	return &r, nil
 }
 
+// BadRequest is the reply to a dialect request that cannot be handled at
+// all (msg says why): typed "health", success false, as Handle answers
+// malformed requests.
+func BadRequest(msg string) []byte { return marshal(badRequest(msg)) }
+
 func badRequest(msg string) badRequestReply {
 	return badRequestReply{Type: typeHealth, Error: msg}
 }
