@@ -223,3 +223,29 @@ func decodeReply(t *testing.T, b []byte) map[string]any {
 	}
 	return m
 }
+
+// FuzzHandle: whatever the body, Handle answers one JSON object with a
+// type and a success flag, and never panics.
+func FuzzHandle(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"health"}`, `{"type":"poll","jobId":"done","cursor":3}`, `{"type":"spawn","jobId":"n","command":"x","env":{"A":"1"}}`,
+		`{"type":"subscribe","jobId":"run","fromSeq":-1}`, `{"type":"status"}`, `{"type":"kill","jobId":"run","signal":"9"}`,
+		`{"type":"list-jobs"}`, `{`, `{"type":[]}`, "{\"type\":\"\xff\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fn := newFake(t)
+		rep := testHandler(4096).Handle(fn, body)
+		var m map[string]any
+		if err := json.Unmarshal(rep, &m); err != nil {
+			t.Fatalf("body %q: reply %q is not a JSON object: %v", body, rep, err)
+		}
+		if _, ok := m["type"].(string); !ok {
+			t.Fatalf("body %q: reply %s has no type", body, rep)
+		}
+		if _, ok := m["success"].(bool); !ok {
+			t.Fatalf("body %q: reply %s has no success", body, rep)
+		}
+	})
+}

@@ -156,6 +156,54 @@ func TestOpenClawControl(t *testing.T) {
 		}
 	})
 
+	t.Run("exiting", func(t *testing.T) {
+		// A job that ignores SIGTERM is exiting until the grace ends
+		// (2 s here), then SIGKILLed: the native kill path.
+		id := jobID(t, "test-exiting")
+		wantOK(t, c.req(map[string]any{"type": "spawn", "jobId": id, "command": "trap '' TERM; echo ready; sleep 10; :"}), "spawn")
+		eventually(t, 5*time.Second, "the job's trap set", func() bool {
+			return output(c.req(map[string]any{"type": "poll", "jobId": id}), "") == "ready\n"
+		})
+		wantOK(t, c.req(map[string]any{"type": "kill", "jobId": id}), "kill")
+		if st := c.req(map[string]any{"type": "poll", "jobId": id}); st["state"] != "exiting" {
+			t.Fatalf("a job ignoring SIGTERM, right after the kill: %v", st)
+		}
+		listed, found := c.req(map[string]any{"type": "list-jobs"}), false
+		for _, j := range listed["jobs"].([]any) {
+			j := j.(map[string]any)
+			found = found || j["jobId"] == id && j["state"] == "exiting" && j["lastSeq"] == 1.0
+		}
+		if !found {
+			t.Fatalf("list-jobs during the grace, want %s exiting at seq 1 (its output): %v", id, listed)
+		}
+		end, _ := c.pollUntilEnded(id, 10*time.Second)
+		if end["state"] != "exited" || end["terminationReason"] != "signal" || end["exitSignal"] != "SIGKILL" {
+			t.Fatalf("after the grace: %v", end)
+		}
+	})
+
+	t.Run("no-output timeout and spawn error", func(t *testing.T) {
+		id := jobID(t, "test-quiet")
+		wantOK(t, c.req(map[string]any{"type": "spawn", "jobId": id, "command": "echo once; sleep 10", "noOutputTimeoutMs": 300}), "spawn")
+		end, _ := c.pollUntilEnded(id, 5*time.Second)
+		if end["state"] != "failed" || end["terminationReason"] != "no-output-timeout" || output(end, "") != "once\n" {
+			t.Fatalf("a quiet job: %v", end)
+		}
+		id = jobID(t, "test-badcwd")
+		rep := c.req(map[string]any{"type": "spawn", "jobId": id, "command": "true", "cwd": "/nonexistent-dir"})
+		if rep["success"] != false || !strings.Contains(rep["error"].(string), "nonexistent-dir") {
+			t.Fatalf("spawn in a missing directory: %v", rep)
+		}
+		st := c.req(map[string]any{"type": "status", "jobId": id})["job"].(map[string]any)
+		if st["state"] != "failed" || st["terminationReason"] != "spawn-error" {
+			t.Fatalf("the job that could not start: %v", st)
+		}
+		sub := c.req(map[string]any{"type": "subscribe", "jobId": id})
+		if evs := sub["events"].([]any); len(evs) != 1 || evs[0].(map[string]any)["kind"] != "job.failed" {
+			t.Fatalf("events of the job that could not start: %v", sub)
+		}
+	})
+
 	t.Run("status and list-jobs", func(t *testing.T) {
 		a, b := jobID(t, "test-all-1"), jobID(t, "test-all-2")
 		wantOK(t, c.req(map[string]any{"type": "spawn", "jobId": a, "command": "echo 1"}), "spawn")
