@@ -64,6 +64,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatchesGeneric -fuzztime 60s ./pkg/protocol/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 60s ./pkg/protocol/
 	$(GO) test -run '^$$' -fuzz FuzzParseIntents -fuzztime 60s ./internal/journal/
+	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime 60s ./internal/openclaw/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeOutput -fuzztime 60s ./internal/openclaw/
 
 # Run a supervisor in the foreground on the private default endpoints.
 run: build

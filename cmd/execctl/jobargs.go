@@ -91,6 +91,15 @@ func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) 
 				}
 			}
 		}
+		if !strings.HasPrefix(arg, "j-") {
+			// A job id chosen at spawn may look like an abbreviation
+			// ("beef", "1234"): the job of that very id comes first.
+			exact, err := g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true, IDPrefix: arg})
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(exact, jobs...)
+		}
 		id, err := matchJob(arg, jobs)
 		if err != nil {
 			return nil, err

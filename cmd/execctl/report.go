@@ -160,6 +160,8 @@ func hintFor(name string, c protocol.Code, msg string) string {
 	switch c {
 	case protocol.CodeNotFound:
 		return "list known jobs with: execctl list"
+	case protocol.CodeAlreadyExists:
+		return "a job with that id is known: choose another id, or forget the finished one with: execctl remove JOB"
 	case protocol.CodeTooManyJobs:
 		return "see running jobs with: execctl list; raise the limit with exec-supervisor --max-jobs"
 	case protocol.CodeJobRunning:

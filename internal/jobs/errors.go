@@ -31,6 +31,9 @@ var (
 	// ErrNoInput: the job takes no input (no stdin, stdin closed, no
 	// terminal), or stopped reading it.
 	ErrNoInput = errors.New("job takes no input")
+	// ErrAlreadyExists: a job of the id a spawn chose is known already
+	// (its JobID names it).
+	ErrAlreadyExists = errors.New("job already exists")
 	// ErrInvalid: an argument the engine cannot act on (a cursor past the
 	// output, a negative offset, a job that is not a service...).
 	ErrInvalid = errors.New("invalid argument")
@@ -42,6 +45,9 @@ type Error struct {
 	Kind  error
 	Msg   string
 	Cause error
+	// JobID names the job the error is about, where the caller may not
+	// know it (a spawn's): "" otherwise.
+	JobID string
 }
 
 func (e *Error) Error() string { return e.Msg }

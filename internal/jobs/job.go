@@ -185,8 +185,13 @@ type Job struct {
 type Reason = protocol.Reason
 
 func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
+	id := args.JobID
+	if id == "" {
+		id = newJobID()
+	}
+	args.JobID = "" // (the id is the job's, not part of its spec)
 	j := &Job{
-		m: m, id: newJobID(), spec: args,
+		m: m, id: id, spec: args,
 		done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
 		runDone: make(chan struct{}), runStarted: make(chan struct{}),
 		createdAt: m.now(), out: newRing(m.cfg.RingBytes), attempt: 1,

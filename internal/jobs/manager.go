@@ -428,9 +428,17 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	if err := args.Validate(); err != nil {
 		return nil, protocol.JobInfo{}, err
 	}
+	chosen := args.JobID != ""
 	j := m.newJob(args)
 	m.mu.Lock()
+	for !chosen && m.jobs[j.id] != nil {
+		j.id = newJobID() // (64 random bits met a caller's choice)
+	}
 	switch {
+	case m.jobs[j.id] != nil:
+		m.mu.Unlock()
+		return nil, protocol.JobInfo{}, &Error{Kind: ErrAlreadyExists, JobID: j.id,
+			Msg: fmt.Sprintf("job %q already exists (a job keeps its id until it is removed or forgotten): nothing was started", j.id)}
 	case m.closed:
 		m.mu.Unlock()
 		return nil, protocol.JobInfo{}, errorf(ErrShuttingDown, "supervisor is shutting down; not starting new jobs")

@@ -102,6 +102,16 @@ func (j *Job) output(i int, buf []byte, start, n int) {
 	}
 }
 
+// FlushOutput publishes the output still in the merge windows now
+// (oldest stream first), as events: what the job printed is then
+// retained and published however soon its windows would have ended.
+func (j *Job) FlushOutput() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.flushInOrderLocked(0) // (both, oldest first)
+	j.flushLocked(1)
+}
+
 // flushInOrderLocked flushes stream i, after the other stream if that
 // one's pending output was read first.
 func (j *Job) flushInOrderLocked(i int) {

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/openclaw"
 	"github.com/exec-supervisor/exec-supervisor/internal/wireerr"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -31,24 +33,33 @@ func (s *Server) recvLoop() {
 // (bare DEALER); replies use the same envelope. It reports false when the
 // server is stopping.
 func (s *Server) incoming(msg zmqx.Incoming) bool {
-	if len(msg.Frames) < 1 || msg.Peer.Closed() {
-		msg.Peer.Release() // nobody left to answer
+	p := msg.Peer
+	if len(msg.Frames) < 1 || p.Closed() {
+		p.Release() // nobody left to answer
 		return true
 	}
 	envelope, body := [][]byte(nil), msg.Frames
 	if len(body) >= 2 && len(body[0]) == 0 {
 		envelope, body = msg.Frames[:1], body[1:]
 	}
+	// A body starting with '{' is a request of OpenClaw's JSON dialect
+	// (no msgpack map starts so): one byte looked at, nothing more on the
+	// native path.
+	dialect := len(body) > 0 && openclaw.IsDialect(body[0])
 	if len(body) != 1 {
-		s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeBadRequest,
-			"request must be one body frame after the envelope; got %d frames", len(body))))
-		msg.Peer.Release()
+		why := fmt.Sprintf("request must be one body frame after the envelope; got %d frames", len(body))
+		if dialect {
+			s.reply(p, envelope, openclaw.BadRequest(why))
+		} else {
+			s.reply(p, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeBadRequest, "%s", why)))
+		}
+		p.Release()
 		return true
 	}
 	select {
 	case s.inflight <- struct{}{}:
 	case <-s.ctx.Done():
-		msg.Peer.Release()
+		p.Release()
 		return false
 	}
 	// Close waits for handlers; once it has started waiting, no new
@@ -57,13 +68,31 @@ func (s *Server) incoming(msg zmqx.Incoming) bool {
 	if s.reqStopped {
 		s.reqMu.Unlock()
 		<-s.inflight
-		s.reply(msg.Peer, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down")))
-		msg.Peer.Release()
+		if dialect {
+			s.reply(p, envelope, openclaw.BadRequest("supervisor is shutting down"))
+		} else {
+			s.reply(p, envelope, protocol.ErrorReply("", protocol.Errorf(protocol.CodeShuttingDown, "supervisor is shutting down")))
+		}
+		p.Release()
 		return true
 	}
 	s.reqWG.Add(1)
 	s.reqMu.Unlock()
-	p, env := msg.Peer, envelope
+	env := envelope
+	if dialect {
+		// On a worker: a dialect request may run several ops, and wait
+		// (a kill for the journal).
+		b := body[0]
+		s.hand(func() {
+			defer s.reqWG.Done()
+			defer func() { <-s.inflight }()
+			defer p.Release()
+			if !p.Closed() {
+				s.reply(p, env, s.dialect.Handle(dialectNative{s, p}, b))
+			}
+		})
+		return true
+	}
 	start := time.Now()
 	req, derr := protocol.DecodeRequest(body[0], s.cfg.MaxRequestBytes)
 	task := func() {
@@ -97,15 +126,34 @@ func (s *Server) incoming(msg zmqx.Incoming) bool {
 		run := task
 		task = func() { defer s.clearPending(k); run() }
 	}
-	// An idle worker takes it, else a new one starts (at most
-	// MaxInFlight run at once, bounded by inflight above).
+	s.hand(task)
+	return true
+}
+
+// hand gives task to an idle worker, else to a new one (at most
+// MaxInFlight run at once, bounded by inflight: see incoming).
+func (s *Server) hand(task func()) {
 	select {
 	case s.work <- task:
 	default:
 		s.wg.Add(1)
 		go s.worker(task)
 	}
-	return true
+}
+
+// dialectNative runs the native requests a dialect request makes through
+// the server's own op handling, on behalf of the dialect's peer.
+type dialectNative struct {
+	s *Server
+	p *zmqx.Peer
+}
+
+func (d dialectNative) Do(req *protocol.Request) []byte {
+	out, w := d.s.handle(d.p, req, nil, time.Now())
+	if w != nil { // (the dialect asks for no waits)
+		return protocol.ErrorReply(req.ID, protocol.Errorf(protocol.CodeInternal, "a held reply for a dialect request"))
+	}
+	return out
 }
 
 // workerIdle is how long a request worker waits for more work before it

@@ -13,7 +13,11 @@ import (
 // pythonWithZMQ returns a python interpreter that can import zmq and
 // msgpack (libzmq through pyzmq), trying Debian's /usr/bin/python3 before
 // the python3 first on PATH, and the interpreters it tried.
-func pythonWithZMQ() (string, []string) {
+func pythonWithZMQ() (string, []string) { return pythonImporting("zmq, msgpack") }
+
+// pythonImporting returns a python interpreter that can import modules
+// (as "import" takes them), as pythonWithZMQ does.
+func pythonImporting(modules string) (string, []string) {
 	var tried []string
 	candidates := []string{"/usr/bin/python3"}
 	if p, err := exec.LookPath("python3"); err == nil {
@@ -22,7 +26,7 @@ func pythonWithZMQ() (string, []string) {
 	for _, py := range candidates {
 		tried = append(tried, py)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := exec.CommandContext(ctx, py, "-c", "import zmq, msgpack").Run()
+		err := exec.CommandContext(ctx, py, "-c", "import "+modules).Run()
 		cancel()
 		if err == nil {
 			return py, tried

@@ -18,6 +18,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
+	"github.com/exec-supervisor/exec-supervisor/internal/openclaw"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -170,7 +171,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 	}
 	// Control peers send requests; event peers only subscriptions.
-	if s.evt, err = zmqx.ListenPub(s.ctx, s.cfg.Event, s.policy(s.cfg.Event, 64<<10), s.cfg.SubscriberQueueBytes); err != nil {
+	if s.evt, err = s.listenEvents(); err != nil {
 		return fmt.Errorf("--event: %w", err)
 	}
 	if s.ctl, err = zmqx.ListenRouter(s.ctx, s.cfg.Control, s.policy(s.cfg.Control, uint64(s.cfg.MaxRequestBytes)+64<<10), 0); err != nil {
@@ -200,6 +201,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.writeJournal(false)
 
 	s.pub.sock = eventSink{s}
+	s.pub.also = s.publishDialect
 	s.pubWG.Add(1)
 	go func() { defer s.pubWG.Done(); s.pub.run(s.stopPub, 2*time.Second) }()
 	s.wg.Add(2)
@@ -265,6 +267,39 @@ func (e eventSink) SendParts(topic []byte, parts ...[]byte) error {
 	return e.s.evt.SendParts(topic, parts...)
 }
 
+// listenEvents opens the event socket, counting the subscriptions to
+// OpenClaw's dialect topics (see publishDialect).
+func (s *Server) listenEvents() (*zmqx.Publisher, error) {
+	evt, err := zmqx.ListenPub(s.ctx, s.cfg.Event, s.policy(s.cfg.Event, 64<<10), s.cfg.SubscriberQueueBytes,
+		zmqx.CountPrefix(openclaw.TopicPrefix))
+	if err != nil {
+		return nil, err
+	}
+	s.dialectScope.Store(evt.Scope(openclaw.TopicPrefix))
+	return evt, nil
+}
+
+// publishDialect publishes ev, just sent to the event socket, as an
+// event of OpenClaw's dialect too: [exec:<jobId>, JSON], for subscribers
+// of exec: topics. While none subscribes this is two atomic loads: no
+// translation, no encoding.
+func (s *Server) publishDialect(ev *protocol.Event) {
+	if !s.dialectScope.Load().Active() {
+		return
+	}
+	s.evtMu.RLock()
+	defer s.evtMu.RUnlock()
+	s.dialectEvents.Publish(ev, dialectSink{s.evt})
+}
+
+// dialectSink sends dialect events to the subscribers of their topic
+// under the dialect's prefix (no native subscription gets them).
+type dialectSink struct{ evt *zmqx.Publisher }
+
+func (d dialectSink) Offer(topic []byte, body func() []byte) {
+	d.evt.SendScoped(d.evt.Scope(openclaw.TopicPrefix), topic, body)
+}
+
 // RestartEventSocket closes the event socket, disconnecting every
 // subscriber, and listens again on the same endpoint. Events published in
 // between reach nobody (as with any PUB socket without subscribers); they
@@ -275,7 +310,7 @@ func (s *Server) RestartEventSocket() error {
 	if err := s.evt.Close(); err != nil {
 		s.log.Warn("closing the event socket", "err", err)
 	}
-	evt, err := zmqx.ListenPub(s.ctx, s.cfg.Event, s.policy(s.cfg.Event, 64<<10), s.cfg.SubscriberQueueBytes)
+	evt, err := s.listenEvents()
 	if err != nil {
 		return fmt.Errorf("reopen --event %s: %w", s.cfg.Event, err)
 	}

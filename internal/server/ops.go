@@ -89,6 +89,9 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if a.Flush {
+			j.FlushOutput()
+		}
 		res, err := j.Events(a.FromSeq, a.Limit)
 		res.InstanceID, res.HeartbeatIntervalMs = s.instanceID, s.cfg.HeartbeatInterval.Milliseconds()
 		s.metrics.BackfillReqs.Inc()

@@ -41,6 +41,9 @@ type publisher struct {
 	now func() time.Time
 	// onPublished, if set, is called for every event sent.
 	onPublished func(protocol.Kind)
+	// also, if set, is given every event sent, after the socket (gap
+	// events included): OpenClaw's dialect publishes it its own way.
+	also func(*protocol.Event)
 }
 
 // sender is the event socket as the publisher sees it.
@@ -222,6 +225,9 @@ func (p *publisher) send(ev protocol.Event) {
 	p.published.Add(1)
 	if p.onPublished != nil {
 		p.onPublished(ev.Kind)
+	}
+	if p.also != nil {
+		p.also(&ev)
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
+	"github.com/exec-supervisor/exec-supervisor/internal/openclaw"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -56,6 +57,12 @@ type Server struct {
 	jobs      *jobs.Manager
 	pub       *publisher
 	metrics   *metrics.Metrics
+	// dialect answers control requests of OpenClaw's JSON dialect;
+	// dialectEvents publishes its events, to the subscribers of
+	// dialectScope (the event socket's count of exec: subscriptions).
+	dialect       *openclaw.Handler
+	dialectEvents *openclaw.Events
+	dialectScope  atomic.Pointer[zmqx.Scope]
 
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
@@ -137,6 +144,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		journal: journal.New(cfg.JournalPath()), journalDirty: make(chan struct{}, 1), stopJournal: make(chan struct{}),
 		attemptDone: make(chan struct{}),
 	}
+	s.dialectEvents = openclaw.NewEvents()
+	s.dialect = openclaw.NewHandler(openclaw.Config{
+		MaxRequestBytes: cfg.MaxRequestBytes,
+		EventsDropped:   func() uint64 { return s.pub.dropped.Load() }, // (s.pub: made by Start, before requests)
+		Log:             log,
+	})
 	return s, nil
 }
 

@@ -22,6 +22,7 @@ var codes = []struct {
 	{jobs.ErrShuttingDown, protocol.CodeShuttingDown},
 	{jobs.ErrSpawn, protocol.CodeSpawnError},
 	{jobs.ErrJobRunning, protocol.CodeJobRunning},
+	{jobs.ErrAlreadyExists, protocol.CodeAlreadyExists},
 	{jobs.ErrFinished, protocol.CodeInvalidArgument},
 	{jobs.ErrNotRunning, protocol.CodeInvalidArgument},
 	{jobs.ErrNoInput, protocol.CodeInvalidArgument},
@@ -30,8 +31,8 @@ var codes = []struct {
 
 // Of returns err as a wire error: a *protocol.Error in its chain as it is
 // (a request the codec refused, an op's own argument check), an engine
-// error under its kind's code and its message (a spawn error with the
-// job's id in Details["jobId"]), anything else as internal. The result
+// error under its kind's code and its message (one naming its job, a
+// spawn error or an id taken, with the job's id in Details["jobId"]), anything else as internal. The result
 // wraps err (Unwrap), for logs and errors.Is on this side. nil gives nil.
 func Of(err error) *protocol.Error {
 	if err == nil {
@@ -45,8 +46,12 @@ func Of(err error) *protocol.Error {
 		if errors.Is(err, c.kind) {
 			out := protocol.Wrap(c.code, err)
 			var se *jobs.SpawnError
-			if errors.As(err, &se) {
+			var je *jobs.Error
+			switch {
+			case errors.As(err, &se):
 				out.Details = map[string]string{"jobId": se.JobID}
+			case errors.As(err, &je) && je.JobID != "":
+				out.Details = map[string]string{"jobId": je.JobID}
 			}
 			return out
 		}

@@ -27,6 +27,7 @@ func TestOf(t *testing.T) {
 		{&jobs.Error{Kind: jobs.ErrShuttingDown, Msg: "closing"}, protocol.CodeShuttingDown},
 		{&jobs.SpawnError{JobID: "j-1", Err: cause}, protocol.CodeSpawnError},
 		{&jobs.Error{Kind: jobs.ErrJobRunning, Msg: "running"}, protocol.CodeJobRunning},
+		{&jobs.Error{Kind: jobs.ErrAlreadyExists, Msg: "taken", JobID: "build-1"}, protocol.CodeAlreadyExists},
 		{&jobs.Error{Kind: jobs.ErrFinished, Msg: "exited"}, protocol.CodeInvalidArgument},
 		{&jobs.Error{Kind: jobs.ErrNotRunning, Msg: "between runs"}, protocol.CodeInvalidArgument},
 		{&jobs.Error{Kind: jobs.ErrNoInput, Msg: "no stdin"}, protocol.CodeInvalidArgument},
@@ -49,6 +50,9 @@ func TestOf(t *testing.T) {
 	}
 	if !errors.Is(pe, protocol.ErrSpawnError) || errors.Is(pe, protocol.ErrNotFound) {
 		t.Error("errors.Is by code does not hold")
+	}
+	if pe := wireerr.Of(&jobs.Error{Kind: jobs.ErrAlreadyExists, Msg: "taken", JobID: "build-1"}); pe.Details["jobId"] != "build-1" {
+		t.Errorf("already-exists: %+v", pe)
 	}
 	if wireerr.Of(nil) != nil {
 		t.Error("nil mapped to an error")

@@ -34,6 +34,9 @@ type Publisher struct {
 	// give-back, which giveBack (once set) will make (see release).
 	freed    int
 	giveBack *time.Timer
+	// scopes are the prefixes whose subscriptions are counted (see
+	// CountPrefix); set by ListenPub, never changed.
+	scopes []*Scope
 }
 
 // Memory subscribers leave behind is given back to the system once they
@@ -69,7 +72,7 @@ func (p *Publisher) release(n int) {
 
 // ListenPub opens a Publisher on endpoint (tcp or ipc) with policy p;
 // each subscriber may have up to queueBytes of unsent messages.
-func ListenPub(ctx context.Context, endpoint string, p *Policy, queueBytes int) (*Publisher, error) {
+func ListenPub(ctx context.Context, endpoint string, p *Policy, queueBytes int, opts ...PubOption) (*Publisher, error) {
 	l, pol, err := listenHardened(endpoint, p, []string{"SUB", "XSUB"})
 	if err != nil {
 		return nil, err
@@ -78,6 +81,9 @@ func ListenPub(ctx context.Context, endpoint string, p *Policy, queueBytes int) 
 		queueBytes = 16 << 20
 	}
 	pub := &Publisher{l: l, policy: pol, maxQueue: queueBytes, subs: map[*subscriber]struct{}{}}
+	for _, o := range opts {
+		o(pub)
+	}
 	evict := pub.evictBusiestPeer
 	l.evict.Store(&evict)
 	pub.wg.Add(1)
@@ -209,7 +215,7 @@ func (p *Publisher) serve(c *hardenedConn) {
 	s.close()
 	s.tmu.Lock()
 	held := s.topicBytes + subscriberBytes
-	s.topics, s.topicBytes = nil, 0
+	s.dropTopicsLocked()
 	s.tmu.Unlock()
 	p.release(held)
 }
@@ -387,7 +393,7 @@ func (s *subscriber) readLoop() {
 		cost := len(topic) + subscriptionOverhead
 		if sub && (len(s.topics) >= MaxSubscriptions || len(topic) > MaxTopicBytes || s.topicBytes+cost > MaxSubscriptionBytes) {
 			n, held := len(s.topics), s.topicBytes
-			s.topics, s.topicBytes = nil, 0 // (given back now: the connection is done)
+			s.dropTopicsLocked() // (given back now: the connection is done)
 			s.tmu.Unlock()
 			s.c.l.policy.reject("too-many-subscriptions", s.c.peer(),
 				fmt.Errorf("subscription %d of %d bytes, %d held (at most %d, of at most %d bytes, %d in all)",
@@ -397,11 +403,13 @@ func (s *subscriber) readLoop() {
 		if sub {
 			s.topics = append(s.topics, append([]byte(nil), topic...))
 			s.topicBytes += cost
+			s.count(topic, 1)
 		} else {
 			for i, t := range s.topics {
 				if bytes.Equal(t, topic) {
 					s.topics = append(s.topics[:i], s.topics[i+1:]...)
 					s.topicBytes -= cost
+					s.count(topic, -1)
 					break
 				}
 			}

@@ -366,6 +366,11 @@ func (e *Event) DecodePayload(v any) error {
 
 // Validate checks spawn arguments against the protocol limits.
 func (a *SpawnArgs) Validate() error {
+	if a.JobID != "" {
+		if err := ValidJobIDChoice(a.JobID); err != nil {
+			return err
+		}
+	}
 	switch {
 	case len(a.Argv) == 0 && a.Shell == "":
 		return Errorf(CodeInvalidArgument, "spawn needs argv or shell; both are empty")
@@ -447,6 +452,29 @@ func (a *SpawnArgs) Validate() error {
 		return Errorf(CodeInvalidArgument, "sessionId must be valid UTF-8 of at most %d bytes", MaxIDBytes)
 	}
 	return a.validateService()
+}
+
+// ValidJobIDChoice checks a job id chosen by a caller (SpawnArgs.JobID):
+// 1..MaxIDBytes bytes of ASCII letters, digits and "._:-", starting with
+// a letter or digit. The set keeps ids safe wherever they go: in event
+// topics ("job/<id>/": no "/", which would let the subscription of one
+// job match another's), in file names (the notify socket's; no "." or
+// ".." alone), on command lines (no leading "-", no spaces or quotes), in
+// environments and logs (no control characters). UUIDs, ULIDs and
+// "name-1234" ids fit; the supervisor's own ("j-" and 16 hex digits)
+// fit too, and may be chosen.
+func ValidJobIDChoice(id string) error {
+	if id == "" || len(id) > MaxIDBytes {
+		return Errorf(CodeInvalidArgument, "jobId must be 1..%d bytes (got %d)", MaxIDBytes, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || !strings.ContainsRune("._:-", rune(c))) {
+			return Errorf(CodeInvalidArgument, "jobId %.64q: byte %d (%q) is not allowed: a job id is ASCII letters, digits and . _ : - (starting with a letter or digit)", id, i, id[i:i+1])
+		}
+	}
+	return nil
 }
 
 func validJobID(id string) error {

@@ -161,6 +161,7 @@ func appendSpawnArgs(b []byte, a *SpawnArgs) ([]byte, bool) {
 		return b, false
 	}
 	w := newMW(b)
+	w.str("jobId", a.JobID, true)
 	w.strs("argv", a.Argv, true)
 	w.str("shell", a.Shell, true)
 	w.str("cwd", a.Cwd, true)
@@ -541,6 +542,8 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 	ok := m.fields(func(key []byte) bool {
 		var ok bool
 		switch string(key) {
+		case "jobId":
+			ok = m.strTo(&a.JobID)
 		case "argv":
 			ok = m.strSlice(&a.Argv)
 		case "shell":

@@ -32,6 +32,12 @@ type Reply struct {
 
 // SpawnArgs are the arguments of OpSpawn. Exactly one of Argv and Shell is set.
 type SpawnArgs struct {
+	// JobID, when set, is the new job's id, chosen by the caller (see
+	// ValidJobIDChoice); empty means the supervisor makes one up. A spawn
+	// naming a job the supervisor knows (running, or finished and still
+	// retained) is refused with CodeAlreadyExists and starts nothing: a
+	// caller that got no reply can send the same spawn again safely.
+	JobID string `msgpack:"jobId,omitempty" json:"jobId,omitempty"`
 	// Argv is the program and its arguments, run without a shell. Argv[0]
 	// is looked up in the job's PATH when it has no slash.
 	Argv []string `msgpack:"argv,omitempty" json:"argv,omitempty"`
@@ -445,6 +451,10 @@ type SubscribeArgs struct {
 	FromSeq uint64 `msgpack:"fromSeq" json:"fromSeq"`
 	// Limit caps the events returned; 0 means MaxSubscribeEvents.
 	Limit int `msgpack:"limit,omitempty" json:"limit,omitempty"`
+	// Flush publishes the job's output still in its merge window (see
+	// --chunk-merge-interval) before the reply is made, so that the reply
+	// holds every byte read so far; false leaves the windows alone.
+	Flush bool `msgpack:"flush,omitempty" json:"flush,omitempty"`
 }
 
 // SubscribeResult is the result of OpSubscribe.

@@ -164,11 +164,13 @@ const (
 	CodeNotFound           Code = "not-found"
 	CodeTooManyJobs        Code = "too-many-jobs"
 	CodeSpawnError         Code = "spawn-error"
-	CodeJobRunning         Code = "job-running"
-	CodeShuttingDown       Code = "shutting-down"
-	CodeTooManyWaits       Code = "too-many-waits"
-	CodeCancelled          Code = "cancelled"
-	CodeInternal           Code = "internal"
+	// CodeAlreadyExists: a spawn named a job id the supervisor knows.
+	CodeAlreadyExists Code = "already-exists"
+	CodeJobRunning    Code = "job-running"
+	CodeShuttingDown  Code = "shutting-down"
+	CodeTooManyWaits  Code = "too-many-waits"
+	CodeCancelled     Code = "cancelled"
+	CodeInternal      Code = "internal"
 )
 
 // Limits of the protocol. A server may be configured with a smaller
