@@ -4,6 +4,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -29,13 +30,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	}
 	j.overallT, j.idleT, j.watchdogT = nil, nil, nil
 	j.exitCode, j.signal = exitOf(ws)
-	if j.life.Reason == "" {
-		if ws.Signaled() {
-			j.life.Reason = protocol.ReasonSignal
-		} else {
-			j.life.Reason = protocol.ReasonExit
-		}
-	}
+	reason := lifecycle.RunReason(j.life, ws.Signaled(), false)
 	j.endedAt = j.m.now()
 	close(j.runDone)
 	sock := j.notifySock
@@ -43,26 +38,28 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	var attrs []any
 	logInfo := j.m.logInfo()
 	if logInfo || j.svc != nil {
-		attrs = []any{"job", j.id, "pid", j.pid, "reason", string(j.life.Reason), "signal", j.signal,
+		attrs = []any{"job", j.id, "pid", j.pid, "reason", string(reason), "signal", j.signal,
 			"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
 		if j.exitCode != nil {
 			attrs = append(attrs, "exitCode", *j.exitCode)
 		}
 	}
+	var v lifecycle.Verdict
+	var end runEnd
 	if j.svc != nil {
 		attrs = append(attrs, "attempt", j.attempt)
-		if j.afterRunLocked() {
-			delay := j.restartAt.Sub(j.m.now()).Round(time.Millisecond)
-			j.mu.Unlock()
-			j.m.log.Warn("service run ended; restarting", append(attrs, "delay", delay)...)
-			return sock
-		}
+		v, end = j.verdictLocked(reason)
 	}
-	j.finishLocked()
-	reason := j.life.Reason
+	if j.endRunLocked(j.stepLocked(lifecycle.RunEnded{Signaled: ws.Signaled(), Verdict: v}), end) {
+		delay := j.restartAt.Sub(j.m.now()).Round(time.Millisecond)
+		j.mu.Unlock()
+		j.m.log.Warn("service run ended; restarting", append(attrs, "delay", delay)...)
+		return sock
+	}
+	final := j.life.Reason
 	j.mu.Unlock()
 	if j.svc != nil {
-		attrs = append(attrs, "finalReason", string(reason))
+		attrs = append(attrs, "finalReason", string(final))
 	}
 	if logInfo {
 		j.m.log.Info("job exited", attrs...)
@@ -92,10 +89,8 @@ func (j *Job) finishLocked() {
 		t.Stop()
 		j.restartT = nil
 	}
-	if j.life.State != Exited { // (unless the lifecycle core moved it)
-		if err := j.transition(Exited); err != nil {
-			j.m.log.Error("finalize", "err", err)
-		}
+	if j.life.State != Exited { // (the lifecycle core moved it there)
+		j.m.log.Error("finalize a job the lifecycle has not ended", "job", j.id, "state", j.life.State.String())
 	}
 	// Counted (active jobs, finished metric) before anyone can see it
 	// ended (status, the terminal event, done): a client that saw the end
@@ -105,9 +100,13 @@ func (j *Job) finishLocked() {
 	if j.life.Reason == protocol.ReasonExit {
 		kind = protocol.KindExited
 	}
+	var ran time.Duration // (none for a run that never started)
+	if !j.startedAt.IsZero() {
+		ran = j.endedAt.Sub(j.startedAt)
+	}
 	j.exitEv = ptr(j.emitLocked(kind, j.withEndLocked(protocol.ExitPayload{
 		Reason: j.life.Reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
-		DurationMs: j.endedAt.Sub(j.startedAt).Milliseconds(),
+		DurationMs: ran.Milliseconds(),
 	})))
 	j.closeDoneLocked()
 }

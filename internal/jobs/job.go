@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -253,18 +252,6 @@ func (j *Job) finishedAt() (time.Time, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.endedAt, j.life.State == Exited
-}
-
-// transition moves the state where the driver still decides the move
-// itself (its other moves go through stepLocked); an illegal move is a
-// bug and is refused.
-func (j *Job) transition(to State) error {
-	if !lifecycle.CanMove(j.life.State, to) {
-		return fmt.Errorf("job %s: illegal transition %s -> %s", j.id, j.life.State, to)
-	}
-	j.movedLocked(j.life.State, to)
-	j.life.State = to
-	return nil
 }
 
 // movedLocked notes a move of the state (logged, time of change,

@@ -34,8 +34,7 @@ func TestTransitions(t *testing.T) {
 			}
 		}
 	}
-	j := &Job{m: &Manager{log: discard()}, life: lifecycle.Life{State: Exited}}
-	if err := j.transition(Running); err == nil {
+	if _, _, err := lifecycle.Step(lifecycle.Life{State: Exited}, lifecycle.Started{}); err == nil {
 		t.Fatal("exited -> running must be refused")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -266,35 +267,33 @@ func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, e
 	return l, files, nil
 }
 
+// failSpawn ends the run whose process could not be started: a service's
+// later run is restarted as its policy says (a binary being replaced, a
+// full disk); anything else is finalized as a spawn-error.
 func (j *Job) failSpawn(err error) {
 	j.mu.Lock()
-	j.life.Reason = protocol.ReasonSpawnError
 	j.errMsg = err.Error()
 	j.endedAt = j.m.now()
 	close(j.runStarted)
 	close(j.runDone)
 	sock := j.notifySock
 	j.notifySock = nil
-	// A service keeps trying when a later run cannot start (a binary
-	// being replaced, a full disk); the first start reports the error.
-	if j.svc != nil && j.attempt > 1 && j.afterRunLocked() {
-		j.mu.Unlock()
-		closeNotify(sock)
-		j.m.log.Warn("service run could not start; restarting", "job", j.id, "err", err)
-		return
+	// (the first start of a service reports its error: no restart)
+	later := j.svc != nil && j.attempt > 1
+	var v lifecycle.Verdict
+	var end runEnd
+	if later {
+		v, end = j.verdictLocked(protocol.ReasonSpawnError)
 	}
-	if j.svc != nil && j.attempt > 1 {
-		j.finishLocked()
-		j.mu.Unlock()
-		closeNotify(sock)
-		j.m.log.Warn("service run could not start", "job", j.id, "err", err)
-		return
-	}
-	_ = j.transition(Exited)
-	j.m.jobDone(j, protocol.ReasonSpawnError) // counted before anyone can see it ended
-	j.exitEv = ptr(j.emitLocked(protocol.KindFailed, j.withEndLocked(protocol.ExitPayload{Reason: j.life.Reason, Error: j.errMsg})))
-	j.closeDoneLocked()
+	restarting := j.endRunLocked(j.stepLocked(lifecycle.RunEnded{SpawnFailed: true, Verdict: v}), end)
 	j.mu.Unlock()
 	closeNotify(sock)
-	j.m.log.Warn("job spawn failed", "job", j.id, "err", err)
+	switch {
+	case restarting:
+		j.m.log.Warn("service run could not start; restarting", "job", j.id, "err", err)
+	case later:
+		j.m.log.Warn("service run could not start", "job", j.id, "err", err)
+	default:
+		j.m.log.Warn("job spawn failed", "job", j.id, "err", err)
+	}
 }

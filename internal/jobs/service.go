@@ -11,32 +11,37 @@ import (
 	"unicode/utf8"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// afterRunLocked is called once a service run's fate is recorded (reason,
-// exit status, endedAt; runDone closed). It records the run in the
-// history and, when the policy wants another run, moves the job to
-// Restarting with the restart timer armed and returns true. Otherwise it
-// returns false and the caller finalizes the job (with reason
-// restart-limit when the limit was hit).
-func (j *Job) afterRunLocked() bool {
+// runEnd is what a service's run end leaves for scheduling the next run
+// (see scheduleRestartLocked).
+type runEnd struct {
+	rec      protocol.RunRecord
+	ran      time.Duration
+	inWindow int
+}
+
+// verdictLocked asks a service's restart policy about the run that just
+// ended with reason (its exit status, endedAt and runDone already
+// recorded), and records the run in the history. Nothing is asked once
+// something ended supervision (a stop, kill or shutdown). The lifecycle
+// core turns the verdict into the job's fate (RunEnded).
+func (j *Job) verdictLocked(reason Reason) (lifecycle.Verdict, runEnd) {
 	now := j.m.now()
 	ran := j.endedAt.Sub(j.startedAt)
 	if j.startedAt.IsZero() || j.life.State == Starting {
 		ran = 0
 	}
-	rec := j.runRecordLocked()
+	rec := j.runRecordLocked(reason)
 	if h := j.m.hooks.RunEnded; h != nil {
 		h(rec.Reason)
 	}
-	var (
-		delay    time.Duration
-		inWindow int
-		restart  bool
-	)
+	var v lifecycle.Verdict
+	inWindow := 0
 	switch {
 	case j.life.EndReason != "":
 		// Stopped or killed.
@@ -44,44 +49,54 @@ func (j *Job) afterRunLocked() bool {
 		// The supervisor is going away (a drain: --shutdown=wait). A run
 		// its policy would restart ends supervision as a shutdown does,
 		// so that the next supervisor resumes the service.
-		if j.restartReq || j.svc.wants(j.life.Reason, j.exitCode) {
-			j.life.EndReason = protocol.ReasonShutdown
-		}
+		v.Closing = j.restartReq || j.svc.wants(reason, j.exitCode)
 	case j.restartReq:
 		j.svc.reset()
-		restart = true
+		v.Restart = true
 		rec.Reason = protocol.ReasonManualRestart
-	case j.svc.wants(j.life.Reason, j.exitCode):
-		var limited bool
-		delay, inWindow, limited = j.svc.next(now, ran)
-		if limited {
-			last := describeEnd(j.life.Reason, j.exitCode, j.signal)
+	case j.svc.wants(reason, j.exitCode):
+		v.Delay, inWindow, v.Limited = j.svc.next(now, ran)
+		if v.Limited {
+			last := describeEnd(reason, j.exitCode, j.signal)
 			j.errMsg = fmt.Sprintf("%d run ends within %v (maxRestarts %d); last run: %s; start it again with start or restart",
 				inWindow, time.Duration(j.svc.p.RestartWindowMs)*time.Millisecond, *j.svc.p.MaxRestarts, last)
-			j.life.Reason = protocol.ReasonRestartLimit
 			j.m.log.Error("service hit its restart limit; not restarting", "job", j.id, "attempt", j.attempt, "lastRun", last)
 		} else {
-			restart = true
+			v.Restart = true
 		}
 	}
-	rec.Restarted = restart
+	rec.Restarted = v.Restart
 	j.history = append(j.history, rec)
 	if n := len(j.history) - protocol.HistoryRuns; n > 0 {
 		j.history = append(j.history[:0:0], j.history[n:]...)
 	}
-	if !restart {
-		return false
+	return v, runEnd{rec: rec, ran: ran, inWindow: inWindow}
+}
+
+// endRunLocked carries out the lifecycle core's effects of a run's end:
+// the restart scheduled (it reports true), or the job finished.
+func (j *Job) endRunLocked(effs []lifecycle.Effect, end runEnd) (restarting bool) {
+	for _, e := range effs {
+		switch e := e.(type) {
+		case lifecycle.ScheduleRestart:
+			j.scheduleRestartLocked(e.Delay, end)
+			restarting = true
+		case lifecycle.Finish:
+			j.finishLocked()
+		}
 	}
-	if err := j.transition(Restarting); err != nil {
-		j.m.log.Error("restart", "err", err)
-		return false
-	}
+	return restarting
+}
+
+// scheduleRestartLocked arms the next run of a service now Restarting,
+// after delay.
+func (j *Job) scheduleRestartLocked(delay time.Duration, end runEnd) {
 	j.restarts++
-	j.restartAt = now.Add(delay)
+	j.restartAt = j.m.now().Add(delay)
 	j.keepExtraLocked(j.emitLocked(protocol.KindRestarting, protocol.RestartingPayload{
-		Attempt: j.attempt, NextAttempt: j.attempt + 1, Reason: rec.Reason, ExitCode: j.exitCode,
-		Signal: j.signal, Error: j.errMsg, DurationMs: ran.Milliseconds(), DelayMs: delay.Milliseconds(),
-		RestartAt: ms(j.restartAt), RestartsInWindow: inWindow,
+		Attempt: j.attempt, NextAttempt: j.attempt + 1, Reason: end.rec.Reason, ExitCode: j.exitCode,
+		Signal: j.signal, Error: j.errMsg, DurationMs: end.ran.Milliseconds(), DelayMs: delay.Milliseconds(),
+		RestartAt: ms(j.restartAt), RestartsInWindow: end.inWindow,
 	}))
 	if h := j.m.hooks.Restarted; h != nil {
 		h()
@@ -89,7 +104,6 @@ func (j *Job) afterRunLocked() bool {
 	j.restartGen++
 	gen := j.restartGen
 	j.restartT = time.AfterFunc(delay, func() { j.restartFired(gen) })
-	return true
 }
 
 func describeEnd(r Reason, code *int, sig string) string {
@@ -102,11 +116,12 @@ func describeEnd(r Reason, code *int, sig string) string {
 	return string(r)
 }
 
-// runRecordLocked describes the run that just ended, with its last lines.
-func (j *Job) runRecordLocked() protocol.RunRecord {
+// runRecordLocked describes the run that just ended with reason, with its
+// last lines.
+func (j *Job) runRecordLocked(reason Reason) protocol.RunRecord {
 	rec := protocol.RunRecord{
 		Attempt: j.attempt, StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), Pid: j.pid,
-		Reason: j.life.Reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
+		Reason: reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		Tail: []string{},
 	}
 	if !j.startedAt.IsZero() && j.life.State != Starting {
@@ -184,8 +199,7 @@ func (j *Job) restartFired(gen uint64) {
 	}
 	j.restartT = nil
 	if j.m.closing() {
-		j.life.EndReason = protocol.ReasonShutdown
-		j.finishLocked()
+		j.endRunLocked(j.stepLocked(lifecycle.Drained{}), runEnd{})
 		j.mu.Unlock()
 		return
 	}
@@ -201,25 +215,23 @@ func (j *Job) beginRunLocked() {
 		t.Stop()
 		j.restartT = nil
 	}
-	_ = j.transition(Starting)
+	j.stepLocked(lifecycle.NextRun{}) // (Starting, nothing of the last run's fate)
 	j.attempt++
 	j.runOffset = j.offset
 	j.proc = nil
 	j.pid, j.pgid = 0, 0
 	j.startTicks = 0
-	j.life.Reason, j.exitCode, j.signal, j.errMsg = "", nil, "", ""
+	j.exitCode, j.signal, j.errMsg = nil, "", ""
 	j.endedAt = time.Time{} // (the last run's end: this one has none yet)
-	j.life.Killing, j.life.CleanupKilled, j.life.PendingKill = false, false, ""
 	j.killDeadline = time.Time{}
 	j.killNow = make(chan struct{})
-	j.life.LeaderExited, j.life.GroupGone = false, false
 	j.rfiles, j.ptmx, j.stdin = nil, nil, nil
 	j.bracketed, j.escaped = false, false
 	j.cg = nil
 	j.lastCPU, j.lastSampled = 0, time.Time{}
 	j.ready, j.notifyStatus, j.stopping, j.lastWatchdog = false, "", false, time.Time{}
 	j.limits = nil
-	j.restartReq, j.life.EndReason = false, ""
+	j.restartReq = false
 	j.restartAt = time.Time{}
 	j.runDone = make(chan struct{})
 	j.runStarted = make(chan struct{})

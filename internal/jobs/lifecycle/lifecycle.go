@@ -148,6 +148,20 @@ type GroupOutlived struct{}
 // was seen empty.
 type GroupGone struct{}
 
+// RunReason is the reason a run's end gets: the one a kill or timeout
+// asked for, else spawn-error, signal or exit as it ended.
+func RunReason(l Life, signaled, spawnFailed bool) protocol.Reason {
+	switch {
+	case spawnFailed:
+		return protocol.ReasonSpawnError
+	case l.Reason != "":
+		return l.Reason
+	case signaled:
+		return protocol.ReasonSignal
+	}
+	return protocol.ReasonExit
+}
+
 // RunEnded: the run is over (its leader reaped and its group cleared, or
 // its process never started: SpawnFailed); Signaled says a signal ended
 // the leader. For a service, Verdict is what its restart policy makes of
@@ -175,6 +189,16 @@ type Verdict struct {
 // RestartDue: a service's restart delay passed; its next run starts.
 type RestartDue struct{}
 
+// Drained: the supervisor is going away (a drain) as a service's restart
+// delay passed: supervision ends as a shutdown does (the next supervisor
+// resumes it), the last run's end kept as its fate.
+type Drained struct{}
+
+// NextRun: a service is started again by hand (the start or restart op,
+// or a resume), waiting to restart or finished: its next run starts now,
+// with nothing of the last one's fate.
+type NextRun struct{}
+
 func (Kill) event()          {}
 func (Started) event()       {}
 func (GraceOver) event()     {}
@@ -184,3 +208,5 @@ func (GroupOutlived) event() {}
 func (GroupGone) event()     {}
 func (RunEnded) event()      {}
 func (RestartDue) event()    {}
+func (NextRun) event()       {}
+func (Drained) event()       {}

@@ -75,8 +75,21 @@ func (e *IllegalError) Error() string {
 
 // Step applies ev to l: it returns what is known afterwards and the
 // effects to carry out, in order. An event that cannot happen in l's
-// state is an *IllegalError (l comes back unchanged, with no effects).
+// state, or that would make a move the state machine does not allow
+// (CanMove), is an *IllegalError (l comes back unchanged, with no
+// effects).
 func Step(l Life, ev Event) (Life, []Effect, error) {
+	next, effs, err := step(l, ev)
+	if err == nil && next.State != l.State && !CanMove(l.State, next.State) {
+		return l, nil, &IllegalError{l.State, ev}
+	}
+	if err != nil {
+		return l, nil, err
+	}
+	return next, effs, nil
+}
+
+func step(l Life, ev Event) (Life, []Effect, error) {
 	switch e := ev.(type) {
 	case Kill:
 		return kill(l, e)
@@ -133,6 +146,17 @@ func Step(l Life, ev Event) (Life, []Effect, error) {
 			return l, nil, nil // (stopped, or started by hand, meanwhile)
 		}
 		return newRun(l), nil, nil
+	case Drained:
+		if l.State != Restarting {
+			return l, nil, &IllegalError{l.State, ev}
+		}
+		l.State, l.EndReason, l.Reason = Exited, protocol.ReasonShutdown, protocol.ReasonShutdown
+		return l, []Effect{Finish{}}, nil
+	case NextRun:
+		if !l.Service || (l.State != Restarting && l.State != Exited) {
+			return l, nil, &IllegalError{l.State, ev}
+		}
+		return newRun(Life{}), nil, nil
 	}
 	return l, nil, fmt.Errorf("lifecycle: unknown event %T", ev)
 }
@@ -198,15 +222,7 @@ func runEnded(l Life, e RunEnded) (Life, []Effect, error) {
 	if l.State == Exited || l.State == Restarting {
 		return l, nil, &IllegalError{l.State, e}
 	}
-	switch {
-	case e.SpawnFailed:
-		l.Reason = protocol.ReasonSpawnError
-	case l.Reason != "":
-	case e.Signaled:
-		l.Reason = protocol.ReasonSignal
-	default:
-		l.Reason = protocol.ReasonExit
-	}
+	l.Reason = RunReason(l, e.Signaled, e.SpawnFailed)
 	if l.Service && l.EndReason == "" {
 		v := e.Verdict
 		switch {

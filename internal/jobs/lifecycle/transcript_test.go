@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.txt with what Step d
 // Events: init [service]; kill reason=R [hard]; started; grace-over;
 // hangup-due; leader-exited; group-outlived; group-gone; run-ended
 // [signaled] [spawn-failed] [restart delay=D] [limited] [closing];
-// restart-due.
+// restart-due; next-run; drained.
 func TestTranscripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -80,14 +80,14 @@ func replay(text string) (string, error) {
 				i++
 			}
 		}
-		out.WriteString(step(&l, ev, init) + "\n")
+		out.WriteString(apply(&l, ev, init) + "\n")
 	}
 	return out.String(), nil
 }
 
-// step applies ev (or init) to *l and describes the outcome, ending with
+// apply applies ev (or init) to *l and describes the outcome, ending with
 // a blank line.
-func step(l *Life, ev Event, init *Life) string {
+func apply(l *Life, ev Event, init *Life) string {
 	if init != nil {
 		*l = *init
 		return describe(*l) + "\n"
@@ -135,6 +135,10 @@ func parseEvent(line string) (Event, *Life, error) {
 		return GroupGone{}, nil, nil
 	case "restart-due":
 		return RestartDue{}, nil, nil
+	case "next-run":
+		return NextRun{}, nil, nil
+	case "drained":
+		return Drained{}, nil, nil
 	case "run-ended":
 		e := RunEnded{Signaled: flag("signaled"), SpawnFailed: flag("spawn-failed")}
 		e.Verdict.Limited, e.Verdict.Closing = flag("limited"), flag("closing")
