@@ -10,163 +10,175 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
-	switch req.Op {
-	case protocol.OpHealth:
-		if err := protocol.DecodeArgs(req, nil); err != nil { // (none, but checked as any op's)
+// handler answers one op on connection p.
+type handler func(s *Server, p *zmqx.Peer, req *protocol.Request) (any, error)
+
+// handlers is the op table: one handler per op (read only).
+var handlers = map[protocol.Op]handler{
+	protocol.OpHealth:    withArgs((*Server).opHealth),
+	protocol.OpSpawn:     withArgs((*Server).opSpawn),
+	protocol.OpWait:      func(s *Server, p *zmqx.Peer, req *protocol.Request) (any, error) { return s.wait(p, req) },
+	protocol.OpPace:      withArgs((*Server).opPace),
+	protocol.OpCancel:    withArgs((*Server).opCancel),
+	protocol.OpPoll:      withArgs((*Server).opPoll),
+	protocol.OpSubscribe: withArgs((*Server).opSubscribe),
+	protocol.OpWrite:     withArgs((*Server).opWrite),
+	protocol.OpResize:    withArgs((*Server).opResize),
+	protocol.OpKill: withArgs(func(s *Server, _ *zmqx.Peer, _ *protocol.Request, a *protocol.KillArgs) (any, error) {
+		return s.kill(*a)
+	}),
+	protocol.OpStatus: withArgs((*Server).opStatus),
+	protocol.OpListJobs: withArgs(func(s *Server, _ *zmqx.Peer, _ *protocol.Request, a *protocol.ListJobsArgs) (any, error) {
+		return s.listJobs(*a)
+	}),
+	protocol.OpStart:   serviceOp,
+	protocol.OpRestart: serviceOp,
+	protocol.OpStop:    serviceOp,
+	protocol.OpHistory: serviceOp,
+	protocol.OpRemove:  withArgs((*Server).opRemove),
+}
+
+// withArgs is a handler that decodes the request's arguments into an A
+// (checked as every op's are, none included) and hands them to f.
+func withArgs[A any](f func(s *Server, p *zmqx.Peer, req *protocol.Request, a *A) (any, error)) handler {
+	return func(s *Server, p *zmqx.Peer, req *protocol.Request) (any, error) {
+		a := new(A)
+		if err := protocol.DecodeArgs(req, a); err != nil {
 			return nil, err
 		}
-		active, total := s.jobs.Counts()
-		draining := false
-		select {
-		case <-s.draining:
-			draining = true
-		default:
-		}
-		return protocol.HealthResult{
-			OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
-			Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
-			ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
-			// (Both may quote paths the operator chose: sent as UTF-8.)
-			Cgroups: s.cgroupBase != nil, CgroupsNote: strings.ToValidUTF8(s.cgroupNote, "\uFFFD"),
-			JournalError: strings.ToValidUTF8(s.journalHealth(), "\uFFFD"),
-		}, nil
-	case protocol.OpSpawn:
-		var a protocol.SpawnArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		if a.WaitMs > 0 {
-			return s.spawnAndWait(p, req.ID, a)
-		}
-		_, info, err := s.jobs.SpawnJobWith(s.spawnOptions(p, &a))
-		if err != nil {
-			return nil, err
-		}
-		return protocol.SpawnResult{JobID: info.JobID, Job: info}, nil
-	case protocol.OpWait:
-		return s.wait(p, req)
-	case protocol.OpPace:
-		var a protocol.PaceArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		j, err := s.jobs.Get(a.JobID)
-		if err != nil {
-			return nil, err
-		}
-		if a.Release {
-			j.Unpace(p)
-		} else if err := j.Pace(p, a.Offset, paceWatch(p)); err != nil {
-			return nil, err
-		}
-		return protocol.PaceResult{WindowBytes: s.jobs.PaceWindow(), Job: j.Info()}, nil
-	case protocol.OpCancel:
-		var a protocol.CancelArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		ok, job := s.cancelHeld(p, a.RequestID)
-		return protocol.CancelResult{Cancelled: ok, JobID: job}, nil
-	case protocol.OpPoll:
-		var a protocol.PollArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		j, err := s.jobs.Get(a.JobID)
-		if err != nil {
-			return nil, err
-		}
-		res, err := j.Poll(a.Cursor, a.MaxBytes)
-		res.InstanceID = s.instanceID
-		return res, err
-	case protocol.OpSubscribe:
-		var a protocol.SubscribeArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		j, err := s.jobs.Get(a.JobID)
-		if err != nil {
-			return nil, err
-		}
-		if a.Flush {
-			j.FlushOutput()
-		}
-		res, err := j.Events(a.FromSeq, a.Limit)
-		res.InstanceID, res.HeartbeatIntervalMs = s.instanceID, s.cfg.HeartbeatInterval.Milliseconds()
-		s.metrics.BackfillReqs.Inc()
-		s.metrics.BackfillEvents.Add(float64(len(res.Events)))
-		return res, err
-	case protocol.OpWrite:
-		var a protocol.WriteArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		j, err := s.jobs.Get(a.JobID)
-		if err != nil {
-			return nil, err
-		}
-		n, err := j.WriteInput(a.Data, a.EOF, a.Typed)
-		if err != nil {
-			return nil, err
-		}
-		return protocol.WriteResult{Written: n, Job: j.Info()}, nil
-	case protocol.OpResize:
-		var a protocol.ResizeArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		j, err := s.jobs.Get(a.JobID)
-		if err != nil {
-			return nil, err
-		}
-		if err := j.Resize(uint16(a.Rows), uint16(a.Cols)); err != nil { // (1..10000: Validate)
-			return nil, err
-		}
-		info := j.Info()
-		return protocol.StatusResult{Job: &info}, nil
-	case protocol.OpKill:
-		var a protocol.KillArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		return s.kill(a)
-	case protocol.OpStatus:
-		var a protocol.JobArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		if a.JobID == "" {
-			return s.statusAll()
-		}
-		j, err := s.jobs.Get(a.JobID)
-		if err != nil {
-			return nil, err
-		}
-		info := s.jobs.InfoWithUsage(j)
-		return protocol.StatusResult{Job: &info}, nil
-	case protocol.OpListJobs:
-		var a protocol.ListJobsArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		return s.listJobs(a)
-	case protocol.OpStart, protocol.OpRestart, protocol.OpStop, protocol.OpHistory:
-		return s.serviceOp(req)
-	case protocol.OpRemove:
-		var a protocol.JobArgs
-		if err := protocol.DecodeArgs(req, &a); err != nil {
-			return nil, err
-		}
-		if a.JobID == "" {
-			return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
-		}
-		if err := s.jobs.Remove(a.JobID); err != nil {
-			return nil, err
-		}
-		return protocol.RemoveResult{JobID: a.JobID}, nil
+		return f(s, p, req, a)
 	}
-	return nil, protocol.Errorf(protocol.CodeUnknownOp, "unknown op %q", req.Op)
+}
+
+func serviceOp(s *Server, _ *zmqx.Peer, req *protocol.Request) (any, error) { return s.serviceOp(req) }
+
+// noArgs are the arguments of an op that takes none.
+type noArgs struct{}
+
+func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
+	h, ok := handlers[req.Op]
+	if !ok {
+		return nil, protocol.Errorf(protocol.CodeUnknownOp, "unknown op %q", req.Op)
+	}
+	return h(s, p, req)
+}
+
+func (s *Server) opHealth(_ *zmqx.Peer, _ *protocol.Request, _ *noArgs) (any, error) {
+	active, total := s.jobs.Counts()
+	draining := false
+	select {
+	case <-s.draining:
+		draining = true
+	default:
+	}
+	return protocol.HealthResult{
+		OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
+		Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
+		ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
+		// (Both may quote paths the operator chose: sent as UTF-8.)
+		Cgroups: s.cgroupBase != nil, CgroupsNote: strings.ToValidUTF8(s.cgroupNote, "\uFFFD"),
+		JournalError: strings.ToValidUTF8(s.journalHealth(), "\uFFFD"),
+	}, nil
+}
+
+func (s *Server) opSpawn(p *zmqx.Peer, req *protocol.Request, a *protocol.SpawnArgs) (any, error) {
+	if a.WaitMs > 0 {
+		return s.spawnAndWait(p, req.ID, *a)
+	}
+	_, info, err := s.jobs.SpawnJobWith(s.spawnOptions(p, a))
+	if err != nil {
+		return nil, err
+	}
+	return protocol.SpawnResult{JobID: info.JobID, Job: info}, nil
+}
+
+func (s *Server) opPace(p *zmqx.Peer, _ *protocol.Request, a *protocol.PaceArgs) (any, error) {
+	j, err := s.jobs.Get(a.JobID)
+	if err != nil {
+		return nil, err
+	}
+	if a.Release {
+		j.Unpace(p)
+	} else if err := j.Pace(p, a.Offset, paceWatch(p)); err != nil {
+		return nil, err
+	}
+	return protocol.PaceResult{WindowBytes: s.jobs.PaceWindow(), Job: j.Info()}, nil
+}
+
+func (s *Server) opCancel(p *zmqx.Peer, _ *protocol.Request, a *protocol.CancelArgs) (any, error) {
+	ok, job := s.cancelHeld(p, a.RequestID)
+	return protocol.CancelResult{Cancelled: ok, JobID: job}, nil
+}
+
+func (s *Server) opPoll(_ *zmqx.Peer, _ *protocol.Request, a *protocol.PollArgs) (any, error) {
+	j, err := s.jobs.Get(a.JobID)
+	if err != nil {
+		return nil, err
+	}
+	res, err := j.Poll(a.Cursor, a.MaxBytes)
+	res.InstanceID = s.instanceID
+	return res, err
+}
+
+func (s *Server) opSubscribe(_ *zmqx.Peer, _ *protocol.Request, a *protocol.SubscribeArgs) (any, error) {
+	j, err := s.jobs.Get(a.JobID)
+	if err != nil {
+		return nil, err
+	}
+	if a.Flush {
+		j.FlushOutput()
+	}
+	res, err := j.Events(a.FromSeq, a.Limit)
+	res.InstanceID, res.HeartbeatIntervalMs = s.instanceID, s.cfg.HeartbeatInterval.Milliseconds()
+	s.metrics.BackfillReqs.Inc()
+	s.metrics.BackfillEvents.Add(float64(len(res.Events)))
+	return res, err
+}
+
+func (s *Server) opWrite(_ *zmqx.Peer, _ *protocol.Request, a *protocol.WriteArgs) (any, error) {
+	j, err := s.jobs.Get(a.JobID)
+	if err != nil {
+		return nil, err
+	}
+	n, err := j.WriteInput(a.Data, a.EOF, a.Typed)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.WriteResult{Written: n, Job: j.Info()}, nil
+}
+
+func (s *Server) opResize(_ *zmqx.Peer, _ *protocol.Request, a *protocol.ResizeArgs) (any, error) {
+	j, err := s.jobs.Get(a.JobID)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.Resize(uint16(a.Rows), uint16(a.Cols)); err != nil { // (1..10000: Validate)
+		return nil, err
+	}
+	info := j.Info()
+	return protocol.StatusResult{Job: &info}, nil
+}
+
+func (s *Server) opStatus(_ *zmqx.Peer, _ *protocol.Request, a *protocol.JobArgs) (any, error) {
+	if a.JobID == "" {
+		return s.statusAll()
+	}
+	j, err := s.jobs.Get(a.JobID)
+	if err != nil {
+		return nil, err
+	}
+	info := s.jobs.InfoWithUsage(j)
+	return protocol.StatusResult{Job: &info}, nil
+}
+
+func (s *Server) opRemove(_ *zmqx.Peer, _ *protocol.Request, a *protocol.JobArgs) (any, error) {
+	if a.JobID == "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
+	}
+	if err := s.jobs.Remove(a.JobID); err != nil {
+		return nil, err
+	}
+	return protocol.RemoveResult{JobID: a.JobID}, nil
 }
 
 // listJobs answers list-jobs: one page of the jobs after a.After, at most
