@@ -40,8 +40,7 @@ type Job struct {
 	// its start failed).
 	runStarted chan struct{}
 	// life is the job's lifecycle state: it moves only through stepLocked
-	// (lifecycle.Step), besides the moves the driver still makes itself
-	// (transition).
+	// (lifecycle.Step).
 	life       lifecycle.Life
 	proc       *proc
 	pid, pgid  int

@@ -145,10 +145,14 @@ func (j *Job) escalateAfterGrace(runDone, killNow <-chan struct{}, grace time.Du
 			t.Stop()
 		case <-t.C:
 			j.mu.Lock()
+			var after func()
 			if !over(runDone) {
-				j.applyLocked(j.stepLocked(lifecycle.HangupDue{}))
+				after = j.applyLocked(j.stepLocked(lifecycle.HangupDue{}))
 			}
 			j.mu.Unlock()
+			if after != nil {
+				after()
+			}
 			grace -= hup
 		}
 	}

@@ -83,6 +83,8 @@ func (j *Job) endRunLocked(effs []lifecycle.Effect, end runEnd) (restarting bool
 			restarting = true
 		case lifecycle.Finish:
 			j.finishLocked()
+		default:
+			j.m.log.Error("job lifecycle: effect not carried out at a run's end", "job", j.id, "effect", fmt.Sprintf("%T", e))
 		}
 	}
 	return restarting

@@ -163,6 +163,14 @@ func (c *Client) handshake(socketType, token string, found, tcp bool) error {
 		return errors.New("the peer does not speak ZMTP 3")
 	}
 	pm := strings.TrimRight(string(peer[12:32]), "\x00")
+	// A found token marks a tcp endpoint as our own supervisor's: another
+	// user's listener is refused whatever mechanism it offers (one that
+	// greets NULL must not get our requests instead of the token).
+	if found && tcp {
+		if err := ownListener(c.conn.RemoteAddr()); err != nil {
+			return fmt.Errorf("not sending the default token: %w (give the token explicitly if this is the supervisor you mean)", err)
+		}
+	}
 	if pm == "NULL" && found {
 		token = "" // (found, not given: a server without auth needs none)
 	}
@@ -172,11 +180,6 @@ func (c *Client) handshake(socketType, token string, found, tcp bool) error {
 	}
 	if pm != mech {
 		return &MechanismError{Server: pm, Client: mech}
-	}
-	if token != "" && found && tcp {
-		if err := ownListener(c.conn.RemoteAddr()); err != nil {
-			return fmt.Errorf("not sending the default token: %w (give the token explicitly if this is the supervisor you mean)", err)
-		}
 	}
 	copy(g[12:32], mech)
 	if _, err := c.conn.Write(g[signatureLen+1:]); err != nil {

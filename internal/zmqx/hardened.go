@@ -409,21 +409,28 @@ func peerGroups(fd int) []int {
 // a peer of our own uid (own, asked only then), one of the OwnReserve past
 // MaxConns. It reports false when there is none.
 func (l *hardenedListener) admit(key string, own func() bool) bool {
+	if l.take(l.policy.MaxConns, key) {
+		return true
+	}
+	return l.policy.OwnReserve > 0 && own() && l.take(l.policy.MaxConns+l.policy.OwnReserve, key)
+}
+
+// take takes one of limit slots: a free one, else one the socket gives up
+// (evict, up to 3 times), but only while giving one up makes room: with
+// the operator's reserve in use (more than MaxConns established), an
+// eviction for a peer that may not use it would only cut a connection off.
+func (l *hardenedListener) take(limit int, key string) bool {
 	for try := 0; try < 3; try++ {
-		if n := l.conns.Add(1); n <= int64(l.policy.MaxConns) {
+		if n := l.conns.Add(1); n <= int64(limit) {
 			return true
 		}
-		l.conns.Add(-1)
+		if l.conns.Add(-1) > int64(limit) {
+			return false
+		}
 		ev := l.evict.Load()
 		if ev == nil || !(*ev)(key) {
-			break
+			return false
 		}
-	}
-	if l.policy.OwnReserve > 0 && own() {
-		if n := l.conns.Add(1); n <= int64(l.policy.MaxConns+l.policy.OwnReserve) {
-			return true
-		}
-		l.conns.Add(-1)
 	}
 	return false
 }
