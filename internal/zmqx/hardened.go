@@ -542,6 +542,11 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 		fail("too-many-connections", errors.New(msg))
 		return
 	}
+	// Admitted: no longer in the handshake, so never displaced (it
+	// holds a slot, maybe one an idle peer was given up for).
+	l.pmu.Lock()
+	delete(l.pending, raw)
+	l.pmu.Unlock()
 	pre := append(append(buf, hdr[:hlen]...), body...)
 	if l.policy.Debug != nil {
 		l.policy.Debug("connection accepted", "remote", remote, "mechanism", mech)
