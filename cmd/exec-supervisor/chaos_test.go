@@ -22,8 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
-	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
@@ -339,7 +339,7 @@ func TestPidReuseGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
-	ticks, err := jobs.ProcStartTicks(victim.Process.Pid)
+	ticks, err := proc.StartTicks(victim.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,13 +358,13 @@ func TestPidReuseGuard(t *testing.T) {
 	t.Cleanup(func() { bystander.Process.Kill(); bystander.Wait() })
 	other := bystander.Process.Pid
 	doc := &journal.File{InstanceID: "dead-instance", Jobs: []journal.Record{
-		{JobID: "j-other-group", Shell: "sleep 300", Pid: pid, Pgid: other, StartTicks: ticks, BootID: jobs.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
-		{JobID: "j-own-group", Shell: "sleep 300", Pid: pid, Pgid: syscall.Getpgrp(), StartTicks: ticks, BootID: jobs.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
-		{JobID: "j-reused", Shell: "sleep 300", Pid: pid, Pgid: pid, StartTicks: ticks + 12345, BootID: jobs.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
+		{JobID: "j-other-group", Shell: "sleep 300", Pid: pid, Pgid: other, StartTicks: ticks, BootID: proc.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
+		{JobID: "j-own-group", Shell: "sleep 300", Pid: pid, Pgid: syscall.Getpgrp(), StartTicks: ticks, BootID: proc.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
+		{JobID: "j-reused", Shell: "sleep 300", Pid: pid, Pgid: pid, StartTicks: ticks + 12345, BootID: proc.BootID(), State: "running", CreatedAt: time.Now().UnixMilli()},
 		{JobID: "j-otherboot", Shell: "sleep 300", Pid: pid, Pgid: pid, StartTicks: ticks, BootID: "another-boot", State: "running", CreatedAt: time.Now().UnixMilli()},
-		{JobID: "j-gone", Shell: "true", Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running"},
+		{JobID: "j-gone", Shell: "true", Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: proc.BootID(), State: "running"},
 		{JobID: "j-done", Shell: "true", Pid: 77, State: "exited", Reason: "exit", ExitCode: ptr(0), EndedAt: time.Now().UnixMilli()},
-		{JobID: "j-between-runs", Shell: "exit 0", Pid: pid, Pgid: pid, StartTicks: ticks, BootID: jobs.BootID(), State: "restarting",
+		{JobID: "j-between-runs", Shell: "exit 0", Pid: pid, Pgid: pid, StartTicks: ticks, BootID: proc.BootID(), State: "restarting",
 			CreatedAt: time.Now().UnixMilli(), Members: []journal.Member{{Pid: pid, StartTicks: ticks}},
 			Service: &journal.Service{Spec: protocol.SpawnArgs{Shell: "exit 0", Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}}, Attempt: 1}},
 	}}
@@ -616,7 +616,7 @@ func deadLeaderLeavesDescendant(t *testing.T, flags ...string) {
 	})
 	s.kill9()
 	deadline := time.Now().Add(10 * time.Second)
-	for jobs.Identify(j.Pid, 0, "") != jobs.Gone { // the leader (sleep 2) ends on its own
+	for proc.Identify(j.Pid, 0, "") != proc.Gone { // the leader (sleep 2) ends on its own
 		if time.Now().After(deadline) {
 			t.Fatal("leader did not exit")
 		}
@@ -1289,9 +1289,9 @@ func TestEscapeTreeWithoutCgroups(t *testing.T) {
 	if proctest.Alive(pids["double"]) || proctest.Alive(pids["nohup"]) {
 		t.Fatalf("group members survived: double %v nohup %v", proctest.Alive(pids["double"]), proctest.Alive(pids["nohup"]))
 	}
-	ticks, _ := jobs.ProcStartTicks(pids["setsid"]) // (0: already ended)
+	ticks, _ := proc.StartTicks(pids["setsid"]) // (0: already ended)
 	deadline = time.Now().Add(10 * time.Second)
-	for ticks != 0 && jobs.Identify(pids["setsid"], ticks, jobs.BootID()) == jobs.Ours {
+	for ticks != 0 && proc.Identify(pids["setsid"], ticks, proc.BootID()) == proc.Ours {
 		if time.Now().After(deadline) {
 			t.Fatalf("the setsid child (pid %d) outlived its job by 10 s:\n%s", pids["setsid"], s.log)
 		}
@@ -1334,9 +1334,9 @@ func TestCgroupEscapeEndedByMark(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // waiting for the child to write its pid
 	}
-	ticks, _ := jobs.ProcStartTicks(pid)
+	ticks, _ := proc.StartTicks(pid)
 	t.Cleanup(func() {
-		if jobs.Identify(pid, ticks, jobs.BootID()) == jobs.Ours {
+		if proc.Identify(pid, ticks, proc.BootID()) == proc.Ours {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
@@ -1347,7 +1347,7 @@ func TestCgroupEscapeEndedByMark(t *testing.T) {
 		t.Fatalf("the job (its main process exits at once): finished %v, %v", fin, err)
 	}
 	deadline = time.Now().Add(10 * time.Second)
-	for ticks != 0 && jobs.Identify(pid, ticks, jobs.BootID()) == jobs.Ours {
+	for ticks != 0 && proc.Identify(pid, ticks, proc.BootID()) == proc.Ours {
 		if time.Now().After(deadline) {
 			t.Fatalf("the child that left its job's cgroup (pid %d) outlived its job by 10 s:\n%s", pid, s.log)
 		}
@@ -2526,7 +2526,7 @@ func spawnsUnderCrashes(t *testing.T, _ bool, flags []string) {
 	tag := fmt.Sprintf("%d", 100000+rand.IntN(800000))
 	leftovers := func() map[int][]int { // spawn n -> live pids
 		out := map[int][]int{}
-		jobs.EachProcess(func(p jobs.Process) bool {
+		proc.Each(func(p proc.Process) bool {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid))
 			if err != nil || p.Zombie {
 				return true
@@ -2721,12 +2721,12 @@ func spawnEscapee(t *testing.T, s *sup) (protocol.JobInfo, int) {
 // killLater SIGKILLs pid when the test ends if it is still the process it
 // is now (its pid may be another's by then).
 func killLater(t *testing.T, pid int) {
-	ticks, err := jobs.ProcStartTicks(pid)
+	ticks, err := proc.StartTicks(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if jobs.Identify(pid, ticks, jobs.BootID()) == jobs.Ours {
+		if proc.Identify(pid, ticks, proc.BootID()) == proc.Ours {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
@@ -2740,7 +2740,7 @@ func waitEscaped(t *testing.T, pgid, leader, n int) int {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var found []int
-		jobs.EachProcess(func(p jobs.Process) bool {
+		proc.Each(func(p proc.Process) bool {
 			if p.Sid == p.Pid && p.Pgid != pgid && !p.Zombie && slices.Contains(proctest.Children(leader), p.Pid) {
 				found = append(found, p.Pid)
 			}
@@ -2792,10 +2792,10 @@ func TestMarkSweepOnlyAfterCrash(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t, "--no-cgroups")
 	_, escaped := spawnEscapee(t, s)
-	ticks, _ := jobs.ProcStartTicks(escaped)
+	ticks, _ := proc.StartTicks(escaped)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done
-	if jobs.Identify(escaped, ticks, jobs.BootID()) == jobs.Ours {
+	if proc.Identify(escaped, ticks, proc.BootID()) == proc.Ours {
 		t.Errorf("the job's descendant in a session of its own outlived the clean stop:\n%s", s.log)
 	}
 	// Processes carrying a mark, as a job's would.
@@ -2809,13 +2809,13 @@ func TestMarkSweepOnlyAfterCrash(t *testing.T) {
 	}
 	marked := func(mark, job string) func() bool {
 		cmd := exec.Command("sleep", "300")
-		cmd.Env = append(os.Environ(), jobs.EnvJobID+"="+job, jobs.EnvStateID+"="+mark)
+		cmd.Env = append(os.Environ(), proc.EnvJobID+"="+job, proc.EnvStateID+"="+mark)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return func() bool { p, ok := jobs.LookupProcess(cmd.Process.Pid); return ok && !p.Zombie }
+		return func() bool { p, ok := proc.Lookup(cmd.Process.Pid); return ok && !p.Zombie }
 	}
 	m1 := readMark()
 	old := marked(m1, "j-before-the-clean-stop")
@@ -2866,7 +2866,7 @@ func TestStopWithFailedJournal(t *testing.T) {
 	if !strings.Contains(s.log.String(), "journal write at shutdown failed") {
 		t.Errorf("the failed last journal write is not reported as such:\n%s", s.log)
 	}
-	if p, ok := jobs.LookupProcess(j.Pid); ok && !p.Zombie {
+	if p, ok := proc.Lookup(j.Pid); ok && !p.Zombie {
 		t.Errorf("job process %d outlived the stop", j.Pid)
 	}
 	lock, err := os.ReadFile(filepath.Join(e.state, "lock"))

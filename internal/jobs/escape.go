@@ -3,6 +3,7 @@ package jobs
 import (
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -38,7 +39,7 @@ func (j *Job) detectEscapes(runDone <-chan struct{}) {
 	}
 	var escaped []int
 	for _, pid := range cg.Procs() {
-		p, ok := LookupProcess(pid)
+		p, ok := proc.Lookup(pid)
 		if !ok {
 			continue
 		}

@@ -42,7 +42,7 @@ type Job struct {
 	// life is the job's lifecycle state: it moves only through stepLocked
 	// (lifecycle.Step).
 	life       lifecycle.Life
-	proc       *proc
+	proc       *child
 	pid, pgid  int
 	startTicks uint64
 

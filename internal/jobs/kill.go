@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -220,9 +221,9 @@ func (j *Job) signalLocked(sig syscall.Signal) error {
 	}
 	if j.isPTY {
 		// A terminal session may hold several process groups (job control).
-		return signalSession(j.pgid, sig)
+		return proc.SignalSession(j.pgid, sig)
 	}
-	return signalGroup(j.pgid, sig)
+	return proc.SignalGroup(j.pgid, sig)
 }
 
 // scopeAlive reports whether anything of the job still runs: its process
@@ -232,7 +233,7 @@ func (j *Job) scopeAlive() bool {
 		return j.cg.Populated()
 	}
 	if j.isPTY {
-		return sessionAlive(j.pgid)
+		return proc.SessionAlive(j.pgid)
 	}
-	return groupAlive(j.pgid)
+	return proc.GroupAlive(j.pgid)
 }

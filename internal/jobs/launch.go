@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,7 +30,7 @@ type launch struct {
 
 // proc is a started process, waited for once by its job's runLoop or
 // waitLoop.
-type proc struct {
+type child struct {
 	pid int
 	// pidfd is nil where the kernel has no usable pidfds (wait then
 	// blocks a thread in wait4); else it is non-blocking and in the
@@ -70,12 +71,12 @@ const startTickChecks = 3
 // clock, may be used: the first startTickChecks are compared with /proc
 // (p is not reaped yet: its job's waiter waits for the start to return),
 // and one that differs turns the clock's use off for good (logged).
-func (m *Manager) startTicksTrusted(p *proc) bool {
+func (m *Manager) startTicksTrusted(p *child) bool {
 	if m.tickChecks.Load() <= 0 {
 		return m.tickNanos.Load() > 0
 	}
 	m.tickChecks.Add(-1)
-	t, err := ProcStartTicks(p.pid)
+	t, err := proc.StartTicks(p.pid)
 	if err != nil {
 		m.tickChecks.Add(1) // (not a check: the next one is)
 		return false
@@ -121,7 +122,7 @@ func pidfdsWork() bool {
 // known without reading /proc (five system calls on the spawn path).
 //
 // around, when not nil, runs the fork and exec (see WithForkAround).
-func (l *launch) start(withPidfd bool, tick int64, around func(fork func())) (*proc, error) {
+func (l *launch) start(withPidfd bool, tick int64, around func(fork func())) (*child, error) {
 	pidfd := -1
 	if withPidfd {
 		l.sys.PidFD = &pidfd
@@ -148,7 +149,7 @@ func (l *launch) start(withPidfd bool, tick int64, around func(fork func())) (*p
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: l.path, Err: err}
 	}
-	p := &proc{pid: pid, rawfd: -1}
+	p := &child{pid: pid, rawfd: -1}
 	if tick > 0 && before >= 0 && after >= before && before/tick == after/tick {
 		p.startTicks = uint64(before / tick)
 	}
@@ -165,7 +166,7 @@ func (l *launch) start(withPidfd bool, tick int64, around func(fork func())) (*p
 }
 
 // wait waits until the process exits and reaps it.
-func (p *proc) wait() (syscall.WaitStatus, error) {
+func (p *child) wait() (syscall.WaitStatus, error) {
 	if p.pidfd == nil {
 		var ws syscall.WaitStatus
 		for {
@@ -235,7 +236,7 @@ func childStatus(info *[128]byte) (ws syscall.WaitStatus, exited bool) {
 
 // unreaped reports whether the process has not been reaped yet (alive or
 // a zombie). With a pidfd this is immune to pid reuse.
-func (p *proc) unreaped() bool {
+func (p *child) unreaped() bool {
 	if p.pidfd == nil {
 		return syscall.Kill(p.pid, 0) == nil
 	}
@@ -253,7 +254,7 @@ func (p *proc) unreaped() bool {
 }
 
 // release closes the pidfd (after wait).
-func (p *proc) release() {
+func (p *child) release() {
 	if p.pidfd != nil {
 		p.pidfd.Close()
 	}

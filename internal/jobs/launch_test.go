@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -181,7 +182,7 @@ func TestFloodingDescendantDoesNotHoldTheExit(t *testing.T) {
 			if got.ExitCode == nil || *got.ExitCode != 3 || got.Reason != protocol.ReasonExit {
 				t.Errorf("reason %s exit %v, want exit 3", got.Reason, got.ExitCode)
 			}
-			if groupAlive(info.Pid) {
+			if proc.GroupAlive(info.Pid) {
 				t.Errorf("process group %d still has members after the job ended", info.Pid)
 			}
 		})

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -359,7 +360,7 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, live: map[string]*Job{}, stop: make(chan struct{}), environ: jobEnviron(os.Environ()), bootID: BootID(), leaders: map[int]struct{}{}}
+	m := &Manager{cfg: cfg, log: log, sink: sink, now: time.Now, jobs: map[string]*Job{}, live: map[string]*Job{}, stop: make(chan struct{}), environ: jobEnviron(os.Environ()), bootID: proc.BootID(), leaders: map[int]struct{}{}}
 	m.runners = newRunners(m.stop, &m.wg)
 	m.devNullFd, m.pidfds = -1, pidfdsWork()
 	m.tickNanos.Store(startTickNanos())

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -24,18 +22,18 @@ import (
 // the state's mark in its environment, once each, whatever it inherited or
 // was given, in every environment mode.
 func TestJobsCarryTheMark(t *testing.T) {
-	t.Setenv(EnvJobID, "outer-job") // (the supervisor is itself some job)
-	t.Setenv(EnvStateID, "outer-state")
+	t.Setenv(proc.EnvJobID, "outer-job") // (the supervisor is itself some job)
+	t.Setenv(proc.EnvStateID, "outer-state")
 	m := New(Config{}, nil, nil, WithMark("s1"))
 	defer m.Close(context.Background())
 	for _, args := range []protocol.SpawnArgs{
 		{Argv: []string{"/usr/bin/env"}},
-		{Argv: []string{"/usr/bin/env"}, Env: map[string]string{EnvJobID: "forged", "K": "v"}},
-		{Argv: []string{"/usr/bin/env"}, EnvMode: protocol.EnvReplace, Env: map[string]string{EnvStateID: "forged"}},
+		{Argv: []string{"/usr/bin/env"}, Env: map[string]string{proc.EnvJobID: "forged", "K": "v"}},
+		{Argv: []string{"/usr/bin/env"}, EnvMode: protocol.EnvReplace, Env: map[string]string{proc.EnvStateID: "forged"}},
 	} {
 		info, out := runJob(t, m, args)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		want := []string{EnvJobID + "=" + info.JobID, EnvStateID + "=s1"}
+		want := []string{proc.EnvJobID + "=" + info.JobID, proc.EnvStateID + "=s1"}
 		for _, w := range want {
 			if n := strings.Count("\n"+out, "\n"+strings.SplitN(w, "=", 2)[0]+"="); n != 1 || !slices.Contains(lines, w) {
 				t.Errorf("env %v (mode %q): want %s once, got:\n%s", args.Env, args.EnvMode, w, out)
@@ -45,265 +43,9 @@ func TestJobsCarryTheMark(t *testing.T) {
 	// Without a mark nothing is added (origin mode).
 	m2 := New(Config{}, nil, nil)
 	defer m2.Close(context.Background())
-	if _, out := runJob(t, m2, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}}); !strings.Contains(out, EnvJobID+"=outer-job") {
+	if _, out := runJob(t, m2, protocol.SpawnArgs{Argv: []string{"/usr/bin/env"}}); !strings.Contains(out, proc.EnvJobID+"=outer-job") {
 		t.Errorf("without a mark the inherited environment is kept as it is:\n%s", out)
 	}
-}
-
-func TestParseMark(t *testing.T) {
-	for _, c := range []struct {
-		env, job string
-		ok       bool
-	}{
-		{"A=1\x00EXEC_SUPERVISOR_JOB_ID=j1\x00EXEC_SUPERVISOR_STATE_ID=s1\x00", "j1", true},
-		{"EXEC_SUPERVISOR_STATE_ID=s1\x00EXEC_SUPERVISOR_JOB_ID=j2", "j2", true},
-		{"EXEC_SUPERVISOR_JOB_ID=j1\x00EXEC_SUPERVISOR_STATE_ID=s2\x00", "", false},
-		// The first value counts, as for getenv.
-		{"EXEC_SUPERVISOR_STATE_ID=s2\x00EXEC_SUPERVISOR_JOB_ID=j1\x00EXEC_SUPERVISOR_STATE_ID=s1\x00", "", false},
-		{"EXEC_SUPERVISOR_JOB_ID=\x00EXEC_SUPERVISOR_STATE_ID=s1\x00", "", false},
-		{"EXEC_SUPERVISOR_STATE_ID=s1\x00", "", false},
-		{"EXEC_SUPERVISOR_JOB_ID=" + strings.Repeat("x", 300) + "\x00EXEC_SUPERVISOR_STATE_ID=s1", "", false},
-		{"EXEC_SUPERVISOR_JOB_ID j1\x00EXEC_SUPERVISOR_STATE_ID=s1", "", false},
-		{"", "", false},
-		{"\x00\x00=\x00", "", false},
-	} {
-		job, ok := parseMark([]byte(c.env), "s1")
-		if job != c.job || ok != c.ok {
-			t.Errorf("parseMark(%q) = %q, %v; want %q, %v", c.env, job, ok, c.job, c.ok)
-		}
-	}
-}
-
-// startMarked starts argv in a process group of its own with env added
-// to this process's environment (and sys's credentials, if any), ended and
-// waited for when the test ends.
-func startMarked(t *testing.T, env []string, cred *syscall.Credential, argv ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(unmarked(os.Environ()), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil { // (not waited for: its group is still its)
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Wait()
-		}
-	})
-	return cmd
-}
-
-func markEnv(state, job string) []string {
-	return []string{EnvJobID + "=" + job, EnvStateID + "=" + state}
-}
-
-// marked returns FindMarked's processes among pids, by pid.
-func marked(state string, pids ...int) map[int]MarkedProcess {
-	out := map[int]MarkedProcess{}
-	found, err := FindMarked(state)
-	if err != nil {
-		panic(err)
-	}
-	for _, p := range found {
-		if slices.Contains(pids, p.Pid) {
-			out[p.Pid] = p
-		}
-	}
-	return out
-}
-
-// TestFindMarked: processes carrying a state's mark are found, with their
-// job id and group; those with another state's mark, another user's
-// (or a set-user-id program's: another real uid), and zombies, are not.
-// (A duplicated variable is TestParseMark's: os/exec keeps one; the
-// cgroup scope is TestCgroupScope's.)
-func TestFindMarked(t *testing.T) {
-	state := fmt.Sprintf("find-%d-%d", os.Getpid(), time.Now().UnixNano())
-	mine := startMarked(t, markEnv(state, "j1"), nil, "sleep", "300")
-	other := startMarked(t, markEnv(state+"-other", "j2"), nil, "sleep", "300")
-	zombie := startMarked(t, markEnv(state, "j4"), nil, "true")
-	pids := []int{mine.Process.Pid, other.Process.Pid, zombie.Process.Pid}
-	var stranger *exec.Cmd
-	if os.Geteuid() == 0 {
-		stranger = startMarked(t, markEnv(state, "j5"), &syscall.Credential{Uid: 65534, Gid: 65534}, "sleep", "300")
-		pids = append(pids, stranger.Process.Pid)
-	} else {
-		t.Log("not root: the other-user case is not checked")
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for { // (the zombie: true has exited, not yet waited for)
-		if p, ok := LookupProcess(zombie.Process.Pid); ok && p.Zombie {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("true did not exit")
-		}
-		time.Sleep(5 * time.Millisecond) // nothing to wait on: a child's exit, not yet reaped
-	}
-	got := marked(state, pids...)
-	if len(got) != 1 {
-		t.Fatalf("found %+v, want only pid %d", got, mine.Process.Pid)
-	}
-	p := got[mine.Process.Pid]
-	ticks, _ := ProcStartTicks(p.Pid)
-	if p.JobID != "j1" || p.Pgid != p.Pid || p.StartTicks != ticks {
-		t.Errorf("found %+v, want job j1 leading its group, start ticks %d", p, ticks)
-	}
-}
-
-// TestCgroupScope: a process is taken in its cgroup's subtree only (in
-// the root: in exactly its cgroups), or below a cgroup given.
-func TestCgroupScope(t *testing.T) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	self := strconv.Itoa(os.Getpid())
-	if s, err := newCgroupScope(nil); err != nil || !s.holds(self) {
-		t.Fatalf("this process is not in its own scope: %+v %v", s, err)
-	}
-	if !(cgroupScope{exact: string(b)}).holds(self) || (cgroupScope{exact: "0::/other\n"}).holds(self) {
-		t.Error("the exact-file scope")
-	}
-	own, ok := cgroups.UnifiedPath(b)
-	if !ok {
-		t.Skip("no cgroup v2 here: the scope is the exact cgroup file")
-	}
-	if own == "/" {
-		if s, _ := newCgroupScope(nil); s.exact != string(b) || len(s.under) != 0 {
-			t.Errorf("in the root cgroup, the scope is %+v: want exactly this cgroup file", s)
-		}
-		t.Log("this process is in the root cgroup: only the exact-file scope is checked")
-		return
-	}
-	for _, c := range []struct {
-		under []string
-		want  bool
-	}{
-		{[]string{own}, true},
-		{[]string{"/elsewhere", path.Dir(own)}, path.Dir(own) != "/"},
-		{[]string{"/elsewhere"}, false},
-		{[]string{own + "x"}, false}, // (a sibling whose name starts with ours)
-		{[]string{own + "/below"}, false},
-		{[]string{"", "/"}, false}, // (the root is the whole machine)
-	} {
-		if got := (cgroupScope{under: c.under}).holds(self); got != c.want {
-			t.Errorf("in %q, under %q: %v, want %v", own, c.under, got, c.want)
-		}
-	}
-}
-
-// TestTerminateMarked: found processes are ended as jobs are (SIGTERM to
-// each and to the group each leads, SIGKILL after the grace period to what
-// ignored it); a process gone and its pid's new owner are not signalled.
-func TestTerminateMarked(t *testing.T) {
-	state := fmt.Sprintf("term-%d-%d", os.Getpid(), time.Now().UnixNano()) // (no other run's)
-	t.Cleanup(func() {                                                     // whatever carries this test's mark
-		found, _ := FindMarked(state)
-		for _, p := range found {
-			if ticks, err := ProcStartTicks(p.Pid); err == nil && ticks == p.StartTicks {
-				_ = syscall.Kill(p.Pid, syscall.SIGKILL)
-			}
-		}
-	})
-	polite := startMarked(t, markEnv(state, "a"), nil, "sh", "-c", "sleep 301 & wait")
-	stubborn := startMarked(t, markEnv(state, "b"), nil, "sh", "-c", `trap "" TERM; sleep 302 & wait`)
-	// A group whose found leader takes SIGTERM, with a member that carries
-	// no mark and ignores it: the group is ended whole.
-	unmarkedMember := startMarked(t, markEnv(state, "c"), nil, "sh", "-c", `env -u `+EnvJobID+` sh -c 'trap "" TERM; exec sleep 303' & wait`)
-	// Each group: its shell and a sleep (exec'd: its environment and
-	// signal dispositions are final).
-	waitSleeping := func(pgid int) {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			n := 0
-			for _, pid := range groupPids(pgid) {
-				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) == "sleep" {
-					n++
-				}
-			}
-			if n == 1 && len(groupPids(pgid)) == 2 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("group %d: %v, want a shell and a sleep", pgid, groupPids(pgid))
-			}
-			time.Sleep(5 * time.Millisecond) // the shell starts its sleep: no event to wait on
-		}
-	}
-	cmds := []*exec.Cmd{polite, stubborn, unmarkedMember}
-	var ours []int
-	for _, cmd := range cmds {
-		waitSleeping(cmd.Process.Pid)
-		ours = append(ours, groupPids(cmd.Process.Pid)...)
-	}
-	all, err := FindMarked(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []MarkedProcess
-	for _, p := range all {
-		if slices.Contains(ours, p.Pid) {
-			found = append(found, p)
-		}
-	}
-	if len(found) != 5 || len(all) != 5 {
-		t.Fatalf("found %+v, want the three shells and the two marked sleeps", all)
-	}
-	// A found process that is gone and whose pid is taken again is
-	// not signalled: its start time differs.
-	stale := found[0]
-	stale.StartTicks--
-	if ended, _, _ := TerminateMarked([]MarkedProcess{stale}, state, time.Second); len(ended) != 0 {
-		t.Fatalf("a process with another start time was taken for the one found")
-	}
-	start := time.Now()
-	// Alone: only its group's member ignoring SIGTERM is left to wait for.
-	var c, others []MarkedProcess
-	for _, p := range found {
-		if p.JobID == "c" {
-			c = append(c, p)
-		} else {
-			others = append(others, p)
-		}
-	}
-	if ended, killed, left := TerminateMarked(c, state, 300*time.Millisecond); len(ended) != 1 || !killed || left {
-		t.Errorf("the group with an unmarked member: ended %v, killed %v, left %v; want its shell, true, false", ended, killed, left)
-	}
-	ended, killed, left := TerminateMarked(others, state, 300*time.Millisecond)
-	if len(ended) != 4 || !killed || left {
-		t.Errorf("ended %v, killed %v, left %v; want 4, true, false (one group ignores SIGTERM)", ended, killed, left)
-	}
-	for _, cmd := range cmds {
-		if pids := groupPids(cmd.Process.Pid); len(pids) > 0 {
-			t.Errorf("group %d left: %v", cmd.Process.Pid, pids)
-		}
-	}
-	_ = polite.Wait()
-	if ws := polite.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGTERM {
-		t.Errorf("the shell that takes SIGTERM ended with %v", polite.ProcessState)
-	}
-	_ = unmarkedMember.Wait()
-	_ = stubborn.Wait()
-	if ws := stubborn.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
-		t.Errorf("the shell that ignores SIGTERM ended with %v", stubborn.ProcessState)
-	}
-	if d := time.Since(start); d > 6*time.Second {
-		t.Errorf("took %v", d)
-	}
-}
-
-// groupPids returns the live (not zombie) members of process group pgid.
-func groupPids(pgid int) []int {
-	var out []int
-	EachProcess(func(p Process) bool {
-		if p.Pgid == pgid && !p.Zombie {
-			out = append(out, p.Pid)
-		}
-		return true
-	})
-	return out
 }
 
 // TestOrphansOfFinishedJobsEnded: without cgroups, a process a job left
@@ -316,13 +58,13 @@ func TestOrphansOfFinishedJobsEnded(t *testing.T) {
 	tag := strconv.FormatInt(time.Now().UnixNano()%1000000, 10)
 	// The process running sleep <arg> that left its job's group (it leads
 	// a session of its own), with cond.
-	find := func(arg string, cond func(Process) bool) int {
+	find := func(arg string, cond func(proc.Process) bool) int {
 		t.Helper()
-		return findSleeping(t, arg, func(p Process) bool { return p.Sid == p.Pid && cond(p) })
+		return findSleeping(t, arg, func(p proc.Process) bool { return p.Sid == p.Pid && cond(p) })
 	}
-	adopted := func(p Process) bool { return p.PPid == os.Getpid() }
+	adopted := func(p proc.Process) bool { return p.PPid == os.Getpid() }
 	child := func(arg string) int { return find(arg, adopted) }
-	alive := func(pid int) bool { p, ok := LookupProcess(pid); return ok && !p.Zombie }
+	alive := func(pid int) bool { p, ok := proc.Lookup(pid); return ok && !p.Zombie }
 	waitEnded := func(pid int) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -361,11 +103,11 @@ func TestOrphansOfFinishedJobsEnded(t *testing.T) {
 	// (The job's shell exits once they have left its group, which it would
 	// otherwise end with it; they are found before the job ends: the
 	// reaper may end them right after.)
-	info, err = m.Spawn(protocol.SpawnArgs{Shell: "setsid sleep 30" + tag + "3 & setsid sh -c 'trap \"\" TERM; exec sleep 30" + tag + "4' & env -u " + EnvJobID + " setsid sleep 30" + tag + "5 & read _ < " + fifo})
+	info, err = m.Spawn(protocol.SpawnArgs{Shell: "setsid sleep 30" + tag + "3 & setsid sh -c 'trap \"\" TERM; exec sleep 30" + tag + "4' & env -u " + proc.EnvJobID + " setsid sleep 30" + tag + "5 & read _ < " + fifo})
 	if err != nil {
 		t.Fatal(err)
 	}
-	any := func(Process) bool { return true }
+	any := func(proc.Process) bool { return true }
 	polite, stubborn, unmarked := find("30"+tag+"3", any), find("30"+tag+"4", any), find("30"+tag+"5", any)
 	release(t, fifo)
 	child("30" + tag + "5") // (adopted once the shell exited: the reaper sees it)
@@ -395,8 +137,8 @@ func TestOrphanGroupHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader := findSleeping(t, b, func(p Process) bool { return p.Sid == p.Pid })
-	member := findSleeping(t, a, func(p Process) bool { return p.Pgid == leader })
+	leader := findSleeping(t, b, func(p proc.Process) bool { return p.Sid == p.Pid })
+	member := findSleeping(t, a, func(p proc.Process) bool { return p.Pgid == leader })
 	release(t, fifo)
 	j, _ := m.Get(info.JobID)
 	<-j.Done()
@@ -405,8 +147,8 @@ func TestOrphanGroupHeld(t *testing.T) {
 	sawHeld := false
 	for {
 		m.reapOrphans()
-		lp, lok := LookupProcess(leader)
-		mp, mok := LookupProcess(member)
+		lp, lok := proc.Lookup(leader)
+		mp, mok := proc.Lookup(member)
 		memberAlive := mok && !mp.Zombie
 		if lok && lp.Zombie && memberAlive {
 			sawHeld = true
@@ -457,8 +199,8 @@ func TestOrphansEndedAtClose(t *testing.T) {
 			if _, err := m.Spawn(protocol.SpawnArgs{Shell: "(setsid sh -c 'trap \"\" TERM; exec sleep " + arg + "' &); exec sleep " + sleepArg(), GraceMs: c.jobWait.Milliseconds()}); err != nil {
 				t.Fatal(err)
 			}
-			orphan := findSleeping(t, arg, func(p Process) bool { return p.Sid == p.Pid && p.PPid == os.Getpid() })
-			ticks, _ := ProcStartTicks(orphan)
+			orphan := findSleeping(t, arg, func(p proc.Process) bool { return p.Sid == p.Pid && p.PPid == os.Getpid() })
+			ticks, _ := proc.StartTicks(orphan)
 			ctx := context.Background()
 			if c.hurry {
 				var cancel context.CancelFunc
@@ -467,7 +209,7 @@ func TestOrphansEndedAtClose(t *testing.T) {
 			}
 			start := time.Now()
 			m.Close(ctx)
-			if Identify(orphan, ticks, BootID()) == Ours {
+			if proc.Identify(orphan, ticks, proc.BootID()) == proc.Ours {
 				t.Errorf("the job's orphan outlived Close")
 			}
 			if d := time.Since(start); d > 30*time.Second {
@@ -519,12 +261,12 @@ func release(t *testing.T, fifo string) {
 // findSleeping returns the process running "sleep <arg>" for which cond
 // holds, waiting for it (10 s at most), and SIGKILLs it when the test ends
 // if it is still that process.
-func findSleeping(t *testing.T, arg string, cond func(Process) bool) int {
+func findSleeping(t *testing.T, arg string, cond func(proc.Process) bool) int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var found []int
-		EachProcess(func(p Process) bool {
+		proc.Each(func(p proc.Process) bool {
 			if !p.Zombie && cond(p) {
 				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid)); string(b) == "sleep\x00"+arg+"\x00" {
 					found = append(found, p.Pid)
@@ -534,9 +276,9 @@ func findSleeping(t *testing.T, arg string, cond func(Process) bool) int {
 		})
 		if len(found) == 1 {
 			pid := found[0]
-			ticks, _ := ProcStartTicks(pid)
+			ticks, _ := proc.StartTicks(pid)
 			t.Cleanup(func() {
-				if Identify(pid, ticks, BootID()) == Ours {
+				if proc.Identify(pid, ticks, proc.BootID()) == proc.Ours {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			})

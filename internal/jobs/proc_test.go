@@ -3,38 +3,12 @@ package jobs
 import (
 	"context"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
-
-// TestProcStartTicks: ProcStartTicks agrees with a plain parse of
-// /proc/self/stat, and odd comm fields do not confuse it.
-func TestProcStartTicks(t *testing.T) {
-	got, err := ProcStartTicks(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile("/proc/self/stat")
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	want, _ := strconv.ParseUint(f[19], 10, 64)
-	if got != want {
-		t.Fatalf("start ticks %d; want %d", got, want)
-	}
-	line := "42 (a) b) c (d) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 12345 99 100\\n"
-	if v, err := parseStartTicks([]byte(strings.ReplaceAll(line, "\\n", "\n")), 42); err != nil || v != 12345 {
-		t.Fatalf("odd comm: %d %v", v, err)
-	}
-	if _, err := parseStartTicks([]byte("42 (x) S 1 2"), 42); err == nil {
-		t.Fatal("short line accepted")
-	}
-	if _, err := ProcStartTicks(1 << 30); err == nil {
-		t.Fatal("missing pid accepted")
-	}
-}
 
 // TestStartTicksFromBootClock: the start time a job's fingerprint gets
 // from the boot clock read around its fork is /proc's, for every job that
@@ -70,7 +44,7 @@ func TestStartTicksFromBootClock(t *testing.T) {
 			fromClock++
 		}
 		sn := j.Snapshot()
-		want, err := ProcStartTicks(info.Pid)
+		want, err := proc.StartTicks(info.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,14 +69,14 @@ func TestStartTicksMismatchTurnsClockOff(t *testing.T) {
 	defer m.Close(context.Background())
 	m.tickNanos.Store(1e7)
 	m.tickChecks.Store(1)
-	real, err := ProcStartTicks(os.Getpid())
+	real, err := proc.StartTicks(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.startTicksTrusted(&proc{pid: os.Getpid(), startTicks: real + 1}) || m.tickNanos.Load() != 0 {
+	if m.startTicksTrusted(&child{pid: os.Getpid(), startTicks: real + 1}) || m.tickNanos.Load() != 0 {
 		t.Fatalf("a wrong fingerprint was trusted (tick %d)", m.tickNanos.Load())
 	}
-	if m.startTicksTrusted(&proc{pid: os.Getpid(), startTicks: real}) {
+	if m.startTicksTrusted(&child{pid: os.Getpid(), startTicks: real}) {
 		t.Fatal("the clock is still used after a mismatch")
 	}
 }

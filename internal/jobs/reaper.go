@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -37,7 +38,7 @@ func (m *Manager) EnableSubreaper() error {
 // to catch the rare orphan. Orphans that were part of a job's group are
 // reaped once the job has cleared its group (clearGroup); one that left
 // the group earlier stays a zombie for at most reapInterval. (Zombies
-// never hold up a job: groupAlive and a cgroup's populated flag ignore
+// never hold up a job: proc.GroupAlive and a cgroup's populated flag ignore
 // them.)
 func (m *Manager) reapLoop() {
 	defer m.wg.Done()
@@ -126,7 +127,7 @@ func (m *Manager) pass(full bool) (acted bool) {
 		if leader {
 			continue
 		}
-		p, ticks, ok := lookupTicks(pid)
+		p, ticks, ok := proc.LookupTicks(pid)
 		if !ok || p.PPid != self {
 			continue
 		}
@@ -137,7 +138,7 @@ func (m *Manager) pass(full bool) (acted bool) {
 			e = nil
 		}
 		switch {
-		case p.Zombie && e != nil && p.Pgid == pid && groupAlive(pid):
+		case p.Zombie && e != nil && p.Pgid == pid && proc.GroupAlive(pid):
 			// Its group outlives it: it stays unreaped (so the group's
 			// number cannot be anyone else's) until the group is ended.
 			if !e.killed && now.Before(e.deadline) && !m.hurry {
@@ -158,7 +159,7 @@ func (m *Manager) pass(full bool) (acted bool) {
 			m.lmu.Lock()
 			_, leader := m.leaders[a.pid]
 			m.lmu.Unlock()
-			p, t, ok := lookupTicks(a.pid)
+			p, t, ok := proc.LookupTicks(a.pid)
 			if leader || !ok || p.PPid != self {
 				continue
 			}
@@ -175,7 +176,7 @@ func (m *Manager) pass(full bool) (acted bool) {
 			}
 			for _, sig := range a.sigs {
 				if a.group && p.Pgid == a.pid {
-					_ = signalGroup(a.pid, sig)
+					_ = proc.SignalGroup(a.pid, sig)
 				} else {
 					_ = syscall.Kill(a.pid, sig)
 				}
@@ -217,7 +218,7 @@ func (m *Manager) pass(full bool) (acted bool) {
 // Manager is stopping in a hurry), as the job's group did. One without a
 // mark, or whose job still runs (a service's earlier runs included), is
 // left alone, and looked at again at the next pass.
-func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (orphanAct, bool) {
+func (m *Manager) judgeOrphan(pid int, ticks uint64, p proc.Process, now time.Time) (orphanAct, bool) {
 	act := orphanAct{pid: pid, ticks: ticks, group: p.Pgid == pid}
 	if e := m.ending[pid]; e != nil {
 		if e.killed || (now.Before(e.deadline) && !m.hurry) {
@@ -234,7 +235,7 @@ func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (
 	fresh := !ok || seen.ticks != ticks
 	if fresh {
 		seen = orphanSeen{ticks: ticks}
-		seen.job, _ = readMark(strconv.Itoa(pid), m.mark)
+		seen.job, _ = proc.ReadMark(strconv.Itoa(pid), m.mark)
 		if m.orphans == nil {
 			m.orphans = map[int]orphanSeen{}
 		}
@@ -253,7 +254,7 @@ func (m *Manager) judgeOrphan(pid int, ticks uint64, p Process, now time.Time) (
 	// Its mark again, now, if it was read at an earlier pass: before, it
 	// may have exec'd a program without it (env -u: let go).
 	if !fresh {
-		if job, _ := readMark(strconv.Itoa(pid), m.mark); job != seen.job {
+		if job, _ := proc.ReadMark(strconv.Itoa(pid), m.mark); job != seen.job {
 			m.orphans[pid] = orphanSeen{ticks: ticks, job: job}
 			return act, false // (judged again at the next pass)
 		}
@@ -358,9 +359,9 @@ func ownChildren() []int {
 	}
 	me := os.Getpid()
 	out = out[:0]
-	eachProc(func(p *procEntry) bool {
-		if p.ppid == me {
-			out = append(out, p.pid)
+	proc.EachEntry(func(p *proc.Entry) bool {
+		if p.PPid == me {
+			out = append(out, p.Pid)
 		}
 		return true
 	})

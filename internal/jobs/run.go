@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ func (j *Job) waitLoop() {
 
 // runLoops reports whether a run started with files as p is read and
 // waited for by runLoop: its output is in pipes and it has a pidfd.
-func (j *Job) runLoops(files procFiles, p *proc) bool {
+func (j *Job) runLoops(files procFiles, p *child) bool {
 	return files.pipes && p.pidfd != nil && !j.m.noRunLoop
 }
 
@@ -47,7 +48,7 @@ func (j *Job) runLoops(files procFiles, p *proc) bool {
 // them each exit woke it three times (each pipe's end, then the exit),
 // each time taking the CPU from the exiting process, where with them it
 // wakes once, to find the pipes ended already.
-func (j *Job) runLoop(p *proc, out, held [2]int) {
+func (j *Job) runLoop(p *child, out, held [2]int) {
 	defer j.m.wg.Done()
 	release := func() {
 		for i, fd := range held {
@@ -206,7 +207,7 @@ func (j *Job) readAvailable(i, fd, max int) bool {
 // afterReap is what follows the reaping of the run's process (p, exit
 // status ws): what is left of its scope is cleared, the output drained,
 // the run finalized.
-func (j *Job) afterReap(p *proc, ws syscall.WaitStatus, err error) {
+func (j *Job) afterReap(p *child, ws syscall.WaitStatus, err error) {
 	j.m.removeLeader(p.pid)
 	if err != nil {
 		j.m.log.Error("wait for job", "job", j.id, "err", err)
@@ -273,12 +274,12 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 		j.mu.Unlock()
 		deadline = j.m.now().Add(j.grace)
 	}
-	if !waitGone(j.scopeAlive, time.Until(deadline), j.killNow) {
+	if !proc.WaitGone(j.scopeAlive, time.Until(deadline), j.killNow) {
 		j.mu.Lock()
 		after := j.applyLocked(j.stepLocked(lifecycle.GroupOutlived{}))
 		j.mu.Unlock()
 		after()
-		if !waitGone(j.scopeAlive, 5*time.Second, nil) {
+		if !proc.WaitGone(j.scopeAlive, 5*time.Second, nil) {
 			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
 			j.markGroupGone()
 			return false
@@ -297,32 +298,7 @@ func (j *Job) markGroupGone() {
 // waitGroupGone waits until group pgid is empty, for at most d or until
 // stop is closed.
 func waitGroupGone(pgid int, d time.Duration, stop <-chan struct{}) bool {
-	return waitGone(func() bool { return groupAlive(pgid) }, d, stop)
-}
-
-// waitGone waits until alive reports false, for at most d or until stop
-// is closed. There is no kernel notification for an empty process group,
-// so it checks with a short, growing period.
-func waitGone(alive func() bool, d time.Duration, stop <-chan struct{}) bool {
-	deadline := time.Now().Add(d)
-	period := time.Millisecond
-	for {
-		if !alive() {
-			return true
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return false
-		}
-		t := time.NewTimer(min(period, left))
-		select {
-		case <-t.C:
-		case <-stop:
-			t.Stop()
-			return !alive()
-		}
-		period = min(period*2, 50*time.Millisecond)
-	}
+	return proc.WaitGone(func() bool { return proc.GroupAlive(pgid) }, d, stop)
 }
 
 // drain waits for the output readers to reach EOF. A process that escaped

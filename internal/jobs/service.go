@@ -14,6 +14,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -456,7 +457,7 @@ func (j *Job) ownsPid(pid int, runDone <-chan struct{}) bool {
 		}
 		return false
 	}
-	p, ok := LookupProcess(pid)
+	p, ok := proc.Lookup(pid)
 	if !ok {
 		return false
 	}

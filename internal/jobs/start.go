@@ -9,6 +9,7 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -43,24 +44,24 @@ func (j *Job) buildEnv() []string {
 			return j.m.environ
 		}
 		base := j.m.environUnmarked
-		return append(base[:len(base):len(base)], EnvJobID+"="+j.id, EnvStateID+"="+mark)
+		return append(base[:len(base):len(base)], proc.EnvJobID+"="+j.id, proc.EnvStateID+"="+mark)
 	}
 	var env []string
 	if j.spec.EnvMode != protocol.EnvReplace {
 		for _, kv := range j.m.environ {
 			k, _, _ := strings.Cut(kv, "=")
-			if _, over := j.spec.Env[k]; !over && (mark == "" || !isMarkVar(k)) {
+			if _, over := j.spec.Env[k]; !over && (mark == "" || !proc.IsMarkVar(k)) {
 				env = append(env, kv)
 			}
 		}
 	}
 	for k, v := range j.spec.Env {
-		if mark == "" || !isMarkVar(k) {
+		if mark == "" || !proc.IsMarkVar(k) {
 			env = append(env, k+"="+v)
 		}
 	}
 	if mark != "" {
-		env = append(env, EnvJobID+"="+j.id, EnvStateID+"="+mark)
+		env = append(env, proc.EnvJobID+"="+j.id, proc.EnvStateID+"="+mark)
 	}
 	return env
 }
@@ -116,7 +117,7 @@ func (j *Job) start() error {
 	} else if err == nil {
 		j.noCgroupLimits()
 	}
-	var p *proc
+	var p *child
 	if err == nil {
 		// The reaper must not see this leader's zombie before it is known.
 		j.m.reapMu.RLock()

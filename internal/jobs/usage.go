@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -29,12 +30,12 @@ func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 	if len(groups) == 0 && len(sessions) == 0 {
 		return out
 	}
-	eachProc(func(p *procEntry) bool {
+	proc.EachEntry(func(p *proc.Entry) bool {
 		// f[11..14] = utime, stime, cutime, cstime (fields 14..17); f[21] = rss (24)
-		if len(p.f) < 22 || p.zombie() {
+		if len(p.F) < 22 || p.Zombie() {
 			return true
 		}
-		key, ok := p.scopeKey(groups, sessions)
+		key, ok := p.ScopeKey(groups, sessions)
 		if !ok {
 			return true
 		}
@@ -45,10 +46,10 @@ func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 		}
 		a.procs++
 		for _, k := range []int{11, 12, 13, 14} {
-			v, _ := strconv.ParseInt(p.f[k], 10, 64)
+			v, _ := strconv.ParseInt(p.F[k], 10, 64)
 			a.cpu += float64(v) / clockTicks
 		}
-		rss, _ := strconv.ParseInt(p.f[21], 10, 64)
+		rss, _ := strconv.ParseInt(p.F[21], 10, 64)
 		a.rss += rss * pageSize
 		return true
 	})
@@ -160,13 +161,13 @@ func (j *Job) liveCgroup() *cgroups.Cgroup {
 // pidsRSS returns how many of pids are live processes, and the sum of
 // their RSS.
 func pidsRSS(pids []int) (n int, rss int64) {
-	buf := make([]byte, statBufSize)
+	buf := make([]byte, proc.StatBufSize)
 	for _, pid := range pids {
-		b, err := readStat(strconv.Itoa(pid), buf)
+		b, err := proc.ReadStat(strconv.Itoa(pid), buf)
 		if err != nil {
 			continue // (ended)
 		}
-		f, ok := statFields(b)
+		f, ok := proc.StatFields(b)
 		if !ok || len(f) < 22 || f[0] == "Z" || f[0] == "X" {
 			continue
 		}

@@ -9,14 +9,14 @@ import (
 	"os"
 	"sync"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/leakcheck"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 )
 
-func scan() []jobs.Process {
-	var out []jobs.Process
-	jobs.EachProcess(func(p jobs.Process) bool {
+func scan() []proc.Process {
+	var out []proc.Process
+	proc.Each(func(p proc.Process) bool {
 		out = append(out, p)
 		return true
 	})
@@ -25,7 +25,7 @@ func scan() []jobs.Process {
 
 // Alive reports whether pid is a live (not zombie) process.
 func Alive(pid int) bool {
-	p, ok := jobs.LookupProcess(pid)
+	p, ok := proc.Lookup(pid)
 	return ok && !p.Zombie
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -85,7 +86,7 @@ func (s *Server) scanMembers(snaps []jobs.Snapshot) {
 			byGroup[sn.Info.Pgid] = sn.Info.JobID
 		}
 	}
-	found := jobs.GroupMembers(groups, sessions)
+	found := proc.GroupMembers(groups, sessions)
 	s.members = make(map[string][]journal.Member, len(found))
 	for pgid, ps := range found {
 		ms := make([]journal.Member, 0, min(len(ps), 64))

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -177,7 +177,7 @@ func TestRecoveredJobCountedFinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := &journal.File{InstanceID: "dead", Jobs: []journal.Record{
-		{JobID: "j-gone", Shell: "true", Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running"},
+		{JobID: "j-gone", Shell: "true", Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: proc.BootID(), State: "running"},
 	}}
 	if err := journal.New(cfg.JournalPath()).Save(doc); err != nil {
 		t.Fatal(err)
@@ -200,7 +200,7 @@ func TestResumedServiceEventsInOrder(t *testing.T) {
 	}
 	spec := protocol.SpawnArgs{Argv: []string{"sleep", "300"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}}
 	doc := &journal.File{InstanceID: "dead", Jobs: []journal.Record{{
-		JobID: "j-svc", Argv: spec.Argv, Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running", LastSeq: 5,
+		JobID: "j-svc", Argv: spec.Argv, Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: proc.BootID(), State: "running", LastSeq: 5,
 		Service: &journal.Service{Spec: spec, Attempt: 3, History: []protocol.RunRecord{{Attempt: 2, Pid: 4193999, Reason: protocol.ReasonExit}}},
 	}}}
 	if err := journal.New(cfg.JournalPath()).Save(doc); err != nil {

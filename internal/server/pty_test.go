@@ -3,12 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
-	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
-	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -337,7 +338,7 @@ func TestResumedPTYServiceKeepsItsSize(t *testing.T) {
 	spec := protocol.SpawnArgs{Shell: "stty size; exec sleep 300", Pty: &protocol.PtyArgs{Rows: 30, Cols: 90},
 		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}}
 	doc := &journal.File{InstanceID: "dead", Jobs: []journal.Record{{
-		JobID: "j-pty", Shell: spec.Shell, Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: jobs.BootID(), State: "running", LastSeq: 3,
+		JobID: "j-pty", Shell: spec.Shell, Pid: 4194000, Pgid: 4194000, StartTicks: 1, BootID: proc.BootID(), State: "running", LastSeq: 3,
 		Pty: true, Rows: 45, Cols: 133,
 		Service: &journal.Service{Spec: spec, Attempt: 1},
 	}}}

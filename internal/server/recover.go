@@ -10,6 +10,7 @@ import (
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -281,14 +282,14 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 		s.log.Info("reconcile: no process was recorded", attrs...)
 		return "supervisor restarted before the process was recorded"
 	}
-	live := jobs.Identify(r.Pid, r.StartTicks, r.BootID)
-	if live == jobs.Ours {
+	live := proc.Identify(r.Pid, r.StartTicks, r.BootID)
+	if live == proc.Ours {
 		// A job's leader leads its own group (or session, for a terminal
 		// job): the record's group must be the pid, and the live process
 		// must still lead it. (The journal is input: a record naming a
 		// live process of ours with another group would have that group,
 		// anyone's, terminated.)
-		pg, sid, err := jobs.ProcGroup(r.Pid)
+		pg, sid, err := proc.Group(r.Pid)
 		own := pg
 		if r.Pty {
 			own = sid
@@ -299,8 +300,8 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 		}
 	}
 	switch live {
-	case jobs.Ours:
-		killed, err := jobs.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)
+	case proc.Ours:
+		killed, err := proc.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)
 		s.orphansReconciled.Add(1)
 		how := "SIGTERM"
 		if killed {
@@ -312,19 +313,19 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 		}
 		s.log.Warn("reconcile: orphan found alive and terminated", append(attrs, "signal", how)...)
 		return "orphaned process found alive after the restart and terminated (" + how + ")"
-	case jobs.Reused:
-		ticks, _ := jobs.ProcStartTicks(r.Pid)
+	case proc.Reused:
+		ticks, _ := proc.StartTicks(r.Pid)
 		s.log.Info("reconcile: pid reused: the job's process is gone and its pid belongs to another process (other start time or boot); not touched",
 			append(attrs, "recordedStartTicks", r.StartTicks, "liveStartTicks", ticks)...)
 		return "pid reused: the job's process was gone and its pid belonged to an unrelated process (other start time or boot), left untouched"
 	default:
-		if r.Pgid > 1 && jobs.ScopeAlive(r.Pgid, r.Pty) && live == jobs.Gone {
-			members := make([]jobs.ProcID, len(r.Members))
+		if r.Pgid > 1 && jobs.ScopeAlive(r.Pgid, r.Pty) && live == proc.Gone {
+			members := make([]proc.ProcID, len(r.Members))
 			for i, m := range r.Members {
-				members[i] = jobs.ProcID{Pid: m.Pid, StartTicks: m.StartTicks}
+				members[i] = proc.ProcID{Pid: m.Pid, StartTicks: m.StartTicks}
 			}
 			if jobs.ProvesGroup(r.Pgid, r.Pty, members, r.BootID) {
-				killed, err := jobs.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)
+				killed, err := proc.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)
 				s.orphansReconciled.Add(1)
 				if err != nil {
 					s.log.Error("reconcile: orphaned group could not be terminated", append(attrs, "err", err)...)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,7 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
+
 	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -251,7 +252,7 @@ func TestEnvAndCwd(t *testing.T) {
 	}
 	out, _, _, _ = waitDone(t, ts.client, job.JobID, 10*time.Second)
 	// (and the job's mark, always: see jobs.WithMark)
-	if want := "ONLY=1\n" + jobs.EnvJobID + "=" + job.JobID + "\n" + jobs.EnvStateID + "=" + ts.Server.mark + "\n"; out != want {
+	if want := "ONLY=1\n" + proc.EnvJobID + "=" + job.JobID + "\n" + proc.EnvStateID + "=" + ts.Server.mark + "\n"; out != want {
 		t.Fatalf("replace: %q, want %q", out, want)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
-	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 )
 
 // sweepMarked ends the processes of this state directory's jobs that a
@@ -30,13 +30,13 @@ func (s *Server) sweepMarked(doc *journal.File) map[string]int {
 	if s.cgroupBase != nil {
 		within = append(within, s.cgroupBase.Path)
 	}
-	var ended []jobs.MarkedProcess
-	seen := map[jobs.ProcID]bool{}
+	var ended []proc.MarkedProcess
+	seen := map[proc.ProcID]bool{}
 	killed := false
 	// Again while something is found: a leftover may start another
 	// process (outside its group) while the previous ones are ended.
 	for round := 0; ; round++ {
-		found, err := jobs.FindMarked(s.mark, within...)
+		found, err := proc.FindMarked(s.mark, within...)
 		if err != nil {
 			s.sweepLeft = true
 			s.log.Error("reconcile: processes an earlier run left running could not be looked for by their jobs' mark; the next start looks again", "err", err)
@@ -50,10 +50,10 @@ func (s *Server) sweepMarked(doc *journal.File) map[string]int {
 			s.log.Error("reconcile: processes of an earlier run carrying their jobs' mark keep appearing; left running, the next start looks again", "pids", pidsOf(found, 64))
 			break
 		}
-		e, k, left := jobs.TerminateMarked(found, s.mark, s.cfg.Jobs.Grace)
+		e, k, left := proc.TerminateMarked(found, s.mark, s.cfg.Jobs.Grace)
 		killed = killed || k
 		for _, p := range e {
-			if id := (jobs.ProcID{Pid: p.Pid, StartTicks: p.StartTicks}); !seen[id] {
+			if id := (proc.ProcID{Pid: p.Pid, StartTicks: p.StartTicks}); !seen[id] {
 				seen[id] = true
 				ended = append(ended, p)
 			}
@@ -100,7 +100,7 @@ func (s *Server) sweepMarked(doc *journal.File) map[string]int {
 }
 
 // pidsOf returns the pids of at most n of ps.
-func pidsOf(ps []jobs.MarkedProcess, n int) []int {
+func pidsOf(ps []proc.MarkedProcess, n int) []int {
 	var out []int
 	for _, p := range ps[:min(n, len(ps))] {
 		out = append(out, p.Pid)

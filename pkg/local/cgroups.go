@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
-	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 )
 
 // cgroupPrefix starts the name of an Engine's cgroup base:
@@ -43,7 +43,7 @@ func newCgroupBase(parent string) (*cgroups.Base, error) {
 		return nil, err
 	}
 	pid := os.Getpid()
-	ticks, err := jobs.ProcStartTicks(pid)
+	ticks, err := proc.StartTicks(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func sweepDeadBases(dir string, ns uint64) {
 			pid <= 0 || bns != ns || name != baseName(bns, pid, ticks, n) {
 			continue
 		}
-		if t, err := jobs.ProcStartTicks(pid); err == nil && t == ticks {
+		if t, err := proc.StartTicks(pid); err == nil && t == ticks {
 			continue // its Engine's process lives (ours among them)
 		}
 		dead := &cgroups.Base{Dir: filepath.Join(dir, name)}

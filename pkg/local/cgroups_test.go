@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/pkg/local"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -149,7 +149,7 @@ func pidNS(t *testing.T) uint64 {
 
 func startTicks(t *testing.T, pid int) uint64 {
 	t.Helper()
-	v, err := jobs.ProcStartTicks(pid)
+	v, err := proc.StartTicks(pid)
 	if err != nil {
 		t.Fatal(err)
 	}

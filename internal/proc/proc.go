@@ -1,4 +1,11 @@
-package jobs
+// Package proc holds what the supervisor knows of processes from the
+// kernel: the process table (/proc/<pid>/stat), start-time fingerprints
+// and the boot id that tell a process from a later one with its pid,
+// process groups and sessions (alive, signalled), the members of groups,
+// and the mark every job carries in its environment (found, ended). It
+// starts nothing and owns nothing: the job engine (internal/jobs) and the
+// server's recovery decide what to signal.
+package proc
 
 import (
 	"bytes"
@@ -12,10 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// groupAlive reports whether any live process is in process group pgid.
+// GroupAlive reports whether any live process is in process group pgid.
 // Zombies do not count: they run nothing and hold no files, and an orphaned
 // zombie waits for init (which may reap lazily), not for us.
-func groupAlive(pgid int) bool {
+func GroupAlive(pgid int) bool {
 	if pgid <= 1 {
 		return false
 	}
@@ -25,16 +32,16 @@ func groupAlive(pgid int) bool {
 	}
 	// Some member exists: is any of them not a zombie?
 	found := false
-	eachProc(func(p *procEntry) bool {
-		found = p.pgid == pgid && !p.zombie()
+	EachEntry(func(p *Entry) bool {
+		found = p.Pgid == pgid && !p.Zombie()
 		return !found
 	})
 	return found
 }
 
-// signalGroup sends sig to every process of group pgid. A group that is
+// SignalGroup sends sig to every process of group pgid. A group that is
 // already gone is not an error.
-func signalGroup(pgid int, sig syscall.Signal) error {
+func SignalGroup(pgid int, sig syscall.Signal) error {
 	if pgid <= 1 {
 		return fmt.Errorf("refusing to signal process group %d", pgid)
 	}
@@ -44,10 +51,10 @@ func signalGroup(pgid int, sig syscall.Signal) error {
 	return nil
 }
 
-// ProcStartTicks returns field 22 of /proc/<pid>/stat: the process start
+// StartTicks returns field 22 of /proc/<pid>/stat: the process start
 // time in clock ticks after boot. Together with the boot id it identifies a
 // process across pid reuse.
-func ProcStartTicks(pid int) (uint64, error) {
+func StartTicks(pid int) (uint64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, fmt.Errorf("read stat of pid %d: %w", pid, err)
@@ -55,13 +62,13 @@ func ProcStartTicks(pid int) (uint64, error) {
 	return parseStartTicks(b, pid)
 }
 
-// ProcGroup returns the process group and session of pid.
-func ProcGroup(pid int) (pgid, sid int, err error) {
+// Group returns the process group and session of pid.
+func Group(pid int) (pgid, sid int, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, 0, fmt.Errorf("read stat of pid %d: %w", pid, err)
 	}
-	f, ok := statFields(b)
+	f, ok := StatFields(b)
 	if !ok || len(f) < 4 {
 		return 0, 0, fmt.Errorf("parse stat of pid %d: malformed", pid)
 	}
@@ -72,7 +79,7 @@ func ProcGroup(pid int) (pgid, sid int, err error) {
 }
 
 func parseStartTicks(b []byte, pid int) (uint64, error) {
-	f, ok := statFields(b)
+	f, ok := StatFields(b)
 	// f[0] is field 3 (state), so field 22 is f[19].
 	if !ok || len(f) < 20 {
 		return 0, fmt.Errorf("parse stat of pid %d: malformed", pid)
@@ -84,10 +91,10 @@ func parseStartTicks(b []byte, pid int) (uint64, error) {
 	return v, nil
 }
 
-// statFields splits a /proc/<pid>/stat line after the command name (which
+// StatFields splits a /proc/<pid>/stat line after the command name (which
 // may contain spaces and parentheses): f[0] is field 3 (state), f[1] the
 // ppid, f[2] the pgrp, f[3] the session. false when it is malformed.
-func statFields(b []byte) ([]string, bool) {
+func StatFields(b []byte) ([]string, bool) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return nil, false
@@ -107,30 +114,30 @@ func BootID() string {
 
 // sessionMembers returns the process groups of live processes in session
 // sid (a PTY job's shell may put its own jobs in groups of their own).
-func sessionGroups(sid int) []int {
+func SessionGroups(sid int) []int {
 	seen := map[int]bool{}
 	var out []int
-	eachProc(func(p *procEntry) bool {
-		if p.sid == sid && !p.zombie() && !seen[p.pgid] {
-			seen[p.pgid] = true
-			out = append(out, p.pgid)
+	EachEntry(func(p *Entry) bool {
+		if p.Sid == sid && !p.Zombie() && !seen[p.Pgid] {
+			seen[p.Pgid] = true
+			out = append(out, p.Pgid)
 		}
 		return true
 	})
 	return out
 }
 
-// sessionAlive reports whether session sid has a live process.
-func sessionAlive(sid int) bool { return sid > 1 && len(sessionGroups(sid)) > 0 }
+// SessionAlive reports whether session sid has a live process.
+func SessionAlive(sid int) bool { return sid > 1 && len(SessionGroups(sid)) > 0 }
 
-// signalSession sends sig to every process group of session sid.
-func signalSession(sid int, sig syscall.Signal) error {
+// SignalSession sends sig to every process group of session sid.
+func SignalSession(sid int, sig syscall.Signal) error {
 	if sid <= 1 {
 		return fmt.Errorf("refusing to signal session %d", sid)
 	}
 	var first error
-	for _, pg := range sessionGroups(sid) {
-		if err := signalGroup(pg, sig); err != nil && first == nil {
+	for _, pg := range SessionGroups(sid) {
+		if err := SignalGroup(pg, sig); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -145,23 +152,23 @@ type Process struct {
 	Zombie bool
 }
 
-// EachProcess calls fn for every process in /proc (one scan); fn returns
+// Each calls fn for every process in /proc (one scan); fn returns
 // false to stop early.
-func EachProcess(fn func(Process) bool) {
-	eachProc(func(p *procEntry) bool {
-		return fn(Process{Pid: p.pid, PPid: p.ppid, Pgid: p.pgid, Sid: p.sid, Zombie: p.zombie()})
+func Each(fn func(Process) bool) {
+	EachEntry(func(p *Entry) bool {
+		return fn(Process{Pid: p.Pid, PPid: p.PPid, Pgid: p.Pgid, Sid: p.Sid, Zombie: p.Zombie()})
 	})
 }
 
-// LookupProcess reads one process's entry; false when there is none.
-func LookupProcess(pid int) (Process, bool) {
+// Lookup reads one process's entry; false when there is none.
+func Lookup(pid int) (Process, bool) {
 	p, _, ok := readProcess(pid)
 	return p, ok
 }
 
-// lookupTicks is LookupProcess with the process's start ticks (see
-// ProcStartTicks), from one read; false when either is missing.
-func lookupTicks(pid int) (Process, uint64, bool) {
+// LookupTicks is Lookup with the process's start ticks (see
+// StartTicks), from one read; false when either is missing.
+func LookupTicks(pid int) (Process, uint64, bool) {
 	p, f, ok := readProcess(pid)
 	if !ok || len(f) < 20 {
 		return Process{}, 0, false
@@ -170,13 +177,13 @@ func lookupTicks(pid int) (Process, uint64, bool) {
 	return p, ticks, err == nil
 }
 
-// readProcess reads one process's entry and its stat fields (statFields).
+// readProcess reads one process's entry and its stat fields (StatFields).
 func readProcess(pid int) (Process, []string, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return Process{}, nil, false
 	}
-	f, ok := statFields(b)
+	f, ok := StatFields(b)
 	if !ok {
 		return Process{}, nil, false
 	}
@@ -187,59 +194,60 @@ func readProcess(pid int) (Process, []string, bool) {
 	return p, f, true
 }
 
-// procEntry is one process as /proc/<pid>/stat describes it. f holds the
+// Entry is one process as /proc/<pid>/stat describes it. f holds the
 // fields after the command name: f[0] is field 3 (state).
-type procEntry struct {
-	pid             int
-	state           string
-	ppid, pgid, sid int
-	f               []string
+type Entry struct {
+	Pid             int
+	State           string
+	PPid, Pgid, Sid int
+	F               []string
 }
 
-func (p *procEntry) zombie() bool { return p.state == "Z" || p.state == "X" }
+// Zombie: exited, not yet reaped.
+func (p *Entry) Zombie() bool { return p.State == "Z" || p.State == "X" }
 
-// eachProc calls fn for every process in /proc (one scan); fn returns
+// EachEntry calls fn for every process in /proc (one scan); fn returns
 // false to stop early.
-func eachProc(fn func(p *procEntry) bool) {
+func EachEntry(fn func(p *Entry) bool) {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return
 	}
 	names, _ := d.Readdirnames(-1)
 	d.Close()
-	buf := make([]byte, statBufSize)
+	buf := make([]byte, StatBufSize)
 	for _, n := range names {
 		if n[0] < '0' || n[0] > '9' {
 			continue
 		}
-		b, err := readStat(n, buf)
+		b, err := ReadStat(n, buf)
 		if err != nil {
 			continue
 		}
-		f, ok := statFields(b)
+		f, ok := StatFields(b)
 		if !ok {
 			continue
 		}
-		p := procEntry{state: f[0], f: f}
-		p.pid, _ = strconv.Atoi(n)
-		p.ppid, _ = strconv.Atoi(f[1])
-		p.pgid, _ = strconv.Atoi(f[2])
-		p.sid, _ = strconv.Atoi(f[3])
+		p := Entry{State: f[0], F: f}
+		p.Pid, _ = strconv.Atoi(n)
+		p.PPid, _ = strconv.Atoi(f[1])
+		p.Pgid, _ = strconv.Atoi(f[2])
+		p.Sid, _ = strconv.Atoi(f[3])
 		if !fn(&p) {
 			return
 		}
 	}
 }
 
-// statBufSize holds any /proc/<pid>/stat line (a few hundred bytes; 52
+// StatBufSize holds any /proc/<pid>/stat line (a few hundred bytes; 52
 // numbers and a command name of at most 64 bytes at the very most).
-const statBufSize = 2048
+const StatBufSize = 2048
 
-// readStat reads /proc/<pid>/stat into buf (statBufSize): three system
+// ReadStat reads /proc/<pid>/stat into buf (StatBufSize): three system
 // calls where os.ReadFile makes five or six, 7 us instead of 11 here;
 // scans of the process table read one per process. The kernel makes the
 // line whole in one read.
-func readStat(pid string, buf []byte) ([]byte, error) {
+func ReadStat(pid string, buf []byte) ([]byte, error) {
 	path := "/proc/" + pid + "/stat"
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -260,14 +268,14 @@ func readStat(pid string, buf []byte) ([]byte, error) {
 	}
 }
 
-// scopeKey returns the job scope p belongs to among the given sessions (PTY
+// ScopeKey returns the job scope p belongs to among the given sessions (PTY
 // jobs, keyed by session id) and process groups, or false.
-func (p *procEntry) scopeKey(groups, sessions map[int]bool) (int, bool) {
+func (p *Entry) ScopeKey(groups, sessions map[int]bool) (int, bool) {
 	switch {
-	case sessions[p.sid]:
-		return p.sid, true
-	case groups[p.pgid]:
-		return p.pgid, true
+	case sessions[p.Sid]:
+		return p.Sid, true
+	case groups[p.Pgid]:
+		return p.Pgid, true
 	}
 	return 0, false
 }
