@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
@@ -65,6 +67,7 @@ func run(args []string, stderr io.Writer) int {
 	if exe, err := os.Executable(); err == nil {
 		cfg.LimitsHelper = exe
 	}
+	cfg.NotifySocket, cfg.WatchdogInterval = systemdNotify()
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	// The first SIGTERM/SIGINT starts a graceful shutdown; a second one
 	// makes it fast (running jobs are SIGKILLed at once).
@@ -144,4 +147,22 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// systemdNotify takes the service manager's notify socket and watchdog
+// period from the environment (Type=notify, WatchdogSec=) and removes
+// them from it, so that jobs do not inherit them (as sd_notify's
+// unset_environment does). The watchdog counts only when WATCHDOG_PID is
+// absent or this process's.
+func systemdNotify() (socket string, watchdog time.Duration) {
+	socket = os.Getenv("NOTIFY_SOCKET")
+	usec, _ := strconv.ParseInt(os.Getenv("WATCHDOG_USEC"), 10, 64)
+	pid := os.Getenv("WATCHDOG_PID")
+	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"} {
+		os.Unsetenv(k)
+	}
+	if usec > 0 && (pid == "" || pid == strconv.Itoa(os.Getpid())) {
+		watchdog = time.Duration(usec) * time.Microsecond
+	}
+	return socket, watchdog
 }

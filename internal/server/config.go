@@ -117,6 +117,13 @@ type Config struct {
 	// more than protocol.MaxListBytes) means protocol.MaxListBytes. Not an
 	// operator setting (tests lower it to see listings paged).
 	ListPageBytes int
+	// NotifySocket is the service manager's notify socket ($NOTIFY_SOCKET
+	// under systemd's Type=notify: READY=1, STOPPING=1, WATCHDOG=1); ""
+	// means none. WatchdogInterval is its watchdog's period
+	// ($WATCHDOG_USEC), 0 for none. Not flags: cmd/exec-supervisor takes
+	// them from the environment.
+	NotifySocket     string
+	WatchdogInterval time.Duration
 	// HeartbeatInterval is the period of supervisor.heartbeat events.
 	HeartbeatInterval time.Duration
 	// MaxRequestBytes bounds one control request.

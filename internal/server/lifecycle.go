@@ -235,6 +235,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.log.Info("supervisor started", "instance", s.instanceID, "control", s.cfg.Control, "event", s.cfg.Event,
 		"metrics", metrics, "stateDir", s.cfg.StateDir, "journal", s.journal.Path(), "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
+	// Both sockets listen and recovery is done: ready.
+	s.notifySystemd(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving", os.Getpid()))
+	if s.cfg.NotifySocket != "" && s.cfg.WatchdogInterval > 0 {
+		s.wg.Add(1)
+		go s.watchdogLoop()
+	}
 	return nil
 }
 
@@ -343,6 +349,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.closed = true
 	s.closeMu.Unlock()
 	s.log.Info("supervisor shutting down", "instance", s.instanceID, "mode", s.cfg.ShutdownMode)
+	s.notifySystemd("STOPPING=1\nSTATUS=stopping: ending jobs")
 	close(s.draining)
 	s.jobs.Drain()
 	bound := s.cfg.ShutdownTimeout
