@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/keeper"
 	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 )
@@ -36,6 +37,7 @@ func run(args []string, stderr io.Writer) int {
 	cfg.BindFlags(fs)
 	version := fs.Bool("version", false, "print the version and exit")
 	configFile := fs.String("config", os.Getenv("EXEC_SUPERVISOR_CONFIG"), "configuration file: 'option = value' lines named like the flags; flags given here win (env EXEC_SUPERVISOR_CONFIG)")
+	keep := fs.Bool("keep", false, "run under a keeper that restarts the supervisor when it crashes (1 s doubling to 5 min; crash.log in the state directory) and stops on a clean exit; SIGTERM ends both")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -69,6 +71,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	cfg.NotifySocket, cfg.WatchdogInterval = systemdNotify()
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	if *keep {
+		return runKeeper(args, cfg, stderr, log)
+	}
 	// The first SIGTERM/SIGINT starts a graceful shutdown; a second one
 	// makes it fast (running jobs are SIGKILLed at once).
 	ctx, stop := context.WithCancel(context.Background())
@@ -165,4 +170,49 @@ func systemdNotify() (socket string, watchdog time.Duration) {
 		watchdog = time.Duration(usec) * time.Microsecond
 	}
 	return socket, watchdog
+}
+
+// runKeeper runs the supervisor of args (--keep left out) under a keeper
+// (internal/keeper) until it exits cleanly or the keeper is told to stop
+// (SIGTERM, SIGINT: forwarded; a second one makes the shutdown fast).
+func runKeeper(args []string, cfg server.Config, stderr io.Writer, log *slog.Logger) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "exec-supervisor: --keep:", err)
+		return 1
+	}
+	argv := []string{exe}
+	for _, a := range args {
+		if a != "--keep" && !strings.HasPrefix(a, "--keep=") {
+			argv = append(argv, a)
+		}
+	}
+	stop, stopNow := context.WithCancel(context.Background())
+	force, forceNow := context.WithCancel(context.Background())
+	defer stopNow()
+	defer forceNow()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-sigs:
+				if i == 0 {
+					stopNow()
+				} else {
+					forceNow()
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	if err := keeper.Run(stop, force, keeper.Config{Argv: argv, StateDir: cfg.StateDir, Output: stderr}, log); err != nil {
+		fmt.Fprintln(stderr, "exec-supervisor:", err)
+		return 1
+	}
+	return 0
 }
