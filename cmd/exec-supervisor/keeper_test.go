@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/keeper"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -81,5 +83,61 @@ func TestKeeperRestartsAfterCrashes(t *testing.T) {
 	}
 	if proctest.Alive(pid) {
 		t.Fatalf("the supervisor (pid %d) outlived its keeper", pid)
+	}
+}
+
+// TestExecctlDaemon: execctl daemon start runs a kept supervisor
+// detached, status shows it and its crashes, stop ends it.
+func TestExecctlDaemon(t *testing.T) {
+	e := newEnv(t)
+	ctl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(execctlBinary, append([]string{"--control", e.ctl, "--event", e.evt}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("execctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	out := ctl("daemon", "start", "--state-dir", e.state, "--supervisor", binary, "--", "--metrics-addr", "", "--grace", "500ms")
+	if !strings.Contains(out, "started: keeper pid") {
+		t.Fatalf("daemon start: %s", out)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			exec.Command(execctlBinary, "daemon", "stop", "--state-dir", e.state).Run()
+		}
+	})
+	st, ok, err := keeper.ReadStatus(e.state)
+	if err != nil || !ok || st.SupervisorPid == 0 {
+		t.Fatalf("keeper.json: %+v %v %v", st, ok, err)
+	}
+	if err := syscall.Kill(st.SupervisorPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out = ctl("daemon", "status", "--state-dir", e.state)
+		if strings.Contains(out, "crash.log: 1 crashes") && strings.Contains(out, "running: keeper pid") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon status after a crash:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond) // polling for the keeper's record of the crash
+	}
+	if !strings.Contains(out, "Ended: signal killed") {
+		t.Fatalf("daemon status shows no crash entry:\n%s", out)
+	}
+	if out := ctl("daemon", "stop", "--state-dir", e.state); !strings.Contains(out, "stopped") {
+		t.Fatalf("daemon stop: %s", out)
+	}
+	stopped = true
+	if proctest.Alive(st.Pid) {
+		t.Fatalf("keeper pid %d still alive after stop", st.Pid)
+	}
+	if out := ctl("daemon", "status", "--state-dir", e.state); !strings.Contains(out, "not running") {
+		t.Fatalf("status after stop: %s", out)
 	}
 }

@@ -17,4 +17,5 @@ var examples = map[string]string{
 	"stop":      "execctl stop JOB",
 	"history":   "execctl history --lines 5 JOB\n  execctl --json history JOB | jq '.runs[] | {attempt, reason, exitCode}'",
 	"top":       "execctl top --interval 1s",
+	"daemon":    "execctl daemon start -- --max-jobs 100\n  execctl daemon status --crashes 3\n  execctl daemon stop",
 }

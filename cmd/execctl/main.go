@@ -86,9 +86,10 @@ var commands = map[string]command{
 	"stop":       &StopCommand{},
 	"history":    &HistoryCommand{},
 	"completion": &CompletionCommand{},
+	"daemon":     &DaemonCommand{},
 }
 
-var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "stop", "start", "restart", "history", "status", "list", "top", "remove", "health", "completion"}
+var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "stop", "start", "restart", "history", "status", "list", "top", "remove", "health", "daemon", "completion"}
 
 // usageError is a command-line mistake; Hint says how to do it right.
 type usageError struct{ msg, hint string }

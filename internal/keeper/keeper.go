@@ -66,6 +66,11 @@ const tailLines = 50
 func Run(stop, force context.Context, cfg Config, log *slog.Logger) error {
 	cfg.fill()
 	delay := cfg.Initial
+	st := Status{Pid: os.Getpid(), StartedAt: time.Now().UTC()}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("keeper: state directory: %w", err)
+	}
+	defer os.Remove(filepath.Join(cfg.StateDir, statusFile))
 	crashes := 0
 	for {
 		tail := newTail(tailLines)
@@ -83,6 +88,10 @@ func Run(stop, force context.Context, cfg Config, log *slog.Logger) error {
 			return fmt.Errorf("keeper: start the supervisor: %w", err)
 		}
 		log.Info("keeper: supervisor started", "pid", cmd.Process.Pid, "crashes", crashes)
+		st.SupervisorPid = cmd.Process.Pid
+		if err := writeStatus(cfg.StateDir, st); err != nil {
+			log.Warn("keeper: keeper.json not written", "err", err)
+		}
 		waited := make(chan error, 1)
 		go func() { waited <- cmd.Wait() }()
 		var err error
@@ -105,6 +114,10 @@ func Run(stop, force context.Context, cfg Config, log *slog.Logger) error {
 			return nil
 		}
 		crashes++
+		st.Crashes, st.LastCrashAt, st.SupervisorPid = crashes, time.Now().UTC(), 0
+		if err := writeStatus(cfg.StateDir, st); err != nil {
+			log.Warn("keeper: keeper.json not written", "err", err)
+		}
 		if ran >= cfg.ResetAfter {
 			delay = cfg.Initial // (it ran healthy long enough)
 		}
