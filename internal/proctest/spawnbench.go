@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -40,82 +39,19 @@ func SpawnTrue(b *testing.B, c *client.Client, eventAddr string, n, par int, mor
 // on the event socket at eventAddr, and a function that stops its
 // subscriber. It returns once the subscription is live.
 func SpawnEventRunner(b *testing.B, c *client.Client, eventAddr string) (run func() error, stop func()) {
-	ctx := context.Background()
-	sub, err := zmqx.DialClient(ctx, "SUB", eventAddr, time.Second, "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := sub.Subscribe(protocol.TopicJobPrefix); err != nil {
-		b.Fatal(err)
-	}
-	var mu sync.Mutex
-	waiters := map[string]chan struct{}{}
-	waiter := func(id string) chan struct{} {
-		mu.Lock()
-		defer mu.Unlock()
-		ch := waiters[id]
-		if ch == nil {
-			ch = make(chan struct{})
-			waiters[id] = ch
-		}
-		return ch
-	}
-	forget := func(id string) {
-		mu.Lock()
-		delete(waiters, id)
-		mu.Unlock()
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			m, err := sub.Recv()
-			if err != nil {
-				return
-			}
-			if len(m) == 2 {
-				if ev, err := protocol.DecodeEventNoCopy(m[1]); err == nil && ev.Kind.Terminal() {
-					close(waiter(ev.JobID))
-				}
-			}
-		}
-	}()
-	stop = func() { sub.Close(); <-done }
-	spawnWithin := func(d time.Duration) (bool, error) {
-		j, err := c.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"/bin/true"}})
-		if err != nil {
-			return false, err
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-waiter(j.JobID):
-			forget(j.JobID)
-			return true, nil
-		case <-t.C:
-			return false, nil
-		}
-	}
-	// The subscription travels asynchronously: wait until one job's exit
-	// is heard.
-	for {
-		heard, err := spawnWithin(200 * time.Millisecond)
-		if err != nil {
-			stop()
-			b.Fatal(err)
-		}
-		if heard {
-			break
-		}
-	}
+	w := WatchEvents(b, c, eventAddr)
 	run = func() error {
-		heard, err := spawnWithin(10 * time.Second)
-		if err == nil && !heard {
-			err = errors.New("no exit event within 10 s")
+		j, err := c.Spawn(context.Background(), protocol.SpawnArgs{Argv: []string{"/bin/true"}})
+		if err != nil {
+			return err
 		}
-		return err
+		defer w.Forget(j.JobID)
+		if _, err := w.Ended(j.JobID, 10*time.Second); err != nil {
+			return errors.New("no exit event within 10 s")
+		}
+		return nil
 	}
-	return run, stop
+	return run, w.Close
 }
 
 // SpawnWaitRunner runs /bin/true through c with spawn's waitMs: spawn
