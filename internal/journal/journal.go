@@ -32,9 +32,6 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// Version is the journal file format version.
-const Version = 1
-
 // MaxFileBytes bounds the journal file read at start; a larger file is
 // treated as corrupt. Save and SaveEncoded never write one (ErrTooLarge):
 // the previous journal, which Load accepts, stays.
@@ -44,24 +41,6 @@ const MaxFileBytes = 256 << 20
 // than MaxFileBytes: Load would refuse it (and move it aside, losing
 // every record), so it is not written.
 var ErrTooLarge = fmt.Errorf("journal document larger than %d bytes (it could not be read back)", MaxFileBytes)
-
-// File is the on-disk document.
-type File struct {
-	Version    int    `json:"version"`
-	InstanceID string `json:"instanceId"`
-	Pid        int    `json:"pid"`
-	WrittenAt  int64  `json:"writtenAt"`
-	// IntentsGeneration and IntentsCovered name the intents file
-	// generation and its last line that the document covers (see
-	// Intents): lines past it record job starts the document does not.
-	IntentsGeneration string   `json:"intentsGeneration,omitempty"`
-	IntentsCovered    uint64   `json:"intentsCovered,omitempty"`
-	Jobs              []Record `json:"jobs"`
-	// Dropped (not stored) says which records Load left out as invalid
-	// (the others are used), and KeptAt where the file as read was copied.
-	Dropped []string `json:"-"`
-	KeptAt  string   `json:"-"`
-}
 
 // LeaderExit is how a job's leader process ended: its exit code, or the
 // signal that killed it (a name, as on the wire).
@@ -329,49 +308,6 @@ func ownedByOther(f *os.File) error {
 	return nil
 }
 
-func parse(b []byte) (*File, error) {
-	if len(b) > MaxFileBytes {
-		return nil, fmt.Errorf("larger than %d bytes", MaxFileBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var doc File
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("not a journal: %w", err)
-	}
-	// Only whitespace may follow the document. (dec.More would miss a
-	// stray '}' or ']'.)
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("trailing data after the journal document")
-	}
-	if doc.Version != Version {
-		return nil, fmt.Errorf("unknown journal version %d (this supervisor reads %d)", doc.Version, Version)
-	}
-	// An invalid record is left out, not the journal: the other jobs'
-	// fates and orphans are still known.
-	seen := map[string]bool{}
-	kept := doc.Jobs[:0]
-	for i, r := range doc.Jobs {
-		why := ""
-		switch {
-		case r.JobID == "":
-			why = fmt.Sprintf("record %d has no jobId", i)
-		case seen[r.JobID]:
-			why = fmt.Sprintf("job %.128q recorded twice (the first is kept)", r.JobID)
-		default:
-			why = checkRecord(&r)
-		}
-		if why != "" {
-			doc.Dropped = append(doc.Dropped, why)
-			continue
-		}
-		seen[r.JobID] = true
-		kept = append(kept, r)
-	}
-	doc.Jobs = kept
-	return &doc, nil
-}
-
 // checkRecord says why r cannot be used ("": it can).
 func checkRecord(r *Record) string {
 	switch {
@@ -387,12 +323,17 @@ func checkRecord(r *Record) string {
 	return fmt.Sprintf("job %.128q has unknown state %.32q", r.JobID, r.State)
 }
 
-// Save replaces the journal with doc atomically.
+// Save replaces the journal with doc atomically (doc.OpenClaw as given:
+// nil writes none).
 func (j *Journal) Save(doc *File) error {
 	j.mu.Lock() // one writer at a time, as SaveEncoded
 	defer j.mu.Unlock()
 	doc.Version = Version
-	b, err := json.Marshal(doc)
+	d := *doc
+	if d.OpenClaw == nil {
+		d.OpenClaw = []OpenClawJob{} // (OpenClaw's readers want an array)
+	}
+	b, err := json.Marshal(&d)
 	if err != nil {
 		j.Failures.Add(1)
 		return fmt.Errorf("encode journal: %w", err)
@@ -401,7 +342,7 @@ func (j *Journal) Save(doc *File) error {
 		j.Failures.Add(1)
 		return fmt.Errorf("write %s: %w", j.path, ErrTooLarge)
 	}
-	if err := WriteFileAtomic(j.path, b); err != nil {
+	if err := j.replace(b); err != nil {
 		j.Failures.Add(1)
 		return err
 	}
@@ -410,11 +351,17 @@ func (j *Journal) Save(doc *File) error {
 }
 
 // SaveEncoded replaces the journal atomically with a document made of
-// hdr's fields and jobs, each an already JSON-encoded Record (so that a
-// caller can encode unchanging records once).
-func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
+// hdr's fields (its OpenClaw view included) and records, each an already
+// JSON-encoded Record (so that a caller can encode unchanging records
+// once).
+func (j *Journal) SaveEncoded(hdr *File, records [][]byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	oc, err := encodeOpenClaw(hdr.OpenClaw)
+	if err != nil {
+		j.Failures.Add(1)
+		return fmt.Errorf("encode journal: %w", err)
+	}
 	b := &j.buf
 	b.Reset()
 	defer func() {
@@ -422,8 +369,8 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 			*b = bytes.Buffer{} // do not keep a huge one
 		}
 	}()
-	size := 320 + 6*len(hdr.InstanceID) + 6*len(hdr.IntentsGeneration) // (an upper bound: escapes)
-	for _, r := range jobs {
+	size := 320 + len(oc) + 6*len(hdr.InstanceID) + 6*len(hdr.IntentsGeneration) // (an upper bound: escapes)
+	for _, r := range records {
 		size += len(r) + 1
 	}
 	if size > MaxFileBytes {
@@ -431,30 +378,24 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 		return fmt.Errorf("write %s: %w", j.path, ErrTooLarge)
 	}
 	b.Grow(size)
-	str := func(s string) { e, _ := json.Marshal(s); b.Write(e) }
-	fmt.Fprintf(b, `{"version":%d,"instanceId":`, Version)
-	str(hdr.InstanceID)
-	fmt.Fprintf(b, `,"pid":%d,"writtenAt":%d,`, hdr.Pid, hdr.WrittenAt)
-	if hdr.IntentsGeneration != "" {
-		b.WriteString(`"intentsGeneration":`)
-		str(hdr.IntentsGeneration)
-		fmt.Fprintf(b, `,"intentsCovered":%d,`, hdr.IntentsCovered)
-	}
-	b.WriteString(`"jobs":[`)
-	for i, r := range jobs {
+	encodeOpen(b, hdr, oc)
+	for i, r := range records {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.Write(r)
 	}
 	b.WriteString("]}")
-	if err := WriteFileAtomic(j.path, b.Bytes()); err != nil {
+	if err := j.replace(b.Bytes()); err != nil {
 		j.Failures.Add(1)
 		return err
 	}
 	j.Writes.Add(1)
 	return nil
 }
+
+// replace writes the journal file (see WriteFileAtomic).
+func (j *Journal) replace(data []byte) error { return WriteFileAtomic(j.path, data) }
 
 // WriteFileAtomic writes data to path so that path always holds either its
 // old or its new complete content: temp file in the same directory (mode

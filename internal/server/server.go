@@ -97,6 +97,7 @@ type Server struct {
 	recGen         uint64                         // under journalMu: writes so far (cachedRecord.gen)
 	encBuf         [][]byte                       // under journalMu: the records of a write, reused
 	finBuf         []finRecord                    // under journalMu: the finished records of a write, reused
+	viewBuf        []journal.OpenClawJob          // under journalMu: the OpenClaw view of a write, reused
 	// Durable replies (see awaitJournal): tickets taken, and the newest
 	// ticket a finished write attempt covered, with a channel closed
 	// (and replaced) after each attempt.
