@@ -191,6 +191,9 @@ type Journal struct {
 	// Writes and Failures count Save calls that succeeded and failed.
 	Writes   atomic.Uint64
 	Failures atomic.Uint64
+	// tempName names the temp file of a write (nil: randomTempName;
+	// tests choose names to plant things at).
+	tempName func(path string) string
 
 	// mu serializes writes; buf is the file being written, kept between
 	// writes (the journal is rewritten up to several times a second).
@@ -224,11 +227,7 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 func (j *Journal) Load() (*File, error) {
 	// A crash during Save can leave its temp file behind; it was never
 	// the journal, so it goes.
-	if olds, _ := filepath.Glob(filepath.Join(filepath.Dir(j.path), "."+filepath.Base(j.path)+".tmp-*")); len(olds) > 0 {
-		for _, o := range olds {
-			os.Remove(o)
-		}
-	}
+	removeOwnTemps(j.path)
 	// (O_NONBLOCK: a FIFO planted there would block the start until a
 	// writer came; opened so, it reads as empty, and is moved aside.)
 	f, err := openNoFollow(j.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -263,7 +262,7 @@ func (j *Journal) Load() (*File, error) {
 		if len(doc.Dropped) > 0 {
 			// (the next write leaves them out: the file as read is kept)
 			doc.KeptAt = j.path + ".partial-" + time.Now().UTC().Format("20060102T150405.000Z")
-			if err := os.WriteFile(doc.KeptAt, b, 0o600); err != nil {
+			if err := createExclusive(doc.KeptAt, b); err != nil {
 				doc.KeptAt = ""
 			}
 		}
@@ -289,8 +288,8 @@ func transient(err error) bool {
 // error that is not a *CorruptError: the caller must not write the
 // journal then (a write would replace it).
 func (j *Journal) moveAside(perr error) (*File, error) {
-	moved := j.path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
-	if err := os.Rename(j.path, moved); err != nil {
+	moved, err := moveAsideTo(j.path, ".corrupt-")
+	if err != nil {
 		return nil, fmt.Errorf("journal %s is unusable (%v) and could not be moved aside: %w", j.path, perr, err)
 	}
 	return &File{Version: Version}, &CorruptError{Path: j.path, MovedTo: moved, Err: perr}
@@ -395,57 +394,9 @@ func (j *Journal) SaveEncoded(hdr *File, records [][]byte) error {
 }
 
 // replace writes the journal file (see WriteFileAtomic).
-func (j *Journal) replace(data []byte) error { return WriteFileAtomic(j.path, data) }
-
-// WriteFileAtomic writes data to path so that path always holds either its
-// old or its new complete content: temp file in the same directory (mode
-// 0600), fsync, rename, fsync of the directory.
-func WriteFileAtomic(path string, data []byte) error {
-	_, err := replaceFile(path, data)
+func (j *Journal) replace(data []byte) error {
+	_, err := replaceFile(j.path, data, j.tempName)
 	return err
-}
-
-// replaceFile is WriteFileAtomic, also saying whether the rename was done
-// (an error after it, syncing the directory, leaves path with the new
-// content).
-func replaceFile(path string, data []byte) (renamed bool, err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	name := tmp.Name()
-	fail := func(err error) (bool, error) {
-		tmp.Close()
-		os.Remove(name)
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(name, path); err != nil {
-		os.Remove(name)
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return true, fmt.Errorf("write %s: sync directory: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return true, fmt.Errorf("write %s: sync directory: %w", path, err)
-	}
-	return true, nil
-}
-
-func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
-	return os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
 }
 
 // Lock is an exclusive owner lock on a state directory.
