@@ -660,7 +660,9 @@ func TestOperatorFindings(t *testing.T) {
 // execctl without a token, or with a wrong one, says to pass the token
 // (without one it said "is the supervisor running? start one").
 func TestTokenHints(t *testing.T) {
-	s := startSupervisorWith(t, func(c *server.Config) { c.Control = "tcp://127.0.0.1:0" })
+	// (the token from everyone: execctl runs as the supervisor's uid on
+	// loopback, which --tcp-loopback-uid admits without one)
+	s := startSupervisorWith(t, func(c *server.Config) { c.Control = "tcp://127.0.0.1:0"; c.TCPLoopbackUID = false })
 	t.Setenv("HOME", s.dir) // (no default token file to find)
 	t.Setenv("XDG_STATE_HOME", filepath.Join(s.dir, "none"))
 	t.Setenv("EXEC_SUPERVISOR_TOKEN", "")

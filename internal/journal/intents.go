@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // Intents is the journal's append-only companion: one line per job start,
@@ -132,11 +130,7 @@ type IntentsReport struct {
 // run replays those lines again.
 func OpenIntents(path string) (*Intents, IntentsReport, error) {
 	var rep IntentsReport
-	if olds, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")); len(olds) > 0 {
-		for _, o := range olds {
-			os.Remove(o) // (a rewrite the crash interrupted: never the file)
-		}
-	}
+	removeOwnTemps(path) // (a rewrite the crash interrupted: never the file)
 	in := &Intents{path: path}
 	b, err := readIntents(path)
 	var moveErr error
@@ -165,8 +159,8 @@ func OpenIntents(path string) (*Intents, IntentsReport, error) {
 	default:
 		rep.Why = err
 		rep.Intents, rep.Dropped, rep.Torn = nil, nil, false
-		moved := path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
-		if rerr := os.Rename(path, moved); rerr != nil {
+		moved, rerr := moveAsideTo(path, ".corrupt-")
+		if rerr != nil {
 			moveErr = fmt.Errorf("intents %s are unusable (%v) and could not be moved aside: %w", path, err, rerr)
 		} else {
 			rep.MovedTo = moved
@@ -445,7 +439,7 @@ func (in *Intents) rewriteLocked() error {
 	for _, l := range in.pending {
 		b.Write(l.line)
 	}
-	if renamed, err := replaceFile(in.path, b.Bytes()); !renamed {
+	if renamed, err := replaceFile(in.path, b.Bytes(), nil); !renamed {
 		return fmt.Errorf("rewrite intents: %w", err)
 	}
 	// (an error after the rename, syncing the directory, is let go: a

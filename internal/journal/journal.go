@@ -32,9 +32,6 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// Version is the journal file format version.
-const Version = 1
-
 // MaxFileBytes bounds the journal file read at start; a larger file is
 // treated as corrupt. Save and SaveEncoded never write one (ErrTooLarge):
 // the previous journal, which Load accepts, stays.
@@ -44,24 +41,6 @@ const MaxFileBytes = 256 << 20
 // than MaxFileBytes: Load would refuse it (and move it aside, losing
 // every record), so it is not written.
 var ErrTooLarge = fmt.Errorf("journal document larger than %d bytes (it could not be read back)", MaxFileBytes)
-
-// File is the on-disk document.
-type File struct {
-	Version    int    `json:"version"`
-	InstanceID string `json:"instanceId"`
-	Pid        int    `json:"pid"`
-	WrittenAt  int64  `json:"writtenAt"`
-	// IntentsGeneration and IntentsCovered name the intents file
-	// generation and its last line that the document covers (see
-	// Intents): lines past it record job starts the document does not.
-	IntentsGeneration string   `json:"intentsGeneration,omitempty"`
-	IntentsCovered    uint64   `json:"intentsCovered,omitempty"`
-	Jobs              []Record `json:"jobs"`
-	// Dropped (not stored) says which records Load left out as invalid
-	// (the others are used), and KeptAt where the file as read was copied.
-	Dropped []string `json:"-"`
-	KeptAt  string   `json:"-"`
-}
 
 // LeaderExit is how a job's leader process ended: its exit code, or the
 // signal that killed it (a name, as on the wire).
@@ -212,6 +191,9 @@ type Journal struct {
 	// Writes and Failures count Save calls that succeeded and failed.
 	Writes   atomic.Uint64
 	Failures atomic.Uint64
+	// tempName names the temp file of a write (nil: randomTempName;
+	// tests choose names to plant things at).
+	tempName func(path string) string
 
 	// mu serializes writes; buf is the file being written, kept between
 	// writes (the journal is rewritten up to several times a second).
@@ -245,11 +227,7 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 func (j *Journal) Load() (*File, error) {
 	// A crash during Save can leave its temp file behind; it was never
 	// the journal, so it goes.
-	if olds, _ := filepath.Glob(filepath.Join(filepath.Dir(j.path), "."+filepath.Base(j.path)+".tmp-*")); len(olds) > 0 {
-		for _, o := range olds {
-			os.Remove(o)
-		}
-	}
+	removeOwnTemps(j.path)
 	// (O_NONBLOCK: a FIFO planted there would block the start until a
 	// writer came; opened so, it reads as empty, and is moved aside.)
 	f, err := openNoFollow(j.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -284,7 +262,7 @@ func (j *Journal) Load() (*File, error) {
 		if len(doc.Dropped) > 0 {
 			// (the next write leaves them out: the file as read is kept)
 			doc.KeptAt = j.path + ".partial-" + time.Now().UTC().Format("20060102T150405.000Z")
-			if err := os.WriteFile(doc.KeptAt, b, 0o600); err != nil {
+			if err := createExclusive(doc.KeptAt, b); err != nil {
 				doc.KeptAt = ""
 			}
 		}
@@ -310,8 +288,8 @@ func transient(err error) bool {
 // error that is not a *CorruptError: the caller must not write the
 // journal then (a write would replace it).
 func (j *Journal) moveAside(perr error) (*File, error) {
-	moved := j.path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
-	if err := os.Rename(j.path, moved); err != nil {
+	moved, err := moveAsideTo(j.path, ".corrupt-")
+	if err != nil {
 		return nil, fmt.Errorf("journal %s is unusable (%v) and could not be moved aside: %w", j.path, perr, err)
 	}
 	return &File{Version: Version}, &CorruptError{Path: j.path, MovedTo: moved, Err: perr}
@@ -329,49 +307,6 @@ func ownedByOther(f *os.File) error {
 	return nil
 }
 
-func parse(b []byte) (*File, error) {
-	if len(b) > MaxFileBytes {
-		return nil, fmt.Errorf("larger than %d bytes", MaxFileBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var doc File
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("not a journal: %w", err)
-	}
-	// Only whitespace may follow the document. (dec.More would miss a
-	// stray '}' or ']'.)
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("trailing data after the journal document")
-	}
-	if doc.Version != Version {
-		return nil, fmt.Errorf("unknown journal version %d (this supervisor reads %d)", doc.Version, Version)
-	}
-	// An invalid record is left out, not the journal: the other jobs'
-	// fates and orphans are still known.
-	seen := map[string]bool{}
-	kept := doc.Jobs[:0]
-	for i, r := range doc.Jobs {
-		why := ""
-		switch {
-		case r.JobID == "":
-			why = fmt.Sprintf("record %d has no jobId", i)
-		case seen[r.JobID]:
-			why = fmt.Sprintf("job %.128q recorded twice (the first is kept)", r.JobID)
-		default:
-			why = checkRecord(&r)
-		}
-		if why != "" {
-			doc.Dropped = append(doc.Dropped, why)
-			continue
-		}
-		seen[r.JobID] = true
-		kept = append(kept, r)
-	}
-	doc.Jobs = kept
-	return &doc, nil
-}
-
 // checkRecord says why r cannot be used ("": it can).
 func checkRecord(r *Record) string {
 	switch {
@@ -387,12 +322,17 @@ func checkRecord(r *Record) string {
 	return fmt.Sprintf("job %.128q has unknown state %.32q", r.JobID, r.State)
 }
 
-// Save replaces the journal with doc atomically.
+// Save replaces the journal with doc atomically (doc.OpenClaw as given:
+// nil writes none).
 func (j *Journal) Save(doc *File) error {
 	j.mu.Lock() // one writer at a time, as SaveEncoded
 	defer j.mu.Unlock()
 	doc.Version = Version
-	b, err := json.Marshal(doc)
+	d := *doc
+	if d.OpenClaw == nil {
+		d.OpenClaw = []OpenClawJob{} // (OpenClaw's readers want an array)
+	}
+	b, err := json.Marshal(&d)
 	if err != nil {
 		j.Failures.Add(1)
 		return fmt.Errorf("encode journal: %w", err)
@@ -401,7 +341,7 @@ func (j *Journal) Save(doc *File) error {
 		j.Failures.Add(1)
 		return fmt.Errorf("write %s: %w", j.path, ErrTooLarge)
 	}
-	if err := WriteFileAtomic(j.path, b); err != nil {
+	if err := j.replace(b); err != nil {
 		j.Failures.Add(1)
 		return err
 	}
@@ -410,11 +350,17 @@ func (j *Journal) Save(doc *File) error {
 }
 
 // SaveEncoded replaces the journal atomically with a document made of
-// hdr's fields and jobs, each an already JSON-encoded Record (so that a
-// caller can encode unchanging records once).
-func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
+// hdr's fields (its OpenClaw view included) and records, each an already
+// JSON-encoded Record (so that a caller can encode unchanging records
+// once).
+func (j *Journal) SaveEncoded(hdr *File, records [][]byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	oc, err := encodeOpenClaw(hdr.OpenClaw)
+	if err != nil {
+		j.Failures.Add(1)
+		return fmt.Errorf("encode journal: %w", err)
+	}
 	b := &j.buf
 	b.Reset()
 	defer func() {
@@ -422,8 +368,8 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 			*b = bytes.Buffer{} // do not keep a huge one
 		}
 	}()
-	size := 320 + 6*len(hdr.InstanceID) + 6*len(hdr.IntentsGeneration) // (an upper bound: escapes)
-	for _, r := range jobs {
+	size := 320 + len(oc) + 6*len(hdr.InstanceID) + 6*len(hdr.IntentsGeneration) // (an upper bound: escapes)
+	for _, r := range records {
 		size += len(r) + 1
 	}
 	if size > MaxFileBytes {
@@ -431,24 +377,15 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 		return fmt.Errorf("write %s: %w", j.path, ErrTooLarge)
 	}
 	b.Grow(size)
-	str := func(s string) { e, _ := json.Marshal(s); b.Write(e) }
-	fmt.Fprintf(b, `{"version":%d,"instanceId":`, Version)
-	str(hdr.InstanceID)
-	fmt.Fprintf(b, `,"pid":%d,"writtenAt":%d,`, hdr.Pid, hdr.WrittenAt)
-	if hdr.IntentsGeneration != "" {
-		b.WriteString(`"intentsGeneration":`)
-		str(hdr.IntentsGeneration)
-		fmt.Fprintf(b, `,"intentsCovered":%d,`, hdr.IntentsCovered)
-	}
-	b.WriteString(`"jobs":[`)
-	for i, r := range jobs {
+	encodeOpen(b, hdr, oc)
+	for i, r := range records {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.Write(r)
 	}
 	b.WriteString("]}")
-	if err := WriteFileAtomic(j.path, b.Bytes()); err != nil {
+	if err := j.replace(b.Bytes()); err != nil {
 		j.Failures.Add(1)
 		return err
 	}
@@ -456,55 +393,10 @@ func (j *Journal) SaveEncoded(hdr *File, jobs [][]byte) error {
 	return nil
 }
 
-// WriteFileAtomic writes data to path so that path always holds either its
-// old or its new complete content: temp file in the same directory (mode
-// 0600), fsync, rename, fsync of the directory.
-func WriteFileAtomic(path string, data []byte) error {
-	_, err := replaceFile(path, data)
+// replace writes the journal file (see WriteFileAtomic).
+func (j *Journal) replace(data []byte) error {
+	_, err := replaceFile(j.path, data, j.tempName)
 	return err
-}
-
-// replaceFile is WriteFileAtomic, also saying whether the rename was done
-// (an error after it, syncing the directory, leaves path with the new
-// content).
-func replaceFile(path string, data []byte) (renamed bool, err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	name := tmp.Name()
-	fail := func(err error) (bool, error) {
-		tmp.Close()
-		os.Remove(name)
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(name, path); err != nil {
-		os.Remove(name)
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return true, fmt.Errorf("write %s: sync directory: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return true, fmt.Errorf("write %s: sync directory: %w", path, err)
-	}
-	return true, nil
-}
-
-func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
-	return os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
 }
 
 // Lock is an exclusive owner lock on a state directory.

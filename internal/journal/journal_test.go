@@ -261,6 +261,15 @@ func TestLoadCorrupt(t *testing.T) {
 		{"trailing-second-document", append(append([]byte{}, valid...), valid...)},
 		{"trailing-close-brace", append(append([]byte{}, valid...), '}')},
 		{"trailing-close-bracket", append(append([]byte{}, valid...), []byte("\n]")...)},
+		{"v2-unknown-field", []byte(`{"version":2,"updatedAtMs":1,"jobs":[],"instanceId":"i","pid":1,"records":[],"bogus":1}`)},
+		{"v2-records-wrong-type", []byte(`{"version":2,"instanceId":"i","records":{}}`)},
+		{"v2-unknown-record-field", []byte(`{"version":2,"instanceId":"i","records":[{"jobId":"a","state":"running","bogus":true}]}`)},
+		{"v2-v1-field", []byte(`{"version":2,"instanceId":"i","writtenAt":1,"records":[]}`)},
+		{"v1-v2-field", []byte(`{"version":1,"instanceId":"i","records":[]}`)},
+		{"openclaw-jobs-wrong-type", []byte(`{"version":2,"updatedAtMs":1,"jobs":{}}`)},
+		{"openclaw-job-wrong-type", []byte(`{"version":2,"updatedAtMs":1,"jobs":[{"jobId":7}]}`)},
+		{"version-three", []byte(`{"version":3,"updatedAtMs":1,"jobs":[]}`)},
+		{"version-string", []byte(`{"version":"2","jobs":[]}`)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -326,6 +335,8 @@ func TestLoadValidEdgeCases(t *testing.T) {
 		"null-jobs":           `{"version":1,"jobs":null}`,
 		"no-jobs":             `{"version":1}`,
 		"zero-pids":           `{"version":1,"jobs":[{"jobId":"a","state":"exited","pid":0,"pgid":0}]}`,
+		"openclaw-empty":      `{"version":2,"updatedAtMs":1,"jobs":[]}`,
+		"v2-null-views":       `{"version":2,"jobs":null,"instanceId":"","records":null}`,
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -609,9 +620,11 @@ func stamp(doc *File, seq int) {
 	id := fmt.Sprintf("inst-%d-%d-%d", os.Getpid(), seq, len(doc.Jobs))
 	doc.InstanceID = id
 	doc.WrittenAt = time.Now().UnixMilli()
+	doc.OpenClaw = doc.OpenClaw[:0]
 	for i := range doc.Jobs {
 		doc.Jobs[i].Cwd = id
 		doc.Jobs[i].InstanceID = id
+		doc.OpenClaw = append(doc.OpenClaw, OpenClawJob{JobID: doc.Jobs[i].JobID, Command: "echo", Cwd: id, State: "running", Pid: doc.Jobs[i].Pid})
 	}
 }
 
@@ -719,6 +732,15 @@ func TestCrashSafety(t *testing.T) {
 		for k, r := range doc.Jobs {
 			if r.Cwd != doc.InstanceID {
 				t.Fatalf("iteration %d: record %d has Cwd %q in document %q: torn write", i, k, r.Cwd, doc.InstanceID)
+			}
+		}
+		// The OpenClaw view is of the same document as the records.
+		if len(doc.OpenClaw) != len(doc.Jobs) {
+			t.Fatalf("iteration %d: %d OpenClaw jobs beside %d records", i, len(doc.OpenClaw), len(doc.Jobs))
+		}
+		for k, e := range doc.OpenClaw {
+			if e.Cwd != doc.InstanceID || e.JobID != doc.Jobs[k].JobID {
+				t.Fatalf("iteration %d: OpenClaw job %d (%s, cwd %q) in document %q: torn write", i, k, e.JobID, e.Cwd, doc.InstanceID)
 			}
 		}
 		// And the package's own validation accepts it (without moving it).

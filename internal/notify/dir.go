@@ -53,7 +53,15 @@ func checkDirInfo(dir string, fi os.FileInfo) error {
 		return fmt.Errorf("notify: %s is owned by uid %d, not by us (uid %d) or root: refusing to use it", dir, st.Uid, os.Geteuid())
 	}
 	if fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("notify: %s has mode %o: others could replace the sockets in it (chmod go-w %s)", dir, fi.Mode().Perm(), dir)
+		return fmt.Errorf("notify: %s has mode %o: others could replace the sockets in it (chmod go-w %s)", dir, fi.Mode()&os.ModePerm|stickyBit(fi), dir)
 	}
 	return nil
+}
+
+// stickyBit is fi's sticky bit as chmod shows it (01000), for messages.
+func stickyBit(fi os.FileInfo) os.FileMode {
+	if fi.Mode()&os.ModeSticky != 0 {
+		return 0o1000
+	}
+	return 0
 }

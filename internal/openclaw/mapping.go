@@ -179,3 +179,17 @@ func translate(ev *protocol.Event, text string) any {
 	}
 	return nil
 }
+
+// Journaled is how the Node supervisor's journal shows a job not yet
+// ended: its dialect state, the dialect seq of its newest event, when it
+// started and its command (a supervisor's journal carries it for
+// OpenClaw's tools: internal/journal.OpenClawJob).
+type Journaled struct {
+	State, Command       string
+	LastSeq, StartedAtMs int64
+}
+
+// JournaledOf is the dialect's view of native job info for the journal.
+func JournaledOf(info *protocol.JobInfo) Journaled {
+	return Journaled{State: stateOf(info), Command: commandOf(info.Argv, info.Shell), LastSeq: lastSeq(info), StartedAtMs: startedAt(info)}
+}

@@ -50,6 +50,11 @@ type Config struct {
 	TokenFile string
 	// InsecureTCP allows tcp endpoints without authentication.
 	InsecureTCP bool
+	// TCPLoopbackUID admits tcp clients on loopback that run as our uid
+	// or one of AllowUIDs without the token, told by the kernel from
+	// their socket (zmqx.Policy.LoopbackUIDs); false requires the token
+	// from every tcp client.
+	TCPLoopbackUID bool
 	// AllowUIDs and AllowGIDs may connect to ipc endpoints besides our uid.
 	AllowUIDs, AllowGIDs []int
 	// MaxConns bounds connections per socket; HandshakeTimeout and
@@ -163,6 +168,7 @@ func DefaultConfig() Config {
 		HandshakeTimeout:     5 * time.Second,
 		WriteTimeout:         5 * time.Second,
 		ShutdownMode:         "terminate",
+		TCPLoopbackUID:       true,
 		LogLevel:             "info",
 		LogFormat:            "text",
 	}
@@ -209,7 +215,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ShutdownMode, "shutdown", c.ShutdownMode, "at shutdown, terminate running jobs, or wait for them (up to --shutdown-timeout)")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "secret for tcp clients (ZMTP PLAIN password), created 0600 if missing (default: <state-dir>/token)")
 	fs.BoolVar(&c.InsecureTCP, "insecure-tcp-no-auth", c.InsecureTCP, "DANGEROUS: accept tcp clients without authentication (anyone who reaches the port can run commands as this user)")
-	fs.IntSliceVar(&c.AllowUIDs, "allow-uid", c.AllowUIDs, "also accept ipc clients with this uid (repeatable; opens the ipc sockets to them)")
+	fs.BoolVar(&c.TCPLoopbackUID, "tcp-loopback-uid", c.TCPLoopbackUID, "admit tcp clients on loopback that run as our uid (or an --allow-uid) without the token, told by the kernel from their socket; false: the token is required from every tcp client")
+	fs.IntSliceVar(&c.AllowUIDs, "allow-uid", c.AllowUIDs, "also accept ipc clients with this uid, and tcp clients on loopback with it (see --tcp-loopback-uid) (repeatable; opens the ipc sockets to them)")
 	fs.IntSliceVar(&c.AllowGIDs, "allow-gid", c.AllowGIDs, "also accept ipc clients in this group, primary or supplementary (repeatable; opens the ipc sockets to them)")
 	fs.IntVar(&c.MaxConns, "max-connections", c.MaxConns, "concurrent connections per socket")
 	fs.IntVar(&c.ReplyQueueBytes, "reply-queue-bytes", c.ReplyQueueBytes, "replies waiting to be written to all control connections together; past it the connection with the most is disconnected")

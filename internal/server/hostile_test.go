@@ -307,6 +307,7 @@ func TestDealerFloodNeverReading(t *testing.T) {
 func TestPlainAuthGoClient(t *testing.T) {
 	cfg := hostileConfig(t)
 	cfg.Control, cfg.Event = tcpPair(t)
+	cfg.TCPLoopbackUID = false // (else our uid on loopback needs no token)
 	ts := startServer(t, cfg)
 	if ts.token == "" {
 		t.Fatal("tcp server started without a token")

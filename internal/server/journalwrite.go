@@ -398,7 +398,9 @@ func (s *Server) writeJournal(periodic bool) {
 	}
 	var slimmable []int // running one-shot jobs' records, in encoded
 	var slimRecs []journal.Record
-	for _, sn := range snaps {
+	var slimView, slimSnap []int // and their entries in view, their snapshots
+	view := s.viewBuf[:0]
+	for si, sn := range snaps {
 		id := sn.Info.JobID
 		r := s.record(sn)
 		r.Members = s.members[id]
@@ -413,15 +415,23 @@ func (s *Server) writeJournal(periodic bool) {
 				fin = append(fin, finRecord{id: id, finN: sn.FinN, size: len(b), b: b})
 				continue
 			}
-		} else if sn.Service == nil {
-			slimmable = append(slimmable, len(encoded))
-			slimRecs = append(slimRecs, r)
+		} else {
+			if sn.Service == nil {
+				slimmable = append(slimmable, len(encoded))
+				slimRecs = append(slimRecs, r)
+				slimView = append(slimView, len(view))
+				slimSnap = append(slimSnap, si)
+			}
+			view = append(view, openClawJob(&sn.Info, false))
 		}
 		encoded = append(encoded, b)
 	}
 	must := int64(journalHeaderBytes)
 	for _, b := range encoded {
 		must += int64(len(b)) + 1
+	}
+	for i := range view {
+		must += openClawBytes(&view[i]) + 1
 	}
 	if must > budget && len(slimmable) > 0 {
 		// Running jobs and services alone pass the bound: the running
@@ -432,6 +442,10 @@ func (s *Server) writeJournal(periodic bool) {
 				must -= int64(len(encoded[k]) - len(b))
 				encoded[k] = b
 			}
+			e := &view[slimView[i]]
+			was := openClawBytes(e)
+			*e = openClawJob(&snaps[slimSnap[i]].Info, true)
+			must -= was - openClawBytes(e)
 		}
 	}
 	if must > budget {
@@ -480,8 +494,10 @@ func (s *Server) writeJournal(periodic bool) {
 		s.encBuf = encoded[:0]
 		clear(fin)
 		s.finBuf = fin[:0]
+		clear(view)
+		s.viewBuf = view[:0]
 	}()
-	hdr := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli()}
+	hdr := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli(), OpenClaw: view}
 	if s.intents != nil {
 		hdr.IntentsGeneration, hdr.IntentsCovered = s.intents.Generation(), intentsCovered
 	}

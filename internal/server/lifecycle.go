@@ -41,7 +41,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if jd := filepath.Dir(s.cfg.JournalPath()); jd != filepath.Clean(s.cfg.StateDir) {
 		// (A journal that can never be written is no journal: nothing
 		// would be recovered after a crash. Not made: a typo would be.)
-		if err := zmqx.CheckDir(jd, false); errors.Is(err, os.ErrNotExist) {
+		// A sticky directory others write to (/tmp) will do: nobody
+		// else can replace our files there, and the journal package
+		// makes none through a name someone else took (see
+		// internal/journal/files.go); the files themselves are checked
+		// below.
+		if err := zmqx.CheckDir(jd, true); errors.Is(err, os.ErrNotExist) {
 			return &ConfigError{fmt.Errorf("--journal %s: directory %s does not exist (create it, mode 0700, or leave --journal out for <state-dir>/journal.json)", s.cfg.Journal, jd)}
 		} else if err != nil {
 			return &ConfigError{fmt.Errorf("--journal: %w", err)}
@@ -168,6 +173,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			}
 			s.token = tok
 			s.log.Info("tcp clients must authenticate with the token (ZMTP PLAIN password)", "tokenFile", s.cfg.TokenPath(), "created", created)
+			if s.cfg.TCPLoopbackUID {
+				s.log.Info("tcp clients on loopback running as our uid (or an --allow-uid) are admitted without the token, told by the kernel from their socket (--tcp-loopback-uid=false requires it from them too)",
+					"uid", os.Geteuid(), "allowUIDs", s.cfg.AllowUIDs)
+			}
 		}
 	}
 	// Control peers send requests; event peers only subscriptions.

@@ -68,6 +68,10 @@ func (s *Server) recover() (resume []string, err error) {
 		s.journalCorrupt.Add(1)
 		s.log.Error("journal records invalid; left out (the others are recovered)", "path", s.journal.Path(), "keptAt", doc.KeptAt, "dropped", doc.Dropped)
 	}
+	if doc != nil && doc.Imported > 0 {
+		s.log.Warn("journal written by OpenClaw's Node exec supervisor: the jobs it had not seen end are taken as ended (failed, supervisor-restart); their processes, if any still run, are not ours and are left alone",
+			"path", s.journal.Path(), "jobs", doc.Imported)
+	}
 	if doc == nil || len(doc.Jobs) == 0 {
 		s.sweepMarked(doc)
 		return nil, nil

@@ -66,6 +66,7 @@ func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
 	}
 	if strings.HasPrefix(endpoint, "tcp://") && !s.cfg.InsecureTCP {
 		p.Token = s.token
+		p.LoopbackUIDs = s.cfg.TCPLoopbackUID
 	}
 	return p
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/buildinfo"
@@ -97,6 +99,7 @@ type Server struct {
 	recGen         uint64                         // under journalMu: writes so far (cachedRecord.gen)
 	encBuf         [][]byte                       // under journalMu: the records of a write, reused
 	finBuf         []finRecord                    // under journalMu: the finished records of a write, reused
+	viewBuf        []journal.OpenClawJob          // under journalMu: the OpenClaw view of a write, reused
 	// Durable replies (see awaitJournal): tickets taken, and the newest
 	// ticket a finished write attempt covered, with a channel closed
 	// (and replaced) after each attempt.
@@ -199,12 +202,32 @@ func checkJournalPath(cfg Config) error {
 	if cfg.Journal == "" {
 		return nil // (<state-dir>/journal.json: anything there is ours, moved aside if unreadable)
 	}
+	// In a directory others may write to (sticky, /tmp), what is at the
+	// journal's paths may be anyone's: only a regular file of ours is
+	// read, replaced or moved aside.
+	for _, p := range []string{path, journal.IntentsPath(path)} {
+		if err := checkOwnFile(p); err != nil {
+			return fmt.Errorf("--journal %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// checkOwnFile refuses what is at path unless it is missing (the first
+// write creates it) or a regular file of ours.
+func checkOwnFile(path string) error {
 	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
-		return nil // (created by the first write; its directory is checked above)
+		return fmt.Errorf("inspect %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("--journal %s exists and is not a regular file (%s): refusing to move it aside or replace it", path, fi.Mode().Type())
+		return fmt.Errorf("%s exists and is not a regular file (%s): refusing to move it aside or replace it", path, fi.Mode().Type())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by us (uid %d): another user's file (where others can make files, as in /tmp, give each supervisor a journal path of its own); refusing to read, move aside or replace it", path, st.Uid, os.Geteuid())
 	}
 	return nil
 }

@@ -58,8 +58,8 @@ type DialOptions struct {
 	// file), which must not go to whoever took the port while the
 	// supervisor was down (PLAIN does not authenticate the server).
 	// Such a token is also offered only to a server that asks for one: a
-	// server without authentication gets mechanism NULL, where a token
-	// given explicitly is a *MechanismError.
+	// server without authentication gets mechanism NULL (a second
+	// connection), where a token given explicitly is a *MechanismError.
 	TokenToOwnOnly bool
 }
 
@@ -105,6 +105,13 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 	if !stop() { // (ctx ended: the deadline may have been cut meanwhile)
 		err = errors.Join(ctx.Err(), err)
 	}
+	if errors.Is(err, errFoundTokenNotWanted) {
+		// Our server runs without authentication: again, without the
+		// token it found.
+		conn.Close()
+		o.Token, o.TokenToOwnOnly = "", false
+		return DialClientWith(ctx, socketType, endpoint, o)
+	}
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
@@ -122,6 +129,10 @@ func (e *RefusedError) Error() string { return "server refused: " + e.Reason }
 
 // AuthFailed is the reason of an ERROR refusing a PLAIN password.
 const AuthFailed = "authentication failed"
+
+// errFoundTokenNotWanted says a supervisor of ours wants no token where
+// the client offered one it found by itself: it connects again without.
+var errFoundTokenNotWanted = errors.New("the supervisor runs without authentication")
 
 // MechanismError says the supervisor and the client do not agree on the
 // ZMTP security mechanism: the supervisor wants a token the client does
@@ -142,17 +153,35 @@ func (e *MechanismError) Error() string {
 	return fmt.Sprintf("the supervisor wants security mechanism %s, not %s", e.Server, e.Client)
 }
 
-// handshake runs the ZMTP 3.0 greeting and security handshake. It sends
-// the signature and major version first and reads the server's whole
-// greeting before choosing its mechanism (as libzmq peers allow: they
-// send the rest of theirs once they have our major version), so that a
-// token the client found by itself (found) is offered only to a server
-// that asks for one, and only when it listens as our user (ownListener).
+// handshake runs the ZMTP 3.0 greeting and security handshake. The
+// client chooses its mechanism before it sees the server's and sends its
+// whole greeting at once (a supervisor that admits loopback peers by uid
+// lets the peer's mechanism decide, see Policy.LoopbackUIDs): NULL
+// without a token, PLAIN with one given; with a token it found by itself
+// (found), only a tcp server of our user or root on this machine
+// (ownServer) is talked to at all. A server of another mechanism is
+// a *MechanismError, but for a found token refused by our own server
+// without authentication: errFoundTokenNotWanted (DialClientWith then
+// connects again without it).
 func (c *Client) handshake(socketType, token string, found, tcp bool) error {
-	g := make([]byte, greetingLen)
-	g[0], g[9] = 0xFF, 0x7F
-	g[10], g[11] = 3, 0
-	if _, err := c.conn.Write(g[:signatureLen+1]); err != nil {
+	if token != "" && found {
+		if !tcp {
+			token = "" // (a found token is for tcp only)
+		} else if err := ownServer(c.conn); err != nil {
+			// A found token marks the endpoint as our own supervisor's:
+			// another user's listener is refused whatever mechanism it
+			// would offer (one that greets NULL must not get our
+			// requests instead of the token).
+			return fmt.Errorf("not sending the default token: %w (give the token explicitly if this is the supervisor you mean)", err)
+		}
+	}
+	mech := "NULL"
+	if token != "" {
+		mech = "PLAIN"
+	}
+	g := greeting(token != "")
+	g[32] = 0 // (as-server: we are the client)
+	if _, err := c.conn.Write(g); err != nil {
 		return fmt.Errorf("send greeting: %w", err)
 	}
 	var peer [greetingLen]byte
@@ -162,28 +191,11 @@ func (c *Client) handshake(socketType, token string, found, tcp bool) error {
 	if peer[0] != 0xFF || peer[9]&0x01 != 0x01 || peer[10] < 3 {
 		return errors.New("the peer does not speak ZMTP 3")
 	}
-	pm := strings.TrimRight(string(peer[12:32]), "\x00")
-	// A found token marks a tcp endpoint as our own supervisor's: another
-	// user's listener is refused whatever mechanism it offers (one that
-	// greets NULL must not get our requests instead of the token).
-	if found && tcp {
-		if err := ownListener(c.conn.RemoteAddr()); err != nil {
-			return fmt.Errorf("not sending the default token: %w (give the token explicitly if this is the supervisor you mean)", err)
+	if pm := strings.TrimRight(string(peer[12:32]), "\x00"); pm != mech {
+		if found && token != "" && pm == "NULL" {
+			return errFoundTokenNotWanted
 		}
-	}
-	if pm == "NULL" && found {
-		token = "" // (found, not given: a server without auth needs none)
-	}
-	mech := "NULL"
-	if token != "" {
-		mech = "PLAIN"
-	}
-	if pm != mech {
 		return &MechanismError{Server: pm, Client: mech}
-	}
-	copy(g[12:32], mech)
-	if _, err := c.conn.Write(g[signatureLen+1:]); err != nil {
-		return fmt.Errorf("send greeting: %w", err)
 	}
 	meta := metadata("Socket-Type", socketType)
 	if token != "" {
@@ -206,6 +218,19 @@ func (c *Client) handshake(socketType, token string, found, tcp bool) error {
 		return fmt.Errorf("send READY: %w", err)
 	}
 	return c.expect(zmq4.CmdReady)
+}
+
+// ownServer checks that the server end of conn, a tcp connection, is a
+// socket of our uid or root on this machine: the socket that accepted us
+// (on loopback, tcpPeerUID), else a listener on its address.
+func ownServer(conn net.Conn) error {
+	if uid, ok := tcpPeerUID(conn); ok {
+		if uid != os.Geteuid() && uid != 0 {
+			return fmt.Errorf("the server on %v runs as uid %d, not as us (uid %d) or root", conn.RemoteAddr(), uid, os.Geteuid())
+		}
+		return nil
+	}
+	return ownListener(conn.RemoteAddr())
 }
 
 // expect reads one command and fails unless it is name.

@@ -426,10 +426,11 @@ func TestRejectReasonsComplete(t *testing.T) {
 	}
 }
 
-// TestMechanismChosenFromServerGreeting: the client reads the server's
-// mechanism before choosing its own. A token it found by itself goes only
-// to a server that wants one (a server without auth gets NULL); any other
-// disagreement is a *MechanismError naming both sides.
+// TestMechanismChosenFromServerGreeting: the client chooses its
+// mechanism before it sees the server's. A token it found by itself goes only
+// to a server that wants one (a server without auth gets NULL, on a
+// second connection); any other disagreement is a *MechanismError naming
+// both sides.
 func TestMechanismChosenFromServerGreeting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -24,8 +24,17 @@ import (
 // documented defaults.
 type Policy struct {
 	// Token, when set, requires ZMTP PLAIN with this password (any user
-	// name) on every connection; without it the NULL mechanism is used.
+	// name) on every connection (but see LoopbackUIDs); without it the
+	// NULL mechanism is used.
 	Token string
+	// LoopbackUIDs admits without Token the tcp peers on loopback that
+	// run as our uid or one of AllowUIDs, as the kernel tells from their
+	// socket (tcpPeerUID) when the connection is accepted: our greeting
+	// offers them NULL, everyone else PLAIN. (ZMTP greetings are sent
+	// before either side knows the other's mechanism: the server's must
+	// be chosen per peer before it hears anything but its signature.)
+	// AllowGIDs do not count: the socket tells its uid only.
+	LoopbackUIDs bool
 	// AllowUIDs and AllowGIDs extend who may connect to an ipc endpoint,
 	// besides the supervisor's own uid (checked with SO_PEERCRED).
 	AllowUIDs, AllowGIDs []int
@@ -120,11 +129,28 @@ const TooManyConnections = "too many connections"
 // new connection, whatever it was.
 const IdleEvicted = "idle connection given up for a new one"
 
-func (p *Policy) mechanism() string {
-	if p.Token != "" {
+// mechanism names the mechanism PLAIN (plain) or NULL.
+func mechanism(plain bool) string {
+	if plain {
 		return string(zmq4.PlainSecurity)
 	}
 	return string(zmq4.NullSecurity)
+}
+
+// loopbackPeer decides how a tcp peer on loopback is admitted (see
+// LoopbackUIDs): plain says whether it must give the token, own whether
+// it runs as our uid.
+func (p *Policy) loopbackPeer(raw net.Conn) (plain, own bool) {
+	plain = p.Token != ""
+	uid, ok := tcpPeerUID(raw)
+	if !ok {
+		return plain, false
+	}
+	own = uid == os.Geteuid()
+	if plain && p.LoopbackUIDs && (own || slices.Contains(p.AllowUIDs, uid)) {
+		plain = false
+	}
+	return plain, own
 }
 
 // RejectReasons lists every reason Policy.OnReject may be called with
@@ -255,11 +281,18 @@ func (l *hardenedListener) acceptLoop() {
 			key = ta.IP.String()
 		}
 		// own says whether the peer runs as our uid (asked only at the
-		// limit, see admit): over tcp only a loopback peer can tell, from
-		// the socket table.
-		own := func() bool {
-			uid, ok := tcpPeerUID(raw)
-			return ok && uid == os.Geteuid()
+		// limit, see admit, or when its mechanism depends on it): over
+		// tcp only a loopback peer can tell, from the socket table.
+		var ownOnce sync.Once
+		var plain, isOwn bool
+		tcpPeer := func() { ownOnce.Do(func() { plain, isOwn = l.policy.loopbackPeer(raw) }) }
+		own := func() bool { tcpPeer(); return isOwn }
+		mech := func() bool {
+			if l.policy.Token == "" || !l.policy.LoopbackUIDs {
+				return l.policy.Token != ""
+			}
+			tcpPeer()
+			return plain
 		}
 		if uc, ok := raw.(*net.UnixConn); ok {
 			pid, uid, err := l.checkPeer(uc)
@@ -271,6 +304,7 @@ func (l *hardenedListener) acceptLoop() {
 			key = fmt.Sprintf("pid %d", pid)
 			remote = key // (its later refusals name it too)
 			own = func() bool { return uid == os.Geteuid() }
+			mech = func() bool { return l.policy.Token != "" }
 		}
 		if !l.addPending(raw) {
 			raw.Close()
@@ -279,7 +313,11 @@ func (l *hardenedListener) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			l.preHandshake(raw, remote, key, own)
+			plain := mech()
+			// (an admitted loopback peer may still bring the token:
+			// its own mechanism decides, see preHandshake)
+			adaptive := !plain && l.policy.Token != ""
+			l.preHandshake(raw, remote, key, own, plain, adaptive)
 			l.pmu.Lock()
 			delete(l.pending, raw)
 			delete(l.displaced, raw)
@@ -448,8 +486,17 @@ const (
 // it before sending the rest). PLAIN credentials are checked here, so only
 // authenticated peers reach the engine.
 //
-// own says whether the peer runs as our uid (see admit).
-func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own func() bool) {
+// own says whether the peer runs as our uid (see admit); plain whether
+// it must authenticate with PLAIN (else NULL: see LoopbackUIDs);
+// adaptive, for a peer LoopbackUIDs admits, that its own mechanism
+// decides: NULL, or PLAIN with the token (a libzmq client configured with
+// it fails on a server greeting of another mechanism). Our greeting then
+// goes in two parts: signature and major version, upon which libzmq
+// peers send the rest of theirs (zmq4 peers send theirs whole at once),
+// then, once the peer's mechanism is read, the rest with the same one.
+// A peer that sends no mechanism within greetingPeek (one that waits for
+// ours first) is offered NULL.
+func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own func() bool, plain, adaptive bool) {
 	fail := func(reason string, err error) {
 		l.pmu.Lock()
 		if l.displaced[raw] { // (closed for a newer one: whatever failed)
@@ -476,11 +523,35 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 	// byte only after our signature and the rest only after our version;
 	// zmq4 peers wait for all 64 bytes. The engine's own greeting is
 	// swallowed (see hardenedConn.Write).
-	if _, err := raw.Write(l.greeting()); err != nil {
+	got := signatureLen
+	if adaptive {
+		if _, err := raw.Write(greeting(false)[:signatureLen+1]); err != nil {
+			fail("handshake-write", err)
+			return
+		}
+		_ = raw.SetReadDeadline(time.Now().Add(min(greetingPeek, l.policy.HandshakeTimeout)))
+		n, err := io.ReadFull(raw, buf[signatureLen:32])
+		got += n
+		var ne net.Error
+		switch {
+		case err == nil:
+			plain = strings.TrimRight(string(buf[12:32]), "\x00") == string(zmq4.PlainSecurity)
+		case errors.As(err, &ne) && ne.Timeout():
+			plain = false // (a peer waiting for our mechanism)
+		default:
+			fail("handshake-timeout-or-eof", err)
+			return
+		}
+		_ = raw.SetReadDeadline(time.Now().Add(l.policy.HandshakeTimeout))
+		if _, err := raw.Write(greeting(plain)[signatureLen+1:]); err != nil {
+			fail("handshake-write", err)
+			return
+		}
+	} else if _, err := raw.Write(greeting(plain)); err != nil {
 		fail("handshake-write", err)
 		return
 	}
-	if _, err := io.ReadFull(raw, buf[signatureLen:]); err != nil {
+	if _, err := io.ReadFull(raw, buf[got:]); err != nil {
 		fail("handshake-timeout-or-eof", err)
 		return
 	}
@@ -490,8 +561,8 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 		return
 	}
 	mech := strings.TrimRight(string(buf[12:32]), "\x00")
-	if mech != l.policy.mechanism() {
-		l.sendErrorCmd(raw, "security mechanism "+l.policy.mechanism()+" required")
+	if mech != mechanism(plain) {
+		l.sendErrorCmd(raw, "security mechanism "+mechanism(plain)+" required")
 		fail("wrong-mechanism", fmt.Errorf("peer offered %q", mech))
 		return
 	}
@@ -526,7 +597,7 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 		return
 	}
 	name, rest := cmdName(body)
-	if l.policy.Token != "" {
+	if plain {
 		if name != zmq4.CmdHello || !plainBodyOK(rest, l.policy.Token) {
 			l.sendErrorCmd(raw, AuthFailed)
 			fail("auth-failed", nil)
@@ -551,12 +622,12 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 	if l.policy.Debug != nil {
 		l.policy.Debug("connection accepted", "remote", remote, "mechanism", mech)
 	}
-	c := &hardenedConn{Conn: raw, l: l, replay: pre, peerKey: key}
+	c := &hardenedConn{Conn: raw, l: l, replay: pre, peerKey: key, plain: plain}
 	if sc, ok := raw.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
 	c.parser = frameParser{max: l.policy.MaxFrameBytes, finalCmd: zmq4.CmdReady, peerTypes: l.policy.peerTypes}
-	if l.policy.Token != "" {
+	if plain {
 		c.parser.finalCmd = zmq4.CmdInitiate
 	}
 	select {
@@ -566,15 +637,20 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 	}
 }
 
-// greeting is our greeting: signature, ZMTP 3.0, our mechanism, as-server
-// (1 with PLAIN, whose server we are: RFC 23 and 24; 0 with NULL, which
-// has no server role), zero filler.
-func (l *hardenedListener) greeting() []byte {
+// greetingPeek bounds how long a peer admitted by LoopbackUIDs may take
+// to send its mechanism before ours is chosen for it (see preHandshake):
+// libzmq and zmq4 peers send it as soon as they have our version.
+const greetingPeek = 250 * time.Millisecond
+
+// greeting is our greeting: signature, ZMTP 3.0, our mechanism (PLAIN if
+// plain, else NULL), as-server (1 with PLAIN, whose server we are: RFC 23
+// and 24; 0 with NULL, which has no server role), zero filler.
+func greeting(plain bool) []byte {
 	g := make([]byte, greetingLen)
 	g[0], g[9] = 0xFF, 0x7F
 	g[10], g[11] = 3, 0
-	copy(g[12:32], l.policy.mechanism())
-	if l.policy.Token != "" {
+	copy(g[12:32], mechanism(plain))
+	if plain {
 		g[32] = 1
 	}
 	return g
@@ -609,7 +685,9 @@ type hardenedConn struct {
 	l *hardenedListener
 	// peerKey names the peer for per-peer decisions: "pid N" over ipc,
 	// the IP address over tcp.
-	peerKey   string
+	peerKey string
+	// plain says the peer authenticates with PLAIN (else NULL).
+	plain     bool
 	replay    []byte
 	parser    frameParser
 	closeOnce sync.Once

@@ -318,7 +318,7 @@ func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 	if flags&flagCommand == 0 {
 		return errors.New("expected a command")
 	}
-	if pol.Token != "" {
+	if c.plain {
 		if err := writeCommand(c, zmq4.CmdWelcome, nil); err != nil {
 			return err
 		}

@@ -222,9 +222,29 @@ func checkPrivateInfo(dir string, fi os.FileInfo) error {
 		return unsafePath(dir, "is owned by uid %d, not by us (uid %d): refusing to use it", st.Uid, os.Geteuid())
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
-		return unsafePath(dir, "has mode %o; it must be 0700 (chmod 700 %s)", fi.Mode().Perm(), dir)
+		return unsafePath(dir, "has mode %o; it must be 0700 (chmod 700 %s)", UnixMode(fi), dir)
 	}
 	return nil
+}
+
+// UnixMode is fi's mode as chmod and ls show it, in octal with %o:
+// permissions with the sticky, setgid and setuid bits (1777 for /tmp;
+// os.FileMode.Perm leaves those out).
+func UnixMode(fi os.FileInfo) uint32 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Mode & 0o7777
+	}
+	m := uint32(fi.Mode().Perm())
+	if fi.Mode()&os.ModeSticky != 0 {
+		m |= 0o1000
+	}
+	if fi.Mode()&os.ModeSetgid != 0 {
+		m |= 0o2000
+	}
+	if fi.Mode()&os.ModeSetuid != 0 {
+		m |= 0o4000
+	}
+	return m
 }
 
 // CheckDir refuses a directory whose contents someone other than us (or
@@ -244,7 +264,15 @@ func CheckDir(dir string, stickyOK bool) error {
 		return unsafePath(dir, "is owned by uid %d, not by us (uid %d) or root: refusing to use it", st.Uid, os.Geteuid())
 	}
 	if fi.Mode().Perm()&0o022 != 0 && !(stickyOK && fi.Mode()&os.ModeSticky != 0) {
-		return unsafePath(dir, "has mode %o: others could replace what is in it (chmod go-w %s)", fi.Mode().Perm(), dir)
+		if fi.Mode()&os.ModeSticky != 0 {
+			// (sticky: others cannot replace our files, but they can
+			// take any name we have not made yet)
+			return unsafePath(dir, "has mode %o: others can write to it (sticky: they cannot replace our files there, but can take the names of those not made yet); use a directory of your own", UnixMode(fi))
+		}
+		if stickyOK {
+			return unsafePath(dir, "has mode %o: others could replace what is in it (chmod go-w %s; or chmod +t %s: sticky, as /tmp is)", UnixMode(fi), dir, dir)
+		}
+		return unsafePath(dir, "has mode %o: others could replace what is in it (chmod go-w %s)", UnixMode(fi), dir)
 	}
 	return nil
 }
