@@ -1162,3 +1162,19 @@ func TestStatusAndListShowTerminalAndOneLine(t *testing.T) {
 		t.Fatalf("list: the job's row %q (all: %q); want its command on it, escaped", row, out)
 	}
 }
+
+// TestHintsByDetail: the hints for a write to a job without stdin and for
+// a terminal size out of range come from the error's details, not from
+// its message text.
+func TestHintsByDetail(t *testing.T) {
+	s := startSupervisor(t)
+	id := s.spawnID(t, "--", "sleep", "30")
+	defer s.ctl(t, "kill", "--signal", "SIGKILL", id)
+	code, _, errs := execctl(t, append(s.globals(), "write", id, "hello")...)
+	if code != 1 || !strings.Contains(errs, "spawn the job with --stdin") {
+		t.Fatalf("write without stdin: exit %d, %q", code, errs)
+	}
+	if h := hintFor("spawn", &protocol.Error{Code: protocol.CodeInvalidArgument, Message: "anything", Details: map[string]string{"field": "pty"}}); !strings.Contains(h, "--rows and --cols") {
+		t.Fatalf("pty hint: %q", h)
+	}
+}

@@ -140,7 +140,7 @@ func explain(g *globals, name string, err error) cliError {
 		e.Hint = fmt.Sprintf("is the supervisor running? start one with: exec-supervisor --control %s --event %s",
 			g.client.Options().ControlAddress, g.client.Options().EventAddress)
 	case errors.As(err, &pe):
-		e.Code, e.Message, e.Hint, e.ExitCode, e.wire = string(pe.Code), pe.Message, hintFor(name, pe.Code, pe.Message), exitFailed, true
+		e.Code, e.Message, e.Hint, e.ExitCode, e.wire = string(pe.Code), pe.Message, hintFor(name, pe), exitFailed, true
 		if pe.Code == protocol.CodeNotFound {
 			e.ExitCode = exitNotFound
 		}
@@ -150,11 +150,12 @@ func explain(g *globals, name string, err error) cliError {
 	return e
 }
 
-func hintFor(name string, c protocol.Code, msg string) string {
+func hintFor(name string, pe *protocol.Error) string {
+	c := pe.Code
 	switch {
-	case (name == "write" || name == "send-keys") && strings.Contains(msg, "stdin: true"):
+	case (name == "write" || name == "send-keys") && pe.Details["reason"] == "no-stdin":
 		return "spawn the job with --stdin (or --pty) to write to it"
-	case name == "spawn" && strings.Contains(msg, "pty.rows and pty.cols"):
+	case name == "spawn" && pe.Details["field"] == "pty":
 		return "--rows and --cols must be 1..10000"
 	}
 	switch c {

@@ -28,9 +28,12 @@ var (
 	// ErrNotRunning: the job has no process right now (a service between
 	// runs, a run starting).
 	ErrNotRunning = errors.New("job has no running process")
-	// ErrNoInput: the job takes no input (no stdin, stdin closed, no
+	// ErrNoInput: the job takes no input now (stdin closed, no
 	// terminal), or stopped reading it.
 	ErrNoInput = errors.New("job takes no input")
+	// ErrNoStdin: the job was spawned without a stdin pipe or a terminal:
+	// it never takes input.
+	ErrNoStdin = errors.New("job has no stdin")
 	// ErrAlreadyExists: a job of the id a spawn chose is known already
 	// (its JobID names it).
 	ErrAlreadyExists = errors.New("job already exists")

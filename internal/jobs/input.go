@@ -53,7 +53,7 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 		if j.spec.Stdin {
 			return 0, errorf(ErrNoInput, "job %s's stdin was closed (eof)", j.id)
 		}
-		return 0, errorf(ErrNoInput, "job %s has no stdin: spawn it with stdin: true (or pty)", j.id)
+		return 0, errorf(ErrNoStdin, "job %s has no stdin: spawn it with stdin: true (or pty)", j.id)
 	}
 	lineMode := isPTY && termLineMode(f)
 	line := 0 // the terminal's unfinished line after data (as far as writes tell)

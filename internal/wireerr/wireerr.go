@@ -26,6 +26,7 @@ var codes = []struct {
 	{jobs.ErrFinished, protocol.CodeInvalidArgument},
 	{jobs.ErrNotRunning, protocol.CodeInvalidArgument},
 	{jobs.ErrNoInput, protocol.CodeInvalidArgument},
+	{jobs.ErrNoStdin, protocol.CodeInvalidArgument},
 	{jobs.ErrInvalid, protocol.CodeInvalidArgument},
 }
 
@@ -52,6 +53,8 @@ func Of(err error) *protocol.Error {
 				out.Details = map[string]string{"jobId": se.JobID}
 			case errors.As(err, &je) && je.JobID != "":
 				out.Details = map[string]string{"jobId": je.JobID}
+			case errors.Is(err, jobs.ErrNoStdin):
+				out.Details = map[string]string{"reason": "no-stdin"}
 			}
 			return out
 		}

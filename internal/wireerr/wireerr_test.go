@@ -30,7 +30,8 @@ func TestOf(t *testing.T) {
 		{&jobs.Error{Kind: jobs.ErrAlreadyExists, Msg: "taken", JobID: "build-1"}, protocol.CodeAlreadyExists},
 		{&jobs.Error{Kind: jobs.ErrFinished, Msg: "exited"}, protocol.CodeInvalidArgument},
 		{&jobs.Error{Kind: jobs.ErrNotRunning, Msg: "between runs"}, protocol.CodeInvalidArgument},
-		{&jobs.Error{Kind: jobs.ErrNoInput, Msg: "no stdin"}, protocol.CodeInvalidArgument},
+		{&jobs.Error{Kind: jobs.ErrNoInput, Msg: "stdin closed"}, protocol.CodeInvalidArgument},
+		{&jobs.Error{Kind: jobs.ErrNoStdin, Msg: "no stdin"}, protocol.CodeInvalidArgument},
 		{&jobs.Error{Kind: jobs.ErrInvalid, Msg: "bad cursor"}, protocol.CodeInvalidArgument},
 		{fmt.Errorf("handle: %w", &jobs.Error{Kind: jobs.ErrNotFound, Msg: "no job"}), protocol.CodeNotFound},
 		{protocol.Errorf(protocol.CodeBadRequest, "no"), protocol.CodeBadRequest},
@@ -53,6 +54,9 @@ func TestOf(t *testing.T) {
 	}
 	if pe := wireerr.Of(&jobs.Error{Kind: jobs.ErrAlreadyExists, Msg: "taken", JobID: "build-1"}); pe.Details["jobId"] != "build-1" {
 		t.Errorf("already-exists: %+v", pe)
+	}
+	if pe := wireerr.Of(&jobs.Error{Kind: jobs.ErrNoStdin, Msg: "no stdin"}); pe.Details["reason"] != "no-stdin" {
+		t.Errorf("no stdin: %+v", pe)
 	}
 	if wireerr.Of(nil) != nil {
 		t.Error("nil mapped to an error")

@@ -434,7 +434,9 @@ func (a *SpawnArgs) Validate() error {
 			return Errorf(CodeInvalidArgument, "stdin and pty exclude each other (a pty job's input is its terminal)")
 		}
 		if a.Pty.Rows < 0 || a.Pty.Cols < 0 || a.Pty.Rows > MaxTermSize || a.Pty.Cols > MaxTermSize {
-			return Errorf(CodeInvalidArgument, "pty.rows and pty.cols must be 1..%d, or 0 for 24x80 (got %dx%d)", MaxTermSize, a.Pty.Rows, a.Pty.Cols)
+			e := Errorf(CodeInvalidArgument, "pty.rows and pty.cols must be 1..%d, or 0 for 24x80 (got %dx%d)", MaxTermSize, a.Pty.Rows, a.Pty.Cols)
+			e.Details = map[string]string{"field": "pty"}
+			return e
 		}
 		if len(a.Pty.Term) > 64 || strings.ContainsAny(a.Pty.Term, "\x00=") {
 			return Errorf(CodeInvalidArgument, "pty.term must be at most 64 bytes without NUL or '='")
