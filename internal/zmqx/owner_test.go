@@ -406,21 +406,7 @@ func worldWritableDir(t *testing.T) string {
 // table: ours for a connection of this process; none for the listener's
 // own end looked up the wrong way round.
 func TestTCPPeerUID(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s := loopbackPair(t)
 	if uid, ok := tcpPeerUID(s); !ok || uid != os.Geteuid() {
 		t.Fatalf("peer uid %d (found %v); want ours, %d", uid, ok, os.Geteuid())
 	}

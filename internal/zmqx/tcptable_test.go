@@ -7,25 +7,32 @@ import (
 	"testing"
 )
 
+// loopbackPair connects a client c to a listener on 127.0.0.1 and returns
+// both ends (s accepted), closed when tb ends.
+func loopbackPair(tb testing.TB) (c, s net.Conn) {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	if c, err = net.Dial("tcp", l.Addr().String()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	if s, err = l.Accept(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return c, s
+}
+
 // TestTCPPeerClosedIsNobody: a peer that closed its end is nobody's,
 // whatever the table still shows of it (TIME_WAIT: uid 0, no inode),
 // however much it sent before: it could not otherwise be told from
 // root.
 func TestTCPPeerClosedIsNobody(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	c, s := loopbackPair(t)
 	for _, diag := range []bool{true, false} {
 		if uid, ok := tcpPeer(s, diag); !ok || uid != os.Geteuid() {
 			t.Fatalf("open peer (sock_diag %v): uid %d, %v", diag, uid, ok)
