@@ -137,3 +137,38 @@ func TestMoveAsideNeverReplaces(t *testing.T) {
 		t.Fatalf("journal still there: %v", err)
 	}
 }
+
+// TestReadChangesNothing: Read, for someone looking while a supervisor
+// writes, leaves a write's temp file and a corrupt journal where they
+// are (Load, recovery, would remove the one and move the other aside).
+func TestReadChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "journal.json")
+	if err := New(path).Save(sampleFile()); err != nil {
+		t.Fatal(err)
+	}
+	temp := filepath.Join(dir, tempPrefix(path)+"in-flight")
+	if err := os.WriteFile(temp, []byte("half a write"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := Read(path)
+	if err != nil || len(doc.Jobs) != len(sampleFile().Jobs) {
+		t.Fatalf("Read: %+v, %v", doc, err)
+	}
+	if _, err := os.Lstat(temp); err != nil {
+		t.Fatalf("a write's temp file went: %v", err)
+	}
+
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(path); err == nil {
+		t.Fatal("a corrupt journal read without error")
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "{not json" {
+		t.Fatalf("the corrupt journal was moved or changed: %q, %v", b, err)
+	}
+	if _, err := Read(filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing journal: %v", err)
+	}
+}

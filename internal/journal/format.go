@@ -81,9 +81,9 @@ type fileV1 struct {
 	Jobs              []Record `json:"jobs"`
 }
 
-// parse reads a journal document of either version (or OpenClaw's), and
+// Parse reads a journal document of either version (or OpenClaw's), and
 // leaves out the records that cannot be used (doc.Dropped says why).
-func parse(b []byte) (*File, error) {
+func Parse(b []byte) (*File, error) {
 	if len(b) > MaxFileBytes {
 		return nil, fmt.Errorf("larger than %d bytes", MaxFileBytes)
 	}

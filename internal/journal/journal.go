@@ -223,7 +223,10 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 // Load reads the journal. A missing file is an empty journal. A file that
 // is not a valid journal of this version is renamed to
 // <path>.corrupt-<UTC timestamp> and reported as a *CorruptError together
-// with an empty journal: the caller logs it and starts anyway.
+// with an empty journal: the caller logs it and starts anyway. Load is
+// recovery: only the supervisor holding the state directory's lock calls
+// it (it removes the temp files of writes it takes for interrupted ones);
+// anyone else reads with Read.
 func (j *Journal) Load() (*File, error) {
 	// A crash during Save can leave its temp file behind; it was never
 	// the journal, so it goes.
@@ -254,7 +257,7 @@ func (j *Journal) Load() (*File, error) {
 	if err != nil {
 		return j.moveAside(fmt.Errorf("read: %w", err)) // (a directory, say)
 	}
-	doc, perr := parse(b)
+	doc, perr := Parse(b)
 	if foreign != nil {
 		doc, perr = nil, foreign
 	}
@@ -269,6 +272,30 @@ func (j *Journal) Load() (*File, error) {
 		return doc, nil
 	}
 	return j.moveAside(perr)
+}
+
+// Read reads the journal at path as it is, for someone looking at it
+// while a supervisor may be writing it (a test, a tool): unlike Load it
+// changes nothing (no temp file removed, nothing moved aside, no partial
+// copy kept). A missing file is an error; so is a file of another user.
+func Read(path string) (*File, error) {
+	f, err := openNoFollow(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	defer f.Close()
+	if err := ownedByOther(f); err != nil {
+		return nil, fmt.Errorf("read journal %s: %w", path, err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read journal %s: %w", path, err)
+	}
+	doc, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("read journal %s: %w", path, err)
+	}
+	return doc, nil
 }
 
 // transient reports whether err, from opening or reading the journal,

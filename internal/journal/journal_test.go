@@ -744,7 +744,7 @@ func TestCrashSafety(t *testing.T) {
 			}
 		}
 		// And the package's own validation accepts it (without moving it).
-		if _, err := parse(b); err != nil {
+		if _, err := Parse(b); err != nil {
 			t.Fatalf("iteration %d: parse: %v", i, err)
 		}
 		seen[len(doc.Jobs)]++

@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/exec-supervisor/exec-supervisor/internal/limits"
-	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"log/slog"
 	"net"
 	"os"
@@ -16,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/limits"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"

@@ -60,7 +60,7 @@ func TestJournalInStickyDirectory(t *testing.T) {
 	}
 	waitDone(t, ts.client, info.JobID, 10*time.Second)
 	eventually(t, 10*time.Second, "the finished job journaled", func() bool {
-		doc, err := journal.New(cfg.Journal).Load()
+		doc, err := journal.Read(cfg.Journal)
 		return err == nil && len(doc.Jobs) == 1 && doc.Jobs[0].Finished()
 	})
 	fi, err := os.Lstat(cfg.Journal)
@@ -71,7 +71,7 @@ func TestJournalInStickyDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts2 := startServer(t, cfg)
-	if st, err := ts2.client.Status(ctx, info.JobID); err != nil || st.JobID != info.JobID {
+	if st, err := ts2.client.Status(ctxT(t, 10*time.Second), info.JobID); err != nil || st.JobID != info.JobID {
 		t.Fatalf("job after a restart: %+v, %v", st, err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -55,7 +54,7 @@ func TestJournalIsOpenClawJournal(t *testing.T) {
 		t.Fatalf("journal entry %v", e)
 	}
 	// Our records are beside: the finished job's too.
-	doc, err := journal.New(path).Load()
+	doc, err := journal.Read(path)
 	if err != nil || len(doc.Jobs) != 2 {
 		t.Fatalf("records: %+v, %v", doc, err)
 	}
@@ -113,7 +112,7 @@ func TestRecoversVersion1Journal(t *testing.T) {
 		v, jobs := openClawView(cfg.JournalPath())
 		return v == 2 && jobs != nil
 	})
-	doc, err := journal.New(filepath.Clean(cfg.JournalPath())).Load()
+	doc, err := journal.Read(cfg.JournalPath())
 	if err != nil || len(doc.Jobs) != 2 {
 		t.Fatalf("rewritten journal: %+v, %v", doc, err)
 	}
