@@ -2139,10 +2139,45 @@ func TestAckedJobControlSurvivesCrash(t *testing.T) {
 	}
 }
 
-// TestKillReplyWhileJournalFails: while journal writes fail, a kill is
-// answered once the write it waits for failed (not after the 3 s bound,
-// nor never), and the log says, once for two kills, that the answer went
-// before its change was journaled (it went silently).
+// TestKillDurableWhileJournalFails: while every journal write fails, a
+// kill is still answered at once and durable: its record goes to the
+// journal's intents, synced, and the supervisor killed -9 right after the
+// reply is followed by one that knows the job was cancelled (the reply
+// waited for a rewrite of the whole journal before).
+func TestKillDurableWhileJournalFails(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t)
+	ctx := ctxFor(t, 60*time.Second)
+	a := spawnStubborn(t, s, protocol.SpawnArgs{})
+	jpath := filepath.Join(e.state, "journal.json")
+	waitJournal(t, jpath, "the running job", func(f *journal.File) bool { return len(f.Jobs) == 1 })
+	breakJournal(t, jpath)
+	start := time.Now()
+	if _, err := s.client.Kill(ctx, a.JobID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d >= durableWait {
+		t.Errorf("kill answered after %s", d)
+	}
+	s.kill9()
+	if strings.Contains(s.log.String(), "reply sent before the journal recorded its change") {
+		t.Errorf("the kill went before it was recorded:\n%s", s.log)
+	}
+	s2 := e.start(t)
+	info, err := s2.client.Status(ctx, a.JobID)
+	if err != nil || info.State != protocol.StateExited || info.Reason != protocol.ReasonManualCancel {
+		t.Fatalf("killed job after the crash: %+v, %v; want exited manual-cancel", info, err)
+	}
+	if pids := proctest.InGroup(a.Pgid); len(pids) > 0 {
+		t.Errorf("processes left %v", pids)
+	}
+}
+
+// TestKillReplyWhileJournalFails: while neither journal writes nor its
+// intents can be written (the intents file immutable), a kill is answered
+// once the journal write it then waits for failed (not after the 3 s
+// bound, nor never), and the log says, once for two kills, that the
+// answer went before its change was journaled (it went silently).
 func TestKillReplyWhileJournalFails(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t)
@@ -2151,13 +2186,12 @@ func TestKillReplyWhileJournalFails(t *testing.T) {
 	b := spawnStubborn(t, s, protocol.SpawnArgs{})
 	jpath := filepath.Join(e.state, "journal.json")
 	waitJournal(t, jpath, "the running jobs", func(f *journal.File) bool { return len(f.Jobs) == 2 })
-	// Every later write fails: a non-empty directory cannot be renamed over.
-	if err := os.Remove(jpath); err != nil {
-		t.Fatal(err)
+	ipath := journal.IntentsPath(jpath)
+	if out, err := exec.Command("chattr", "+i", ipath).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i %s: %v %s (needs root and a filesystem with attributes)", ipath, err, out)
 	}
-	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-i", ipath).Run() })
+	breakJournal(t, jpath)
 	for _, j := range []protocol.JobInfo{a, b} {
 		start := time.Now()
 		if _, err := s.client.Kill(ctx, j.JobID, ""); err != nil {
@@ -2175,6 +2209,18 @@ func TestKillReplyWhileJournalFails(t *testing.T) {
 		if _, err := s.client.Kill(ctx, j.JobID, "SIGKILL"); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// breakJournal makes every later write of the journal at jpath fail: a
+// non-empty directory cannot be renamed over.
+func breakJournal(t *testing.T, jpath string) {
+	t.Helper()
+	if err := os.Remove(jpath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(jpath, "x"), 0o700); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -2406,7 +2452,7 @@ func spawnJustBeforeCrash(t *testing.T, noCgroups bool, flags []string) {
 	if pids := proctest.InGroup(j.Pgid); len(pids) > 0 {
 		t.Errorf("processes of the job left: %v", pids)
 	}
-	waitLog(t, s2, "journal intents: job starts the journal had not recorded yet")
+	waitLog(t, s2, "journal intents: job starts and changes the journal had not recorded yet")
 	// The next journal write covers the intent: a third run does not
 	// reconcile the job again.
 	waitJournal(t, jpath, "the recovered job", func(f *journal.File) bool {

@@ -12,23 +12,30 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Intents is the journal's append-only companion: one line per job start,
-// written before the start is acknowledged, so that a supervisor that
-// dies before the next journal write (the journal is written at most
-// every 100 ms, and each write costs two fsyncs) still leaves a record of
-// the job: the next run reports its fate and terminates its orphans as it
-// does for a journaled job.
+// or per change a reply must not lose, written before it is acknowledged,
+// so that a supervisor that dies before the next journal write (the
+// journal is written at most every 100 ms, and each write costs two
+// fsyncs) still leaves a record of the job: the next run reports its fate
+// and terminates its orphans as it does for a journaled job.
 //
 // The file is <journal>.intents: a header line naming its generation,
 // then one Intent per line, numbered from 1 by Seq within the generation
 // (a supervisor that takes over the file goes on numbering). A journal
 // document names the generation and the last seq its snapshot covers
 // (File.IntentsGeneration, File.IntentsCovered): lines past it are newer
-// than the journal, those up to it are not needed any more. Lines are not
-// fsynced (a process crash keeps what was written; a power loss takes the
-// processes too), which keeps an append at one write(2).
+// than the journal, those up to it are not needed any more.
+//
+// A job start's line is not fsynced (Append: a process crash keeps what
+// was written; a power loss takes the processes too), which keeps it at
+// one write(2). A change a reply must not lose (a kill, a stop, a start
+// of a service: the job's record as it is after it) is appended with
+// AppendDurable, which also syncs, one sync shared by all who wait at
+// once: the reply no longer waits for a rewrite of the whole journal.
 //
 // After each journal write that landed, the file says itself how far it
 // is covered: a line {"covered":N} (so that covered lines are never taken
@@ -50,9 +57,16 @@ type Intents struct {
 	hdrLen  int64  // the header line's length in the file
 	size    int64
 	pending []intentLine // lines not covered by a journal write, by seq
+	durable uint64       // the highest seq known to be on the disk
 
-	// Failures counts Append calls that did not write their line.
+	syncMu sync.Mutex // one sync at a time (see syncThrough)
+
+	// Failures counts Append calls that did not write their line, and
+	// AppendDurable calls whose line could not be synced.
 	Failures atomic.Uint64
+	// Syncs counts the syncs AppendDurable made (fewer than its calls
+	// when they came together).
+	Syncs atomic.Uint64
 }
 
 type intentLine struct {
@@ -322,11 +336,30 @@ func (in *Intents) Hold(f func(last uint64)) {
 // fsync). rec runs with Hold held off (see Hold); a nil record writes
 // nothing.
 func (in *Intents) Append(rec func() *Record) error {
+	_, err := in.append(rec)
+	return err
+}
+
+// AppendDurable is Append, returning once the line is on the disk: one
+// fdatasync shared by every caller whose line was written before it
+// began (group commit: callers that come while a sync runs wait for it,
+// then one of them syncs for all). A reply sent after it is kept through
+// a power loss, not only a crash.
+func (in *Intents) AppendDurable(rec func() *Record) error {
+	seq, err := in.append(rec)
+	if err != nil || seq == 0 {
+		return err
+	}
+	return in.syncThrough(seq)
+}
+
+// append is Append, returning the seq of the line written (0: none).
+func (in *Intents) append(rec func() *Record) (uint64, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	r := rec()
 	if r == nil {
-		return nil
+		return 0, nil
 	}
 	b, err := json.Marshal(&Intent{Seq: in.seq + 1, Record: *r})
 	switch {
@@ -342,18 +375,54 @@ func (in *Intents) Append(rec func() *Record) error {
 	}
 	if err != nil {
 		in.Failures.Add(1)
-		return fmt.Errorf("intent of job %.64q: %w", r.JobID, err)
+		return 0, fmt.Errorf("intent of job %.64q: %w", r.JobID, err)
 	}
 	b = append(b, '\n')
 	n, err := in.f.Write(b)
 	in.size += int64(n)
 	if err != nil {
 		in.Failures.Add(1)
-		return in.cutShortLocked(err, n)
+		return 0, in.cutShortLocked(err, n)
 	}
 	in.seq++
 	in.pending = append(in.pending, intentLine{seq: in.seq, line: b})
-	return nil
+	return in.seq, nil
+}
+
+// syncThrough returns once the lines up to seq are on the disk: synced,
+// or written into a file that replaced the old one (rewriteLocked syncs
+// it). Syncs run one at a time (syncMu); each covers every line written
+// before it began, so a caller that waited for one usually finds its
+// line covered and returns without a sync of its own.
+func (in *Intents) syncThrough(seq uint64) error {
+	in.syncMu.Lock()
+	defer in.syncMu.Unlock()
+	in.mu.Lock()
+	f, last, done := in.f, in.seq, in.durable >= seq
+	in.mu.Unlock()
+	if done {
+		return nil
+	}
+	var serr error
+	if f == nil {
+		serr = errors.New("intents file cannot be written")
+	} else if rc, err := f.SyscallConn(); err != nil {
+		serr = err
+	} else if err := rc.Control(func(fd uintptr) { serr = unix.Fdatasync(int(fd)) }); err != nil {
+		serr = err // (closed by a rewrite meanwhile: see below)
+	} else {
+		in.Syncs.Add(1)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if serr == nil {
+		in.durable = max(in.durable, last)
+	}
+	if in.durable >= seq {
+		return nil // (synced, or rewritten meanwhile)
+	}
+	in.Failures.Add(1)
+	return fmt.Errorf("sync intents %s: %w", in.path, serr)
 }
 
 // Covered says that a journal write landed whose snapshot was taken in
@@ -456,6 +525,7 @@ func (in *Intents) rewriteLocked() error {
 	}
 	in.f = f
 	in.size, in.hdrLen, in.marked = int64(b.Len()), hdrLen, in.covered
+	in.durable = in.seq // (replaceFile synced the file with every line)
 	return nil
 }
 

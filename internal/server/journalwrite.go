@@ -78,13 +78,51 @@ func (s *Server) recordIntent(j *jobs.Job) {
 	if s.intents == nil {
 		return
 	}
+	if err := s.appendRecord(j, s.intents.Append); err != nil {
+		if s.intentErr.Load() == nil {
+			s.intentErr.CompareAndSwap(nil, &journalFailure{err: err, since: time.Now()})
+		}
+		s.warnIntents("job start not recorded in the journal intents: if the supervisor dies before the next journal write, the next run will not know this job (nor, without cgroups, terminate its processes)", err, "job", j.ID())
+	}
+}
+
+// journalChange returns once what op (a kill, a stop, a start) changed in
+// job j is on the disk, so that the reply sent then holds through a crash
+// (a kill acknowledged then lost came back as supervisor-restart, a
+// stopped service as running): the job's record as it is now, appended
+// to the intents and synced with those of other replies waiting at the
+// same time (Intents.AppendDurable), a fraction of a millisecond where
+// awaitJournal waits for a rewrite of the whole journal. That remains the
+// way when the intents cannot be written. The journal catches up in the
+// background.
+func (s *Server) journalChange(op string, j *jobs.Job) {
+	if s.intents == nil || s.appendRecord(j, s.intents.AppendDurable) != nil {
+		s.awaitJournal(op, j.ID())
+		return
+	}
+	s.markDirty()
+}
+
+// journalChanged is journalChange of the job named id.
+func (s *Server) journalChanged(op, id string) {
+	if j, err := s.jobs.Get(id); err == nil {
+		s.journalChange(op, j)
+		return
+	}
+	s.awaitJournal(op, id)
+}
+
+// appendRecord appends j's record as it is now to the intents with
+// appendf (nothing if j was removed already) and tells the job a
+// successor restores it from that record.
+func (s *Server) appendRecord(j *jobs.Job, appendf func(func() *journal.Record) error) error {
 	var sn jobs.Snapshot
 	wrote := false
-	err := s.intents.Append(func() *journal.Record {
+	err := appendf(func() *journal.Record {
 		sn = j.Snapshot()
 		if cur, err := s.jobs.Get(j.ID()); err != nil || cur != j {
-			// Removed already (a quick one whose end a client saw): an
-			// intent would bring it back after a crash. (One over but
+			// Removed already (a quick one whose end a client saw): a
+			// record would bring it back after a crash. (One over but
 			// not removed gets its finished record: its spawn is being
 			// answered, and must not be unknown after a crash.)
 			return nil
@@ -96,15 +134,8 @@ func (s *Server) recordIntent(j *jobs.Job) {
 		wrote = true
 		return &r
 	})
-	if err != nil {
-		if s.intentErr.Load() == nil {
-			s.intentErr.CompareAndSwap(nil, &journalFailure{err: err, since: time.Now()})
-		}
-		s.warnIntents("job start not recorded in the journal intents: if the supervisor dies before the next journal write, the next run will not know this job (nor, without cgroups, terminate its processes)", err, "job", j.ID())
-		return
-	}
-	if !wrote {
-		return
+	if err != nil || !wrote {
+		return err
 	}
 	if f := s.intentErr.Load(); f != nil && s.intentErr.CompareAndSwap(f, nil) {
 		s.log.Info("journal intents written again", "path", journal.IntentsPath(s.journal.Path()))
@@ -113,6 +144,7 @@ func (s *Server) recordIntent(j *jobs.Job) {
 	// from now on counts from it, as from a journal write; see
 	// jobs.Job.journalHeldLocked)
 	s.jobs.Journaled([]jobs.Snapshot{sn})
+	return nil
 }
 
 // journalHealth is health's journalError: why journal writes fail, and

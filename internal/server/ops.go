@@ -248,13 +248,13 @@ func (s *Server) serviceOp(req *protocol.Request) (any, error) {
 			return nil, err
 		}
 		if req.Op == protocol.OpRestart || info.Attempt != before.Attempt || info.State != before.State {
-			s.awaitJournal("start", a.JobID) // (a running service left alone changed nothing)
+			s.journalChanged("start", a.JobID) // (a running service left alone changed nothing)
 		}
 		return protocol.StatusResult{Job: &info}, nil
 	case protocol.OpStop:
 		res, err := s.jobs.Stop(a.JobID)
 		if err == nil && !res.AlreadyFinished {
-			s.awaitJournal("stop", a.JobID)
+			s.journalChanged("stop", a.JobID)
 		}
 		return res, err
 	}
@@ -282,7 +282,7 @@ func (s *Server) kill(a protocol.KillArgs) (any, error) {
 	case jobs.SigTerm, jobs.SigKill:
 		already, err = j.Kill(protocol.ReasonManualCancel, sig)
 		if err == nil && !already {
-			s.awaitJournal("kill", a.JobID) // (the job's end is the client's: not lost in a crash)
+			s.journalChange("kill", j) // (the job's end is the client's: not lost in a crash)
 		}
 	default:
 		if j.Finished() {

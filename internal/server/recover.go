@@ -190,8 +190,8 @@ func (s *Server) recover() (resume []string, err error) {
 }
 
 // openIntents takes over the journal's intents file (see journal.Intents)
-// and puts into doc the job starts it recorded that doc does not cover:
-// each is a job doc lacks, or a newer record of one it has. An intents
+// and puts into doc the job starts and changes it recorded that doc does
+// not cover: each is a job doc lacks, or a newer record of one it has. An intents
 // file that cannot be written is still taken over (logged, in health;
 // retried after each journal write): meanwhile jobs spawned just before a
 // crash are unknown to the next run, as before intents existed. One that
@@ -244,6 +244,11 @@ func (s *Server) openIntents(doc *journal.File) error {
 	for _, it := range unc {
 		r := it.Record
 		if i, ok := at[r.JobID]; ok {
+			if old := doc.Jobs[i]; r.Members == nil && old.Pid == r.Pid && old.StartTicks == r.StartTicks {
+				// (a change's record is the job's without the members
+				// the journal's scans found: those of the same run stay)
+				r.Members = old.Members
+			}
 			doc.Jobs[i] = r
 			newer = append(newer, r.JobID)
 			continue
@@ -252,7 +257,7 @@ func (s *Server) openIntents(doc *journal.File) error {
 		doc.Jobs = append(doc.Jobs, r)
 		added = append(added, r.JobID)
 	}
-	s.log.Warn("journal intents: job starts the journal had not recorded yet (the previous run died within the journal's pause after them)",
+	s.log.Warn("journal intents: job starts and changes the journal had not recorded yet (the previous run died within the journal's pause after them)",
 		"path", path, "jobsNotInJournal", added, "newerThanJournal", newer)
 	return nil
 }
