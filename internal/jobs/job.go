@@ -136,9 +136,11 @@ type Job struct {
 	// extraEvs are retained events other than started, output and exit.
 	extraEvs []protocol.Event
 
-	// lastCPU and lastSampled are the previous resource sample (for CPU%).
+	// lastCPU and lastSampled are the previous resource sample (for CPU%),
+	// lastUsage what it answered (reused while fresh: see usageFresh).
 	lastCPU     float64
 	lastSampled time.Time
+	lastUsage   protocol.Usage
 
 	// Service jobs (restart policy): svc decides restarts; attempt is the
 	// current run's number; runOffset the output offset where it began.

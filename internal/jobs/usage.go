@@ -3,6 +3,7 @@ package jobs
 import (
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/proc"
@@ -56,21 +57,35 @@ func sampleUsage(groups, sessions map[int]bool) map[int]*usageAcc {
 	return out
 }
 
+// usageFresh is how long a job's usage sample is reused: status and
+// list of many jobs, asked for again and again (execctl top, a gateway
+// polling), read each job's cgroup or the process table at most once per
+// interval, not at every request (1,000 jobs cost ~60 ms of reads). A
+// sample's SampledAt says when it was taken.
+const usageFresh = time.Second
+
 // attachUsage fills Usage for the running jobs among infos. A job with a
 // cgroup is read from its cgroup's files (its own cost, whatever else
 // runs; and it counts what left the job's process group); the others
-// from one scan of the process table for all of them. CPU percent is
-// measured since the previous sample of the same job, or since it
-// started.
+// from one scan of the process table for all of them. A sample younger
+// than usageFresh is reused. CPU percent is measured since the previous
+// sample of the same job, or since it started.
 func (m *Manager) attachUsage(infos []protocol.JobInfo) {
 	jobs := make([]*Job, len(infos))
 	accs := make([]*usageAcc, len(infos))
 	groups, sessions := map[int]bool{}, map[int]bool{}
-	for i, in := range infos {
-		if !sampled(in) {
+	now := m.now()
+	for i := range infos {
+		in := &infos[i]
+		if !sampled(*in) {
 			continue
 		}
-		if j, err := m.Get(in.JobID); err == nil {
+		j, err := m.Get(in.JobID)
+		if err == nil {
+			if u := j.freshUsage(now); u != nil {
+				in.Usage = u
+				continue
+			}
 			jobs[i] = j
 			if a, ok := j.cgroupUsage(); ok {
 				accs[i] = a
@@ -84,10 +99,9 @@ func (m *Manager) attachUsage(infos []protocol.JobInfo) {
 		}
 	}
 	scanned := sampleUsage(groups, sessions)
-	now := m.now()
 	for i := range infos {
 		in := &infos[i]
-		if !sampled(*in) {
+		if !sampled(*in) || in.Usage != nil {
 			continue
 		}
 		a := accs[i]
@@ -106,11 +120,23 @@ func (m *Manager) attachUsage(infos []protocol.JobInfo) {
 			if dt := now.Sub(prevAt).Seconds(); dt > 0.001 {
 				u.CPUPercent = max(0, (a.cpu-prevCPU)/dt*100)
 			}
-			j.lastCPU, j.lastSampled = a.cpu, now
+			j.lastCPU, j.lastSampled, j.lastUsage = a.cpu, now, *u
 			j.mu.Unlock()
 		}
 		in.Usage = u
 	}
+}
+
+// freshUsage returns a copy of j's last usage sample if it is younger
+// than usageFresh (nil: sample again).
+func (j *Job) freshUsage(now time.Time) *protocol.Usage {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.lastSampled.IsZero() || now.Sub(j.lastSampled) >= usageFresh || now.Before(j.lastSampled) {
+		return nil
+	}
+	u := j.lastUsage
+	return &u
 }
 
 // sampled reports whether a job in this state gets usage.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,5 +116,31 @@ func TestUsageMemory(t *testing.T) {
 			u := waitUsage(t, m, j, "32 MiB held", func(u protocol.Usage) bool { return u.RSSBytes >= 32<<20 })
 			t.Logf("usage: %+v", u)
 		})
+	}
+}
+
+// TestUsageReusedWhileFresh: a job's usage sample is answered again
+// (same SampledAt) until it is usageFresh old; then it is taken anew.
+func TestUsageReusedWhileFresh(t *testing.T) {
+	m := usageManager(t, false)
+	var mu sync.Mutex
+	now := time.Now()
+	m.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	j := spawnRunning(t, m, protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
+	first := m.InfoWithUsage(j).Usage
+	if first == nil || first.Processes != 1 {
+		t.Fatalf("first sample: %+v", first)
+	}
+	mu.Lock()
+	now = now.Add(usageFresh - time.Millisecond)
+	mu.Unlock()
+	if u := m.InfoWithUsage(j).Usage; u == nil || *u != *first {
+		t.Fatalf("a sample younger than %s was taken again: %+v, first %+v", usageFresh, u, first)
+	}
+	mu.Lock()
+	now = now.Add(time.Millisecond)
+	mu.Unlock()
+	if u := m.InfoWithUsage(j).Usage; u == nil || u.SampledAt == first.SampledAt {
+		t.Fatalf("a sample %s old was answered again: %+v", usageFresh, u)
 	}
 }
