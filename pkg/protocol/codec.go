@@ -326,11 +326,22 @@ func (r *Reply) DecodeResult(v any) error {
 	if v == nil || len(r.Result) == 0 {
 		return nil
 	}
-	if sr, ok := v.(*SpawnResult); ok {
-		if fastSpawnResult(r.Result, sr) {
+	switch res := v.(type) {
+	case *SpawnResult:
+		if fastSpawnResult(r.Result, res) {
 			return nil
 		}
-		*sr = SpawnResult{} // whatever the fast path left
+		*res = SpawnResult{} // whatever the fast path left
+	case *StatusResult:
+		if fastStatusResult(r.Result, res) {
+			return nil
+		}
+		*res = StatusResult{}
+	case *ListJobsResult:
+		if fastListJobsResult(r.Result, res) {
+			return nil
+		}
+		*res = ListJobsResult{}
 	}
 	return unmarshal(r.Result, v, "result")
 }

@@ -182,9 +182,9 @@ func appendSpawnArgs(b []byte, a *SpawnArgs) ([]byte, bool) {
 }
 
 // appendJobInfo encodes i; it reports false for what it leaves to Marshal
-// (usage or limits set).
+// (limits set).
 func appendJobInfo(b []byte, i *JobInfo) ([]byte, bool) {
-	if i.Usage != nil || i.Limits != nil {
+	if i.Limits != nil {
 		return b, false
 	}
 	w := newMW(b)
@@ -220,6 +220,10 @@ func appendJobInfo(b []byte, i *JobInfo) ([]byte, bool) {
 	w.bool("outputPaced", i.OutputPaced, true)
 	w.str("ownership", i.Ownership, true)
 	w.str("cgroup", i.Cgroup, true)
+	if i.Usage != nil {
+		w.key("usage")
+		w.b = appendUsage(w.b, i.Usage)
+	}
 	w.str("restart", i.Restart, true)
 	w.int("attempt", int64(i.Attempt), true)
 	w.int("restarts", int64(i.Restarts), true)
@@ -292,8 +296,12 @@ func fastArgs(b []byte, args any) ([]byte, bool) {
 	return b, false
 }
 
-// fastResult encodes the reply results of the spawn path by hand.
+// fastResult encodes the reply results of the spawn path, and those
+// carrying many jobs (fastjobs.go), by hand.
 func fastResult(b []byte, result any) ([]byte, bool) {
+	if out, ok := fastJobsResult(b, result); ok {
+		return out, true
+	}
 	var r *SpawnResult
 	switch v := result.(type) {
 	case SpawnResult:
@@ -510,6 +518,7 @@ func (m *mp) intTo(p *int) bool {
 func fastRequest(b []byte) (*Request, bool) {
 	m := mp{b: b, strict: true}
 	var r Request
+	seenArgs := false
 	ok := m.fields(func(key []byte) bool {
 		var ok bool
 		switch string(key) {
@@ -524,6 +533,12 @@ func fastRequest(b []byte) (*Request, bool) {
 			s, ok = m.str()
 			r.Op = Op(s)
 		case "args":
+			if seenArgs {
+				// (the generic path checks the value it drops too: a
+				// str in it that is not UTF-8 is refused there)
+				return false
+			}
+			seenArgs = true
 			ok = m.rawTo(&r.Args)
 		default:
 			ok = m.skippedInRequest()
@@ -586,7 +601,7 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 	return ok && m.i == len(b)
 }
 
-// fastJobInfo decodes a job without usage or limits.
+// fastJobInfo decodes a job without limits.
 func fastJobInfo(m *mp, i *JobInfo) bool {
 	return m.fields(func(key []byte) bool {
 		var ok bool
@@ -692,8 +707,10 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 			ok = m.i64To(&i.LastWatchdogAt)
 		case "stopping":
 			ok = m.boolTo(&i.Stopping)
-		case "usage", "limits":
-			return false // nested: the generic decoder
+		case "usage":
+			ok = m.usageTo(&i.Usage)
+		case "limits":
+			return false // the generic decoder
 		default:
 			ok = m.skipped()
 		}

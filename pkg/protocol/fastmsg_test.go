@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -20,6 +21,8 @@ type filler struct {
 
 var fillStrings = []string{"", "a", "/bin/true", strings.Repeat("x", 31), strings.Repeat("y", 32),
 	strings.Repeat("z", 255), strings.Repeat("w", 256), "héllo\x01"}
+
+var fillFloats = []float64{0, 1, -1, 0.5, 96.25, 1e-9, 1e300, -math.MaxFloat64, math.SmallestNonzeroFloat64}
 
 // longString is a str32 value, used now and then (it is slow under -race).
 var longString = strings.Repeat("v", 70000)
@@ -49,6 +52,8 @@ func (f *filler) fill(v reflect.Value) {
 		v.SetUint(x)
 	case reflect.Bool:
 		v.SetBool(f.r.IntN(2) == 1)
+	case reflect.Float64:
+		v.SetFloat(fillFloats[f.r.IntN(len(fillFloats))])
 	case reflect.Slice:
 		if v.Type().Elem().Kind() == reflect.Uint8 || f.r.IntN(3) == 0 {
 			v.SetZero()
@@ -176,6 +181,10 @@ func TestFastMessagesMatchGeneric(t *testing.T) {
 
 		var info JobInfo
 		f.fill(reflect.ValueOf(&info).Elem())
+		if iter%2 == 0 {
+			info.Usage = &Usage{}
+			f.fill(reflect.ValueOf(info.Usage).Elem())
+		}
 		res := SpawnResult{JobID: info.JobID, Job: info}
 		wantRes, _ := Marshal(res)
 		fastRes, ok := fastResult(nil, res)
@@ -199,6 +208,39 @@ func TestFastMessagesMatchGeneric(t *testing.T) {
 			rx.Result, ry.Result = nil, nil
 			return []any{rx, sx}, []any{ry, sy}
 		})
+
+		// The results carrying many jobs.
+		var other JobInfo
+		f.fill(reflect.ValueOf(&other).Elem())
+		jobs := []JobInfo{info, other}
+		if iter%5 == 0 {
+			jobs = nil
+		}
+		for _, st := range []StatusResult{{Job: &info}, {Jobs: jobs}} {
+			wantSt, _ := Marshal(st)
+			fastSt, ok := fastResult(nil, st)
+			if !ok {
+				t.Fatal("fastResult declined a status result without limits")
+			}
+			same("StatusResult", fastSt, wantSt, func(x, y []byte) (any, any) {
+				return genericDecode[StatusResult](t, x), genericDecode[StatusResult](t, y)
+			})
+			var gotSt StatusResult
+			ok = fastStatusResult(wantSt, &gotSt)
+			decoded("fastStatusResult", ok, gotSt, genericDecode[StatusResult](t, wantSt))
+		}
+		lj := ListJobsResult{Jobs: jobs, More: iter%3 == 0, Next: info.JobID}
+		wantLJ, _ := Marshal(lj)
+		fastLJ, ok := fastResult(nil, &lj)
+		if !ok {
+			t.Fatal("fastResult declined a list-jobs result without limits")
+		}
+		same("ListJobsResult", fastLJ, wantLJ, func(x, y []byte) (any, any) {
+			return genericDecode[ListJobsResult](t, x), genericDecode[ListJobsResult](t, y)
+		})
+		var gotLJ ListJobsResult
+		ok = fastListJobsResult(wantLJ, &gotLJ)
+		decoded("fastListJobsResult", ok, gotLJ, genericDecode[ListJobsResult](t, wantLJ))
 
 		var sp StartedPayload
 		f.fill(reflect.ValueOf(&sp).Elem())
@@ -282,6 +324,11 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 		fl.fill(reflect.ValueOf(&info).Elem())
 		b, _ = Marshal(SpawnResult{JobID: "j", Job: info})
 		f.Add(b)
+		info.Usage = &Usage{Processes: 2, RSSBytes: 1 << 20, CPUSeconds: 1.5, CPUPercent: 12.5, SampledAt: 7}
+		b, _ = Marshal(StatusResult{Jobs: []JobInfo{info, {JobID: "k"}}})
+		f.Add(b)
+		b, _ = Marshal(ListJobsResult{Jobs: []JobInfo{info}, More: true, Next: "c"})
+		f.Add(b)
 	}
 	// Duplicate keys: the generic decoder keeps the first array when the
 	// second is nil and merges maps and nested structs.
@@ -295,6 +342,13 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 		return w.end()
 	}
 	f.Add(dup("argv", []string{"a"}, "argv", nil))
+	f.Add(dup("job", map[string]any{"usage": map[string]any{"processes": 1}}, "job", nil))
+	job := dup("usage", map[string]any{"cpuSeconds": float32(1.5)}, "usage", nil)
+	jw := newMW(nil)
+	jw.key("jobs")
+	jw.b = append(appendArrayLen(jw.b, 1), job...)
+	f.Add(jw.end())
+	f.Add(dup("jobs", []any{map[string]any{"usage": map[string]any{"cpuPercent": 3, "sampledAt": 1}}}, "jobs", nil))
 	f.Add(dup("shell", "x", "argv", []string{"a"}, "argv", nil))
 	f.Add(dup("env", map[string]string{"a": "b"}, "env", map[string]string{"c": "d"}))
 	f.Add(dup("labels", map[string]string{"a": "b"}, "labels", nil))
@@ -332,6 +386,26 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 				t.Fatalf("fastSpawnArgs accepted what the request decoder refuses (%v): %x", err, b)
 			}
 		}
+		var st StatusResult
+		if fastStatusResult(b, &st) {
+			var g StatusResult
+			if err := unmarshal(b, &g, "x"); err != nil {
+				t.Fatalf("fastStatusResult accepted what the generic decoder refuses (%v): %x", err, b)
+			}
+			if !reflect.DeepEqual(noNaN(st.Jobs, st.Job), noNaN(g.Jobs, g.Job)) {
+				t.Fatalf("fastStatusResult %+v, generic %+v", st, g)
+			}
+		}
+		var lj ListJobsResult
+		if fastListJobsResult(b, &lj) {
+			var g ListJobsResult
+			if err := unmarshal(b, &g, "x"); err != nil {
+				t.Fatalf("fastListJobsResult accepted what the generic decoder refuses (%v): %x", err, b)
+			}
+			if !reflect.DeepEqual(noNaN(lj.Jobs, nil), noNaN(g.Jobs, nil)) || lj.More != g.More || lj.Next != g.Next {
+				t.Fatalf("fastListJobsResult %+v, generic %+v", lj, g)
+			}
+		}
 		var res SpawnResult
 		if fastSpawnResult(b, &res) {
 			var g SpawnResult
@@ -343,6 +417,27 @@ func FuzzFastDecodeMatchesGeneric(f *testing.F) {
 			}
 		}
 	})
+}
+
+// noNaN returns job and jobs with their usages' NaN floats (which
+// DeepEqual finds unequal to themselves) made a value they cannot take.
+func noNaN(jobs []JobInfo, job *JobInfo) []JobInfo {
+	out := slices.Clone(jobs)
+	if job != nil {
+		out = append(out, *job)
+	}
+	for i := range out {
+		if u := out[i].Usage; u != nil {
+			c := *u
+			for _, f := range []*float64{&c.CPUSeconds, &c.CPUPercent} {
+				if math.IsNaN(*f) {
+					*f = math.Inf(-1)
+				}
+			}
+			out[i].Usage = &c
+		}
+	}
+	return out
 }
 
 // TestFastEncodersTakeNilPointers: a nil pointer is encoded as Marshal
