@@ -1072,12 +1072,31 @@ func TestCrashKeepsUnpublishedOutput(t *testing.T) {
 			e := newEnv(t)
 			s := e.start(t, "--journal-flush-interval", "100ms", "--chunk-merge-interval", "1m")
 			ctx := ctxFor(t, 30*time.Second)
-			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: fmt.Sprintf("seq 1 %d; echo err >&2; exec sleep 300", n)})
+			// A quiet stream's output is published at once: "a" and "b"
+			// (the job waits for a line before each next one) open the
+			// streams' windows, and what follows stays in them.
+			j, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: fmt.Sprintf("printf a; read l; printf b >&2; read l; seq 1 %d; echo err >&2; exec sleep 300", n), Stdin: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { killGroups([]int{j.Pgid}) })
+			for end := int64(1); end <= 2; end++ {
+				for deadline := time.Now().Add(10 * time.Second); ; {
+					st, err := s.client.Status(ctx, j.JobID)
+					if err == nil && st.OutputEnd == end {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("output end %d (%v), want %d: the job's opening output was not published", st.OutputEnd, err, end)
+					}
+					time.Sleep(10 * time.Millisecond) // polling the job's status
+				}
+				if _, err := s.client.Write(ctx, j.JobID, []byte("\n"), false); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var want strings.Builder
+			want.WriteString("ab")
 			for i := 1; i <= n; i++ {
 				fmt.Fprintf(&want, "%d\n", i)
 			}
@@ -1495,6 +1514,17 @@ func TestExecctlWaitAcrossRestart(t *testing.T) {
 	t.Cleanup(func() { killGroups([]int{info.Pgid}) })
 }
 
+// sameOutput reports whether a and b are the same output event: kind,
+// offset and bytes.
+func sameOutput(a, b protocol.Event) bool {
+	if a.Kind != b.Kind || (a.Kind != protocol.KindStdout && a.Kind != protocol.KindStderr) {
+		return false
+	}
+	oa, erra := a.Output()
+	ob, errb := b.Output()
+	return erra == nil && errb == nil && oa.Offset == ob.Offset && bytes.Equal(oa.Data, ob.Data)
+}
+
 // TestKill9KeepsSeqsOfResumedService: a service prints faster than the
 // journal is written (it is written every 30 s here, and output does not
 // mark it dirty); the supervisor is SIGKILLed and restarted. The resumed
@@ -1540,6 +1570,21 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the job's progress
 	}
+	// What the previous supervisor published, by seq (its ring keeps it
+	// all): a seq it used may come again only for the same output (a
+	// record newer than the journal, in its intents, keeps its tail).
+	before, err := s.client.Subscribe(ctx, j.JobID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.More {
+		t.Fatalf("the previous supervisor's events did not fit one subscribe reply (%d)", len(before.Events))
+	}
+	published := map[uint64]protocol.Event{}
+	for _, ev := range before.Events {
+		published[ev.Seq] = ev
+	}
+	seen = max(seen, before.Job.LastSeq)
 	s.kill9()
 	pgid := j.Pgid
 	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
@@ -1562,8 +1607,11 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling for the resumed run
 	}
 	for _, ev := range res.Events {
-		if ev.Seq > journaled && ev.Seq <= seen {
-			t.Errorf("after the restart, seq %d (%s) reuses a seq the previous supervisor published (journal %d, seen %d)", ev.Seq, ev.Kind, journaled, seen)
+		if ev.Seq <= journaled || ev.Seq > seen {
+			continue
+		}
+		if prev, ok := published[ev.Seq]; !ok || !sameOutput(prev, ev) {
+			t.Errorf("after the restart, seq %d (%s) reuses a seq the previous supervisor published for other output (journal %d, seen %d)", ev.Seq, ev.Kind, journaled, seen)
 		}
 	}
 	// Output offsets likewise: a poll cursor the previous supervisor

@@ -13,7 +13,10 @@ type Config struct {
 	MaxJobs int
 	// RingBytes bounds retained output per job.
 	RingBytes int
-	// MergeInterval batches output into events; 0 sends each read at once.
+	// MergeInterval batches output into events: output read when its
+	// stream made no event for a whole interval becomes one at once,
+	// what follows within the interval waits for its end (see
+	// mergeLocked). 0 sends each read at once.
 	MergeInterval time.Duration
 	// MergeMaxBytes flushes a stream's pending output at this size.
 	MergeMaxBytes int

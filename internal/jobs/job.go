@@ -72,6 +72,10 @@ type Job struct {
 	streamN [2]int64
 	pending [2][]byte
 	flushT  [2]*time.Timer
+	// flushedAt is when each stream's output last became an event (zero:
+	// never): output read a whole merge window after it goes out at once
+	// (see mergeLocked).
+	flushedAt [2]time.Time
 	// pendingSince orders the streams' pending output by when its first
 	// byte was read (from pendingN): flushes go oldest first, so that the
 	// output's order across streams is the order it was read in.

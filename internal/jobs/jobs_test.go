@@ -574,29 +574,23 @@ func TestRestoredServiceEndCarriesAttempt(t *testing.T) {
 func TestSnapshotOneStreamUnpublished(t *testing.T) {
 	m := New(Config{MergeInterval: time.Minute}, nil, nil)
 	defer m.Close(context.Background())
-	j, _, err := m.SpawnJob(protocol.SpawnArgs{Shell: "printf A; sleep 0.2; printf B >&2; exec sleep 300"})
+	// x and y go out at once (the first of each stream); A and B, read
+	// within the windows they opened, wait.
+	j, _, err := m.SpawnJob(protocol.SpawnArgs{Shell: "printf x; printf y >&2; read l; printf A; sleep 0.2; printf B >&2; exec sleep 300", Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.Kill(protocol.ReasonManualCancel, syscall.SIGKILL)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		j.mu.Lock()
-		read := j.streamN == [2]int64{1, 1}
-		j.mu.Unlock()
-		if read {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job's output was never read")
-		}
-		time.Sleep(5 * time.Millisecond) // polling the job's counters
+	waitRead(t, j, 1, 1)
+	if _, err := j.Write([]byte("\n"), false); err != nil {
+		t.Fatal(err)
 	}
+	waitRead(t, j, 2, 2)
 	s := j.Snapshot()
 	if len(s.Unpublished) != 1 || s.Unpublished[0].Stream != protocol.Stderr || string(s.Unpublished[0].Data) != "B" {
 		t.Fatalf("unpublished %+v: want only stderr's B", s.Unpublished)
 	}
-	if s.Info.OutputEnd != 1 || string(s.Tail) != "A" {
+	if s.Info.OutputEnd != 3 || !strings.HasSuffix(string(s.Tail), "A") {
 		t.Fatalf("output end %d, tail %q: want stdout's A published", s.Info.OutputEnd, s.Tail)
 	}
 }

@@ -80,7 +80,8 @@ func (j *Job) output(i int, buf []byte, start, n int) {
 		j.pendingSince[i] = j.pendingN
 	}
 	p := cur[len(cur)-n:]
-	j.lastOutputAt = j.m.now()
+	now := j.m.now()
+	j.lastOutputAt = now
 	j.streamN[i] += int64(n)
 	if j.idleT != nil && j.life.State != Exited {
 		j.idleT.Reset(j.noOutput)
@@ -88,18 +89,37 @@ func (j *Job) output(i int, buf []byte, start, n int) {
 	if j.isPTY {
 		j.trackBracketedPasteLocked(p)
 	}
-	if len(cur)-protocol.OutputHeadroom >= j.m.cfg.MergeMaxBytes || j.m.cfg.MergeInterval <= 0 {
+	j.mergeLocked(i, now)
+}
+
+// mergeLocked decides when stream i's pending output (just added to at
+// now) becomes an event. Output that follows a quiet stream (nothing
+// flushed for a whole merge window) goes out at once: a job's first
+// line, or a line after a pause, reaches subscribers without waiting.
+// Output that follows within the window waits for the window's end,
+// counted from the last flush: a chatty stream makes at most one event
+// per window (and one per MergeMaxBytes), however often it writes.
+func (j *Job) mergeLocked(i int, now time.Time) {
+	window := j.m.cfg.MergeInterval
+	since := now.Sub(j.flushedAt[i])
+	if len(j.pending[i])-protocol.OutputHeadroom >= j.m.cfg.MergeMaxBytes || window <= 0 || since >= window {
 		j.flushInOrderLocked(i)
 		return
 	}
-	if j.flushT[i] == nil {
-		j.flushT[i] = time.AfterFunc(j.m.cfg.MergeInterval, func() {
-			j.mu.Lock()
-			j.flushT[i] = nil
-			j.flushInOrderLocked(i)
-			j.mu.Unlock()
-		})
+	if j.flushT[i] != nil {
+		return // (the window's end is already due)
 	}
+	var t *time.Timer
+	t = time.AfterFunc(min(window-since, window), func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.flushT[i] != t {
+			return // (stopped too late: a flush came first)
+		}
+		j.flushT[i] = nil
+		j.flushInOrderLocked(i)
+	})
+	j.flushT[i] = t // (under j.mu, which the timer's function takes first)
 }
 
 // FlushOutput publishes the output still in the merge windows now
@@ -140,12 +160,13 @@ func (j *Job) flushLocked(i int) {
 		return
 	}
 	j.nextSeqLocked()
+	now := j.m.now()
 	var ev protocol.Event
 	if n >= j.m.cfg.MergeMaxBytes/2 {
-		ev = protocol.NewOutputEventInPlace(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, cur)
+		ev = protocol.NewOutputEventInPlace(j.id, j.seq, ms(now), streams[i].Kind(), j.offset, cur)
 		j.pending[i] = nil
 	} else {
-		ev = protocol.NewOutputEvent(j.id, j.seq, ms(j.m.now()), streams[i].Kind(), j.offset, cur[protocol.OutputHeadroom:])
+		ev = protocol.NewOutputEvent(j.id, j.seq, ms(now), streams[i].Kind(), j.offset, cur[protocol.OutputHeadroom:])
 		j.pending[i] = cur[:protocol.OutputHeadroom]
 	}
 	ev.Attempt = j.attemptTag()
@@ -156,6 +177,7 @@ func (j *Job) flushLocked(i int) {
 	stored := ev.Payload[len(ev.Payload)-n:]
 	j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload, attempt: ev.Attempt})
 	j.offset += int64(n)
+	j.flushedAt[i] = now
 	j.checkReserveLocked()
 }
 

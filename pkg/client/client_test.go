@@ -627,7 +627,9 @@ func TestPollFollowServiceAcrossGracefulRestart(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	marker := filepath.Join(dir, "second-run")
 	j, err := c.Spawn(ctx, protocol.SpawnArgs{
-		Shell:   "if [ -e " + marker + " ]; then echo second; exit 7; fi; echo first; touch " + marker + "; exec sleep 300",
+		// (the marker made before "first" is printed: once the follower
+		// sees it, a shutdown no longer stops the run before it)
+		Shell:   "if [ -e " + marker + " ]; then echo second; exit 7; fi; touch " + marker + "; echo first; exec sleep 300",
 		Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, MaxRestarts: ptr(1)},
 	})
 	if err != nil {
