@@ -263,6 +263,34 @@ func TestJSONSpawnStatusKill(t *testing.T) {
 	}
 }
 
+// TestKillSeveral: kill takes several jobs, ends them together, and
+// reports each in the order given; one that is not known is reported
+// and the others are still killed (exit status of the failure).
+func TestKillSeveral(t *testing.T) {
+	t.Parallel()
+	s := startSupervisor(t)
+	var ids []string
+	for range 3 {
+		// (each ignores SIGTERM for 1 s: killed one after another, three
+		// grace periods would pass)
+		spawned := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--grace", "60s", "--shell", "trap '' TERM; sleep 60 & wait"))
+		ids = append(ids, spawned["jobId"].(string))
+	}
+	out := s.mustCtl(t, "kill", "--signal", "SIGKILL", ids[0], ids[1])
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], ids[0]+" ") || !strings.HasPrefix(lines[1], ids[1]+" ") {
+		t.Fatalf("kill of two printed %q", out)
+	}
+	for _, id := range ids[:2] {
+		s.waitExited(t, id)
+	}
+	missing := "j-00000000deadbeef"
+	code, out, errs := s.ctl(t, "kill", "--signal", "SIGKILL", missing, ids[2])
+	if code == 0 || !strings.Contains(errs, "1 of 2 kills failed") || !strings.Contains(errs, missing) || !strings.HasPrefix(out, ids[2]+" ") {
+		t.Fatalf("kill of an unknown job and a running one: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	s.waitExited(t, ids[2])
+}
+
 func TestJSONListAndHealth(t *testing.T) {
 	t.Parallel()
 	s := startSupervisor(t)
