@@ -34,8 +34,8 @@ func TestHealthReportsIntentFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(h.JournalError, "intents not written since") || ts.intents.Failures.Load() != 1 {
-		t.Fatalf("health while intents fail: journalError %q, failures %d", h.JournalError, ts.intents.Failures.Load())
+	if !strings.Contains(h.JournalError, "intents not written since") || ts.jw.intents.Failures.Load() != 1 {
+		t.Fatalf("health while intents fail: journalError %q, failures %d", h.JournalError, ts.jw.intents.Failures.Load())
 	}
 	if err := exec.Command("chattr", "-i", path).Run(); err != nil {
 		t.Fatal(err)

@@ -16,13 +16,13 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-func (s *Server) record(sn jobs.Snapshot) journal.Record {
+func (w *journalWriter) record(sn jobs.Snapshot) journal.Record {
 	i := sn.Info
 	r := journal.Record{
 		JobID: i.JobID, Argv: i.Argv, Shell: i.Shell, Cwd: i.Cwd, Labels: i.Labels, SessionID: i.SessionID,
 		Pid: i.Pid, Pgid: i.Pgid, StartTicks: sn.StartTicks, BootID: sn.BootID, State: string(i.State),
 		CreatedAt: i.CreatedAt, StartedAt: i.StartedAt, UpdatedAt: sn.UpdatedAt, EndedAt: i.EndedAt, LastOutputAt: i.LastOutputAt,
-		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: s.instanceID,
+		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: w.instanceID,
 		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
 		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
 		Pty: i.Pty, Rows: i.Rows, Cols: i.Cols, Cgroup: i.Cgroup,
@@ -52,18 +52,18 @@ func (s *Server) record(sn jobs.Snapshot) journal.Record {
 	return r
 }
 
-// journalBeforeRun writes the journal before a service's next run starts
+// beforeRun writes the journal before a service's next run starts
 // if the journal on disk may hold it as finished (its supervision ended,
 // or nothing was written since recovery: the dead supervisor's record):
 // see jobs.Hooks.BeforeServiceRun. A restart by policy needs no write:
 // its record says running or restarting, which recovery reserves from.
-func (s *Server) journalBeforeRun(id string) {
-	s.journalMu.Lock()
-	c, cached := s.recCache[id]
-	first := s.recGen == 0
-	s.journalMu.Unlock()
+func (w *journalWriter) beforeRun(id string) {
+	w.mu.Lock()
+	c, cached := w.recCache[id]
+	first := w.recGen == 0
+	w.mu.Unlock()
 	if first || cached && c.svc {
-		s.writeJournal(false)
+		w.write(false)
 	}
 }
 
@@ -74,60 +74,60 @@ func (s *Server) journalBeforeRun(id string) {
 // cgroup), so that it records the job's fate and terminates what it left
 // running instead of not knowing it. A one-shot job's record goes cut
 // down as in a journal over its bound (slimRecord).
-func (s *Server) recordIntent(j *jobs.Job) {
-	if s.intents == nil {
+func (w *journalWriter) recordIntent(j *jobs.Job) {
+	if w.intents == nil {
 		return
 	}
-	if err := s.appendRecord(j, s.intents.Append); err != nil {
-		if s.intentErr.Load() == nil {
-			s.intentErr.CompareAndSwap(nil, &journalFailure{err: err, since: time.Now()})
+	if err := w.appendRecord(j, w.intents.Append); err != nil {
+		if w.intentErr.Load() == nil {
+			w.intentErr.CompareAndSwap(nil, &journalFailure{err: err, since: time.Now()})
 		}
-		s.warnIntents("job start not recorded in the journal intents: if the supervisor dies before the next journal write, the next run will not know this job (nor, without cgroups, terminate its processes)", err, "job", j.ID())
+		w.warnIntents("job start not recorded in the journal intents: if the supervisor dies before the next journal write, the next run will not know this job (nor, without cgroups, terminate its processes)", err, "job", j.ID())
 	}
 }
 
-// journalChange returns once what op (a kill, a stop, a start) changed in
+// change returns once what op (a kill, a stop, a start) changed in
 // job j is on the disk, so that the reply sent then holds through a crash
 // (a kill acknowledged then lost came back as supervisor-restart, a
 // stopped service as running): the job's record as it is now, appended
 // to the intents and synced with those of other replies waiting at the
 // same time (Intents.AppendDurable), a fraction of a millisecond where
-// awaitJournal waits for a rewrite of the whole journal. That remains the
+// await waits for a rewrite of the whole journal. That remains the
 // way when the intents cannot be written. The journal catches up in the
 // background.
-func (s *Server) journalChange(op string, j *jobs.Job) {
-	if s.intents == nil || s.appendRecord(j, s.intents.AppendDurable) != nil {
-		s.awaitJournal(op, j.ID())
+func (w *journalWriter) change(op string, j *jobs.Job) {
+	if w.intents == nil || w.appendRecord(j, w.intents.AppendDurable) != nil {
+		w.await(op, j.ID())
 		return
 	}
-	s.markDirty()
+	w.markDirty()
 }
 
-// journalChanged is journalChange of the job named id.
-func (s *Server) journalChanged(op, id string) {
-	if j, err := s.jobs.Get(id); err == nil {
-		s.journalChange(op, j)
+// changed is journalChange of the job named id.
+func (w *journalWriter) changed(op, id string) {
+	if j, err := w.jobs.Get(id); err == nil {
+		w.change(op, j)
 		return
 	}
-	s.awaitJournal(op, id)
+	w.await(op, id)
 }
 
 // appendRecord appends j's record as it is now to the intents with
 // appendf (nothing if j was removed already) and tells the job a
 // successor restores it from that record.
-func (s *Server) appendRecord(j *jobs.Job, appendf func(func() *journal.Record) error) error {
+func (w *journalWriter) appendRecord(j *jobs.Job, appendf func(func() *journal.Record) error) error {
 	var sn jobs.Snapshot
 	wrote := false
 	err := appendf(func() *journal.Record {
 		sn = j.Snapshot()
-		if cur, err := s.jobs.Get(j.ID()); err != nil || cur != j {
+		if cur, err := w.jobs.Get(j.ID()); err != nil || cur != j {
 			// Removed already (a quick one whose end a client saw): a
 			// record would bring it back after a crash. (One over but
 			// not removed gets its finished record: its spawn is being
 			// answered, and must not be unknown after a crash.)
 			return nil
 		}
-		r := s.record(sn)
+		r := w.record(sn)
 		if sn.Service == nil {
 			r = *slimRecord(r)
 		}
@@ -137,20 +137,20 @@ func (s *Server) appendRecord(j *jobs.Job, appendf func(func() *journal.Record) 
 	if err != nil || !wrote {
 		return err
 	}
-	if f := s.intentErr.Load(); f != nil && s.intentErr.CompareAndSwap(f, nil) {
-		s.log.Info("journal intents written again", "path", journal.IntentsPath(s.journal.Path()))
+	if f := w.intentErr.Load(); f != nil && w.intentErr.CompareAndSwap(f, nil) {
+		w.log.Info("journal intents written again", "path", journal.IntentsPath(w.journal.Path()))
 	}
 	// (a successor restores the job from this record: what it publishes
 	// from now on counts from it, as from a journal write; see
 	// jobs.Job.journalHeldLocked)
-	s.jobs.Journaled([]jobs.Snapshot{sn})
+	w.jobs.Journaled([]jobs.Snapshot{sn})
 	return nil
 }
 
-// journalHealth is health's journalError: why journal writes fail, and
+// health is health's journalError: why journal writes fail, and
 // why job starts cannot be recorded in its intents ("" when both work).
-func (s *Server) journalHealth() string {
-	j, in := s.journalErr.Load().String(), s.intentErr.Load().String()
+func (w *journalWriter) health() string {
+	j, in := w.err.Load().String(), w.intentErr.Load().String()
 	switch {
 	case in == "":
 		return j
@@ -162,11 +162,11 @@ func (s *Server) journalHealth() string {
 
 // warnIntents logs a failure of the journal intents, at most once per
 // durableWarnEvery.
-func (s *Server) warnIntents(msg string, err error, attrs ...any) {
-	if !warnNow(&s.lastIntentWarn) {
+func (w *journalWriter) warnIntents(msg string, err error, attrs ...any) {
+	if !warnNow(&w.lastIntentWarn) {
 		return
 	}
-	s.log.Error(msg, append(attrs, "path", journal.IntentsPath(s.journal.Path()), "err", err)...)
+	w.log.Error(msg, append(attrs, "path", journal.IntentsPath(w.journal.Path()), "err", err)...)
 }
 
 // plausibleExit reports whether a journaled leader exit is one (the
@@ -183,7 +183,7 @@ func plausibleExit(le *journal.LeaderExit) bool {
 // (the rest of its group being terminated) that no member scan saw yet,
 // and notes them as seen (journalMu held): one scan each, not one per
 // write for the whole grace period.
-func (s *Server) leaderExitUnscanned(snaps []jobs.Snapshot) bool {
+func (w *journalWriter) leaderExitUnscanned(snaps []jobs.Snapshot) bool {
 	var now map[string]bool
 	found := false
 	for _, sn := range snaps {
@@ -193,18 +193,18 @@ func (s *Server) leaderExitUnscanned(snaps []jobs.Snapshot) bool {
 			}
 			id := sn.Info.JobID
 			now[id] = true
-			found = found || !s.leaderScanned[id]
+			found = found || !w.leaderScanned[id]
 		}
 	}
-	s.leaderScanned = now
+	w.leaderScanned = now
 	return found
 }
 
 // durableWaitMax bounds how long a reply waits for the journal write that
-// records what its request changed (see awaitJournal).
+// records what its request changed (see await).
 const durableWaitMax = 3 * time.Second
 
-// awaitJournal returns once a journal write that began after this call
+// await returns once a journal write that began after this call
 // was attempted: so that a reply sent then tells the client that what its
 // request changed (op on job: a kill, a stop, a start) survives a crash
 // of the supervisor; a kill acknowledged then lost came back as
@@ -213,27 +213,27 @@ const durableWaitMax = 3 * time.Second
 // past the server's end. A reply that goes without its change journaled
 // (the write failed, or took too long) is logged, at most once per
 // durableWarnEvery (health reports a failing journal).
-func (s *Server) awaitJournal(op, job string) {
-	t := s.journalTickets.Add(1)
-	s.markDirty()
+func (w *journalWriter) await(op, job string) {
+	t := w.tickets.Add(1)
+	w.markDirty()
 	timer := time.NewTimer(durableWaitMax)
 	defer timer.Stop()
 	for {
-		s.attemptMu.Lock()
-		done, ok, ch := s.attempted >= t, s.landed >= t, s.attemptDone
-		s.attemptMu.Unlock()
+		w.attemptMu.Lock()
+		done, ok, ch := w.attempted >= t, w.landed >= t, w.attemptDone
+		w.attemptMu.Unlock()
 		if done {
 			if !ok {
-				s.warnNotDurable(op, job, "the journal write failed")
+				w.warnNotDurable(op, job, "the journal write failed")
 			}
 			return
 		}
 		select {
 		case <-ch:
 		case <-timer.C:
-			s.warnNotDurable(op, job, fmt.Sprintf("no journal write landed within %s", durableWaitMax))
+			w.warnNotDurable(op, job, fmt.Sprintf("no journal write landed within %s", durableWaitMax))
 			return
-		case <-s.stopJournal:
+		case <-w.stop:
 			return
 		}
 	}
@@ -253,39 +253,39 @@ const durableWarnEvery = 10 * time.Second
 
 // warnNotDurable logs that a reply goes before its change is journaled
 // (at most once per durableWarnEvery).
-func (s *Server) warnNotDurable(op, job, why string) {
-	if !warnNow(&s.lastDurableWarn) {
+func (w *journalWriter) warnNotDurable(op, job, why string) {
+	if !warnNow(&w.lastDurableWarn) {
 		return
 	}
-	s.log.Warn("reply sent before the journal recorded its change: a crash now would undo it", "op", op, "job", job, "why", why)
+	w.log.Warn("reply sent before the journal recorded its change: a crash now would undo it", "op", op, "job", job, "why", why)
 }
 
-// journalAttempted records that a write attempt covering the tickets up
+// attemptFinished records that a write attempt covering the tickets up
 // to covered has finished (landed: it succeeded), and wakes awaitJournal.
-func (s *Server) journalAttempted(covered uint64, landed bool) {
-	s.attemptMu.Lock()
-	defer s.attemptMu.Unlock()
-	s.attempted = max(s.attempted, covered)
+func (w *journalWriter) attemptFinished(covered uint64, landed bool) {
+	w.attemptMu.Lock()
+	defer w.attemptMu.Unlock()
+	w.attempted = max(w.attempted, covered)
 	if landed {
-		s.landed = max(s.landed, covered)
+		w.landed = max(w.landed, covered)
 	}
-	close(s.attemptDone)
-	s.attemptDone = make(chan struct{})
+	close(w.attemptDone)
+	w.attemptDone = make(chan struct{})
 }
 
 // markDirty asks the journal loop for a write. It never blocks.
-func (s *Server) markDirty() {
+func (w *journalWriter) markDirty() {
 	select {
-	case s.journalDirty <- struct{}{}:
+	case w.dirty <- struct{}{}:
 	default:
 	}
 }
 
-// journalLoop writes the journal after state changes (coalescing bursts
+// loop writes the journal after state changes (coalescing bursts
 // into one write) and every flush interval, until stop is closed; Close
 // writes the final version.
-func (s *Server) journalLoop(stop <-chan struct{}) {
-	t := time.NewTicker(s.cfg.JournalFlushInterval)
+func (w *journalWriter) loop(stop <-chan struct{}) {
+	t := time.NewTicker(w.cfg.JournalFlushInterval)
 	defer t.Stop()
 	// young fires when the members of young jobs are due (youngScanDue).
 	young := time.NewTimer(time.Hour)
@@ -293,7 +293,7 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 	defer young.Stop()
 	armed := time.Time{}
 	arm := func() {
-		switch due := s.youngScanDue(); {
+		switch due := w.youngScanDue(); {
 		case due.IsZero() && !armed.IsZero():
 			young.Stop() // (scanned meanwhile, or the young job ended)
 			armed = time.Time{}
@@ -306,12 +306,12 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-s.journalDirty:
-			s.writeJournal(false)
+		case <-w.dirty:
+			w.write(false)
 			arm()
 			// Coalesce bursts: changes arriving now are written together
 			// after a short pause, bounding the write rate.
-			pause := time.NewTimer(s.journalPause())
+			pause := time.NewTimer(w.pause())
 			select {
 			case <-stop:
 				pause.Stop()
@@ -320,10 +320,10 @@ func (s *Server) journalLoop(stop <-chan struct{}) {
 			}
 		case <-young.C:
 			armed = time.Time{}
-			s.writeJournal(false)
+			w.write(false)
 			arm()
 		case <-t.C:
-			s.writeJournal(true)
+			w.write(true)
 			arm()
 		}
 	}
@@ -339,14 +339,14 @@ const (
 	journalMinIntervalCgroup = 100 * time.Millisecond
 )
 
-func (s *Server) journalPause() time.Duration {
-	if s.cgroupBase != nil {
+func (w *journalWriter) pause() time.Duration {
+	if w.cgroups {
 		return journalMinIntervalCgroup
 	}
 	return journalMinInterval
 }
 
-// writeJournal saves a snapshot of every job. Failures are logged (once
+// write saves a snapshot of every job. Failures are logged (once
 // per failure streak) and counted; the supervisor keeps running.
 //
 // The journal is bounded in bytes (JournalMaxBytes) as well as in finished
@@ -357,17 +357,17 @@ func (s *Server) journalPause() time.Duration {
 // of running one-shot jobs are written cut down (slimRecord: argv, shell,
 // cwd, labels clipped; what reconciles the process is whole); a document
 // Load would refuse (journal.MaxFileBytes) is never written.
-func (s *Server) writeJournal(periodic bool) {
-	s.journalMu.Lock()
-	defer s.journalMu.Unlock()
+func (w *journalWriter) write(periodic bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	// (tickets taken before the jobs' snapshots below: what their
 	// requests changed is in them)
-	covered, landed := s.journalTickets.Load(), false
-	defer func() { s.journalAttempted(covered, landed) }()
-	if s.recCache == nil {
-		s.recCache = map[string]cachedRecord{}
+	covered, landed := w.tickets.Load(), false
+	defer func() { w.attemptFinished(covered, landed) }()
+	if w.recCache == nil {
+		w.recCache = map[string]cachedRecord{}
 	}
-	budget := s.cfg.JournalMaxBytes
+	budget := w.cfg.JournalMaxBytes
 	if budget <= 0 {
 		budget = DefaultConfig().JournalMaxBytes
 	}
@@ -379,15 +379,15 @@ func (s *Server) writeJournal(periodic bool) {
 	// supervisor's garbage. A finished record left out for size stays in
 	// the cache without its encoding (it is not encoded again at every
 	// write only to be left out again).
-	s.recGen++
-	gen := s.recGen
-	encoded := s.encBuf[:0] // running jobs and services, then finished ones
-	fin := s.finBuf[:0]
+	w.recGen++
+	gen := w.recGen
+	encoded := w.encBuf[:0] // running jobs and services, then finished ones
+	fin := w.finBuf[:0]
 	cached := func(id string, seq uint64) bool {
-		c, ok := s.recCache[id]
+		c, ok := w.recCache[id]
 		if ok && c.seq == seq {
 			c.gen = gen
-			s.recCache[id] = c
+			w.recCache[id] = c
 			if c.svc {
 				encoded = append(encoded, c.b)
 			} else {
@@ -401,48 +401,48 @@ func (s *Server) writeJournal(periodic bool) {
 	var intentsCovered uint64
 	take := func(last uint64) {
 		intentsCovered = last
-		snaps = s.jobs.Snapshots(s.cfg.JournalMaxFinished, cached)
+		snaps = w.jobs.Snapshots(w.cfg.JournalMaxFinished, cached)
 	}
-	if s.intents != nil {
+	if w.intents != nil {
 		// (the intents appended before these snapshots are covered by
 		// this write, later ones are newer than it: see Intents.Hold)
-		s.intents.Hold(take)
+		w.intents.Hold(take)
 	} else {
 		take(0)
 	}
-	scan := periodic || s.cgroupBase == nil && s.leaderExitUnscanned(snaps)
-	if !scan && s.cgroupBase == nil {
-		scan = s.youngScanDueLocked(snaps)
+	scan := periodic || !w.cgroups && w.leaderExitUnscanned(snaps)
+	if !scan && !w.cgroups {
+		scan = w.youngScanDueLocked(snaps)
 	}
 	if scan {
 		// (also at once when a job's leader ended and the rest of its
 		// group is being terminated, and soon after a job started:
 		// without cgroups the members found now are how a restarted
 		// supervisor proves them its own)
-		s.scanMembers(snaps)
-		s.lastScan, s.youngScanAt = time.Now(), time.Time{}
-		s.scannedRuns = make(map[string]int64, len(snaps))
+		w.scanMembers(snaps)
+		w.lastScan, w.youngScanAt = time.Now(), time.Time{}
+		w.scannedRuns = make(map[string]int64, len(snaps))
 		for _, sn := range snaps {
 			if youngScanned(sn) {
-				s.scannedRuns[sn.Info.JobID] = sn.Info.StartedAt
+				w.scannedRuns[sn.Info.JobID] = sn.Info.StartedAt
 			}
 		}
 	}
 	var slimmable []int // running one-shot jobs' records, in encoded
 	var slimRecs []journal.Record
 	var slimView, slimSnap []int // and their entries in view, their snapshots
-	view := s.viewBuf[:0]
+	view := w.viewBuf[:0]
 	for si, sn := range snaps {
 		id := sn.Info.JobID
-		r := s.record(sn)
-		r.Members = s.members[id]
+		r := w.record(sn)
+		r.Members = w.members[id]
 		b, err := json.Marshal(&r)
 		if err != nil {
-			s.log.Error("encode journal record", "job", id, "err", err)
+			w.log.Error("encode journal record", "job", id, "err", err)
 			continue
 		}
 		if sn.Info.State == protocol.StateExited {
-			s.recCache[id] = cachedRecord{seq: sn.Info.LastSeq, b: b, gen: gen, svc: sn.Service != nil, finN: sn.FinN, size: len(b)}
+			w.recCache[id] = cachedRecord{seq: sn.Info.LastSeq, b: b, gen: gen, svc: sn.Service != nil, finN: sn.FinN, size: len(b)}
 			if sn.Service == nil {
 				fin = append(fin, finRecord{id: id, finN: sn.FinN, size: len(b), b: b})
 				continue
@@ -481,13 +481,13 @@ func (s *Server) writeJournal(periodic bool) {
 		}
 	}
 	if must > budget {
-		if !s.journalOverBound {
-			s.log.Warn("running jobs and services alone pass --journal-max-bytes; no finished job is journaled while they do",
+		if !w.overBound {
+			w.log.Warn("running jobs and services alone pass --journal-max-bytes; no finished job is journaled while they do",
 				"bytes", must, "journalMaxBytes", budget, "runningAndServices", len(encoded))
 		}
-		s.journalOverBound = true
+		w.overBound = true
 	} else {
-		s.journalOverBound = false
+		w.overBound = false
 	}
 	// The finished jobs' records fill the rest, newest first (then in
 	// the order they finished: a restarted supervisor restores them in
@@ -498,9 +498,9 @@ func (s *Server) writeJournal(periodic bool) {
 	for _, f := range fin {
 		if int64(f.size)+1 > room {
 			if f.b != nil { // left out for size: remembered without its encoding
-				c := s.recCache[f.id]
+				c := w.recCache[f.id]
 				c.b = nil
-				s.recCache[f.id] = c
+				w.recCache[f.id] = c
 			}
 			continue
 		}
@@ -509,61 +509,61 @@ func (s *Server) writeJournal(periodic bool) {
 			// It fits again (newer ones were removed or forgotten): its
 			// record is encoded anew at the next write, asked for now
 			// (else it waited for the next change or periodic write).
-			delete(s.recCache, f.id)
-			s.markDirty()
+			delete(w.recCache, f.id)
+			w.markDirty()
 			continue
 		}
 		encoded = append(encoded, f.b)
 	}
 	slices.Reverse(encoded[kept:])
-	for id, c := range s.recCache {
+	for id, c := range w.recCache {
 		if c.gen != gen {
-			delete(s.recCache, id)
+			delete(w.recCache, id)
 		}
 	}
 	defer func() {
 		clear(encoded) // (no record kept alive by the reused lists)
-		s.encBuf = encoded[:0]
+		w.encBuf = encoded[:0]
 		clear(fin)
-		s.finBuf = fin[:0]
+		w.finBuf = fin[:0]
 		clear(view)
-		s.viewBuf = view[:0]
+		w.viewBuf = view[:0]
 	}()
-	hdr := &journal.File{InstanceID: s.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli(), OpenClaw: view}
-	if s.intents != nil {
-		hdr.IntentsGeneration, hdr.IntentsCovered = s.intents.Generation(), intentsCovered
+	hdr := &journal.File{InstanceID: w.instanceID, Pid: os.Getpid(), WrittenAt: time.Now().UnixMilli(), OpenClaw: view}
+	if w.intents != nil {
+		hdr.IntentsGeneration, hdr.IntentsCovered = w.intents.Generation(), intentsCovered
 	}
-	if err := s.journal.SaveEncoded(hdr, encoded); err != nil {
-		if s.finalJournal.Load() {
+	if err := w.journal.SaveEncoded(hdr, encoded); err != nil {
+		if w.final.Load() {
 			// (no retry follows: say what the next start will find)
-			s.log.Error("journal write at shutdown failed: the journal on disk is older than this stop; the next start reports what became of the jobs from it and from the intents file", "path", s.journal.Path(), "err", err)
-		} else if !s.journalFailing {
+			w.log.Error("journal write at shutdown failed: the journal on disk is older than this stop; the next start reports what became of the jobs from it and from the intents file", "path", w.journal.Path(), "err", err)
+		} else if !w.failing {
 			msg := "journal write failed; will keep retrying"
 			if errors.Is(err, journal.ErrTooLarge) {
 				msg = "journal write refused: running jobs and services alone would make a journal too large to read back; the previous journal is kept (will keep retrying)"
 			}
-			s.log.Error(msg, "path", s.journal.Path(), "err", err)
-			s.journalErr.Store(&journalFailure{err: err, since: time.Now()})
+			w.log.Error(msg, "path", w.journal.Path(), "err", err)
+			w.err.Store(&journalFailure{err: err, since: time.Now()})
 		}
-		s.journalFailing = true
+		w.failing = true
 		return
 	}
 	landed = true
-	s.jobs.Journaled(snaps)
-	if s.intents != nil {
+	w.jobs.Journaled(snaps)
+	if w.intents != nil {
 		// (a file that could not be written is rewritten by Covered: if
 		// that worked, intents are written again)
-		was := s.intents.Writable()
-		if err := s.intents.Covered(intentsCovered); err != nil {
-			s.warnIntents("journal intents not compacted", err)
-		} else if f := s.intentErr.Load(); f != nil && !was && s.intents.Writable() && s.intentErr.CompareAndSwap(f, nil) {
-			s.log.Info("journal intents can be written again", "path", journal.IntentsPath(s.journal.Path()))
+		was := w.intents.Writable()
+		if err := w.intents.Covered(intentsCovered); err != nil {
+			w.warnIntents("journal intents not compacted", err)
+		} else if f := w.intentErr.Load(); f != nil && !was && w.intents.Writable() && w.intentErr.CompareAndSwap(f, nil) {
+			w.log.Info("journal intents can be written again", "path", journal.IntentsPath(w.journal.Path()))
 		}
 	}
-	if s.journalFailing {
-		s.log.Info("journal writes recovered", "path", s.journal.Path())
-		s.journalFailing = false
-		s.journalErr.Store(nil)
+	if w.failing {
+		w.log.Info("journal writes recovered", "path", w.journal.Path())
+		w.failing = false
+		w.err.Store(nil)
 	}
 }
 
@@ -602,7 +602,7 @@ type finRecord struct {
 type cachedRecord struct {
 	seq  uint64
 	b    []byte
-	gen  uint64 // the last write that included it (see writeJournal)
+	gen  uint64 // the last write that included it (see write)
 	svc  bool   // a service's (always written)
 	finN uint64 // a one-shot job's place in the finish order
 	size int

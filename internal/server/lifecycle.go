@@ -125,9 +125,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.log.Info("no cgroup per job (--no-cgroups): process groups only (a child that leaves its process group can escape)")
 	}
 	s.jobs = jobs.New(s.cfg.Jobs, s.log, s.pub, append(jopts, jobs.WithHooks(jobs.Hooks{
-		Changed:          s.markDirty,
-		Started:          s.recordIntent,
-		BeforeServiceRun: s.journalBeforeRun,
+		Changed:          s.jw.markDirty,
+		Started:          s.jw.recordIntent,
+		BeforeServiceRun: s.jw.beforeRun,
 		Spawned:          s.metrics.Spawned.Inc,
 		Restarted:        s.metrics.Restarts.Inc,
 		RunEnded:         s.countTimeout,
@@ -144,6 +144,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		},
 		PaceStalled: s.metrics.PaceStalls.Inc,
 	}))...)
+	s.jw.jobs, s.jw.cgroups = s.jobs, s.cgroupBase != nil
 	defer func() {
 		if err != nil {
 			_ = s.jobs.Close(context.Background())
@@ -207,7 +208,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("--state-dir: the previous run's clean stop cannot be cleared from its lock file (a crash of this run would pass for a clean stop, and what it left running would not be looked for): %w", err)
 	}
 	s.resumeServices(resume) // (each run is journaled before it starts: BeforeServiceRun)
-	s.writeJournal(false)
+	s.jw.write(false)
 
 	s.pub.sock = eventSink{s}
 	s.pub.also = s.publishDialect
@@ -223,8 +224,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.cpu.Run(s.ctx) }()
 	}
-	s.journalWG.Add(1)
-	go func() { defer s.journalWG.Done(); s.journalLoop(s.stopJournal) }()
+	s.jw.start()
 	if s.httpL != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", s.metrics.Handler())
@@ -243,7 +243,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		metrics = s.httpL.Addr().String() // (the port bound, when :0 asked for any)
 	}
 	s.log.Info("supervisor started", "instance", s.instanceID, "control", s.cfg.Control, "event", s.cfg.Event,
-		"metrics", metrics, "stateDir", s.cfg.StateDir, "journal", s.journal.Path(), "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
+		"metrics", metrics, "stateDir", s.cfg.StateDir, "journal", s.jw.journal.Path(), "maxJobs", s.cfg.Jobs.MaxJobs, "pid", os.Getpid())
 	// Both sockets listen and recovery is done: ready.
 	s.notifySystemd(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving", os.Getpid()))
 	if s.cfg.NotifySocket != "" && s.cfg.WatchdogInterval > 0 {
@@ -397,13 +397,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.evt.Close()
 	s.evtMu.Unlock()
 	s.wg.Wait()
-	close(s.stopJournal)
-	s.journalWG.Wait()
-	s.finalJournal.Store(true)
-	s.writeJournal(false)
-	if s.intents != nil {
-		_ = s.intents.Close()
-	}
+	s.jw.close()
 	if s.cgroupBase != nil {
 		// After a forced shutdown the last job cgroups are removed by their
 		// waiters a moment later: give them that moment.

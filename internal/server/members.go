@@ -31,17 +31,17 @@ func youngScanned(sn jobs.Snapshot) bool {
 // of runs the last scan did not see (by job id and start, not by clock:
 // a run that started while a scan was under way, or a clock stepped
 // back, is not missed); if one is due later, it sets youngScanAt to when
-// (the journal loop writes then). s.journalMu held.
-func (s *Server) youngScanDueLocked(snaps []jobs.Snapshot) bool {
+// (the journal loop writes then). w.mu held.
+func (w *journalWriter) youngScanDueLocked(snaps []jobs.Snapshot) bool {
 	var oldest int64
 	for _, sn := range snaps {
 		i := sn.Info
-		if youngScanned(sn) && s.scannedRuns[i.JobID] != i.StartedAt && (oldest == 0 || i.StartedAt < oldest) {
+		if youngScanned(sn) && w.scannedRuns[i.JobID] != i.StartedAt && (oldest == 0 || i.StartedAt < oldest) {
 			oldest = i.StartedAt
 		}
 	}
 	if oldest == 0 {
-		s.youngScanAt = time.Time{}
+		w.youngScanAt = time.Time{}
 		return false
 	}
 	now := time.Now()
@@ -49,27 +49,27 @@ func (s *Server) youngScanDueLocked(snaps []jobs.Snapshot) bool {
 	if due.After(now.Add(youngScanAge)) {
 		due = now // (a start in the future: the clock was stepped back)
 	}
-	if next := s.lastScan.Add(youngScanEvery); next.After(due) {
+	if next := w.lastScan.Add(youngScanEvery); next.After(due) {
 		due = next
 	}
 	if !now.Before(due) {
 		return true
 	}
-	s.youngScanAt = due
+	w.youngScanAt = due
 	return false
 }
 
 // youngScanDue is when a write should scan the members of young jobs
 // (zero: none is due).
-func (s *Server) youngScanDue() time.Time {
-	s.journalMu.Lock()
-	defer s.journalMu.Unlock()
-	return s.youngScanAt
+func (w *journalWriter) youngScanDue() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.youngScanAt
 }
 
 // scanMembers records the live members of every running job's process
-// group (one scan of the process table). s.journalMu must be held.
-func (s *Server) scanMembers(snaps []jobs.Snapshot) {
+// group (one scan of the process table). w.mu must be held.
+func (w *journalWriter) scanMembers(snaps []jobs.Snapshot) {
 	groups, sessions := map[int]bool{}, map[int]bool{}
 	byGroup := map[int]string{}
 	for _, sn := range snaps {
@@ -87,7 +87,7 @@ func (s *Server) scanMembers(snaps []jobs.Snapshot) {
 		}
 	}
 	found := proc.GroupMembers(groups, sessions)
-	s.members = make(map[string][]journal.Member, len(found))
+	w.members = make(map[string][]journal.Member, len(found))
 	for pgid, ps := range found {
 		ms := make([]journal.Member, 0, min(len(ps), 64))
 		for _, p := range ps {
@@ -96,6 +96,6 @@ func (s *Server) scanMembers(snaps []jobs.Snapshot) {
 			}
 			ms = append(ms, journal.Member{Pid: p.Pid, StartTicks: p.StartTicks})
 		}
-		s.members[byGroup[pgid]] = ms
+		w.members[byGroup[pgid]] = ms
 	}
 }

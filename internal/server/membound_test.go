@@ -88,7 +88,7 @@ func TestFinishedJobsBoundedBySpecAndJournalBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.writeJournal(false)
+	ts.jw.write(false)
 	size, running, finished := journalJobs(t, cfg)
 	if size > cfg.JournalMaxBytes {
 		t.Fatalf("journal of %d bytes; the bound is %d", size, cfg.JournalMaxBytes)
@@ -101,12 +101,12 @@ func TestFinishedJobsBoundedBySpecAndJournalBytes(t *testing.T) {
 	// Running jobs alone pass the bound: the running record is cut down,
 	// still naming its process; no finished job fits.
 	setBound := func(v int64) {
-		ts.journalMu.Lock()
+		ts.jw.mu.Lock()
 		ts.Server.cfg.JournalMaxBytes = v
-		ts.journalMu.Unlock()
+		ts.jw.mu.Unlock()
 	}
 	setBound(64 << 10)
-	ts.writeJournal(true)
+	ts.jw.write(true)
 	size, running, finished = journalJobs(t, cfg)
 	if size > 64<<10 || len(running) != 1 || len(finished) != 0 {
 		t.Fatalf("journal of %d bytes, %d running and %v finished records; want at most 65536 bytes, 1 running, none finished", size, len(running), finished)
@@ -114,12 +114,12 @@ func TestFinishedJobsBoundedBySpecAndJournalBytes(t *testing.T) {
 	if r := running[0]; r.Pid != run.Pid || r.StartTicks == 0 || !strings.Contains(r.Shell, "truncated") || len(r.Shell) > 2048 {
 		t.Fatalf("cut-down record: pid %d (want %d), start ticks %d, shell of %d bytes", r.Pid, run.Pid, r.StartTicks, len(r.Shell))
 	}
-	ts.journalMu.Lock()
+	ts.jw.mu.Lock()
 	cached := 0
-	for _, c := range ts.recCache {
+	for _, c := range ts.jw.recCache {
 		cached += len(c.b)
 	}
-	ts.journalMu.Unlock()
+	ts.jw.mu.Unlock()
 	if cached > 64<<10 {
 		t.Fatalf("%d bytes of records cached for a journal bounded at 65536", cached)
 	}
@@ -127,7 +127,7 @@ func TestFinishedJobsBoundedBySpecAndJournalBytes(t *testing.T) {
 	// follows the one that found room for them (it asks for it: they
 	// waited for the next change or periodic write).
 	setBound(800 << 10)
-	ts.writeJournal(false)
+	ts.jw.write(false)
 	eventually(t, 10*time.Second, "the finished jobs journaled again", func() bool {
 		size, _, finished = journalJobs(t, cfg)
 		return size <= 800<<10 && slices.Equal(finished, ids[6:])

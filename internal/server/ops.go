@@ -77,7 +77,7 @@ func (s *Server) opHealth(_ *zmqx.Peer, _ *protocol.Request, _ *noArgs) (any, er
 		ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
 		// (Both may quote paths the operator chose: sent as UTF-8.)
 		Cgroups: s.cgroupBase != nil, CgroupsNote: strings.ToValidUTF8(s.cgroupNote, "\uFFFD"),
-		JournalError: strings.ToValidUTF8(s.journalHealth(), "\uFFFD"),
+		JournalError: strings.ToValidUTF8(s.jw.health(), "\uFFFD"),
 	}, nil
 }
 
@@ -248,13 +248,13 @@ func (s *Server) serviceOp(req *protocol.Request) (any, error) {
 			return nil, err
 		}
 		if req.Op == protocol.OpRestart || info.Attempt != before.Attempt || info.State != before.State {
-			s.journalChanged("start", a.JobID) // (a running service left alone changed nothing)
+			s.jw.changed("start", a.JobID) // (a running service left alone changed nothing)
 		}
 		return protocol.StatusResult{Job: &info}, nil
 	case protocol.OpStop:
 		res, err := s.jobs.Stop(a.JobID)
 		if err == nil && !res.AlreadyFinished {
-			s.journalChanged("stop", a.JobID)
+			s.jw.changed("stop", a.JobID)
 		}
 		return res, err
 	}
@@ -282,7 +282,7 @@ func (s *Server) kill(a protocol.KillArgs) (any, error) {
 	case jobs.SigTerm, jobs.SigKill:
 		already, err = j.Kill(protocol.ReasonManualCancel, sig)
 		if err == nil && !already {
-			s.journalChange("kill", j) // (the job's end is the client's: not lost in a crash)
+			s.jw.change("kill", j) // (the job's end is the client's: not lost in a crash)
 		}
 	default:
 		if j.Finished() {

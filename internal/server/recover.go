@@ -26,12 +26,12 @@ import (
 // caller resumes them once nothing a crash would leave can pass for a
 // clean stop: journal.Lock.ClearStopped).
 func (s *Server) recover() (resume []string, err error) {
-	doc, err := s.journal.Load()
+	doc, err := s.jw.journal.Load()
 	var ce *journal.CorruptError
 	if errors.As(err, &ce) {
 		// (said first: whatever stops the start below, the next start
 		// finds no journal to report)
-		s.journalCorrupt.Add(1)
+		s.jw.corrupt.Add(1)
 		s.log.Error("journal unusable; moved aside, starting with an empty job table", "path", ce.Path, "movedTo", ce.MovedTo, "err", ce.Err)
 		if s.cgroupBase == nil {
 			// (with cgroups, leftover job cgroups are swept below
@@ -65,12 +65,12 @@ func (s *Server) recover() (resume []string, err error) {
 		return nil, fmt.Errorf("%w (fix its permissions or move it away; nothing was started)", err)
 	}
 	if doc != nil && len(doc.Dropped) > 0 {
-		s.journalCorrupt.Add(1)
-		s.log.Error("journal records invalid; left out (the others are recovered)", "path", s.journal.Path(), "keptAt", doc.KeptAt, "dropped", doc.Dropped)
+		s.jw.corrupt.Add(1)
+		s.log.Error("journal records invalid; left out (the others are recovered)", "path", s.jw.journal.Path(), "keptAt", doc.KeptAt, "dropped", doc.Dropped)
 	}
 	if doc != nil && doc.Imported > 0 {
 		s.log.Warn("journal written by OpenClaw's Node exec supervisor: the jobs it had not seen end are taken as ended (failed, supervisor-restart); their processes, if any still run, are not ours and are left alone",
-			"path", s.journal.Path(), "jobs", doc.Imported)
+			"path", s.jw.journal.Path(), "jobs", doc.Imported)
 	}
 	if doc == nil || len(doc.Jobs) == 0 {
 		s.sweepMarked(doc)
@@ -185,7 +185,7 @@ func (s *Server) recover() (resume []string, err error) {
 			}
 		}
 	}
-	s.log.Info("journal recovered", "path", s.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
+	s.log.Info("journal recovered", "path", s.jw.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
 	return resume, nil
 }
 
@@ -197,7 +197,7 @@ func (s *Server) recover() (resume []string, err error) {
 // crash are unknown to the next run, as before intents existed. One that
 // cannot be read for a passing reason stops the start (an error).
 func (s *Server) openIntents(doc *journal.File) error {
-	path := journal.IntentsPath(s.journal.Path())
+	path := journal.IntentsPath(s.jw.journal.Path())
 	in, rep, err := journal.OpenIntents(path)
 	if in == nil {
 		// (unread: its lines would be lost; try again later, as with the
@@ -205,21 +205,21 @@ func (s *Server) openIntents(doc *journal.File) error {
 		return fmt.Errorf("%w (nothing was started)", err)
 	}
 	if rep.MovedTo != "" {
-		s.journalCorrupt.Add(1)
+		s.jw.corrupt.Add(1)
 		s.log.Error("journal intents unusable; moved aside (jobs a crashed run started just before it died may be unknown)", "path", path, "movedTo", rep.MovedTo, "err", rep.Why)
 	}
 	if len(rep.Dropped) > 0 {
-		s.journalCorrupt.Add(1)
+		s.jw.corrupt.Add(1)
 		s.log.Error("journal intents: invalid lines left out", "path", path, "dropped", rep.Dropped)
 	}
 	if rep.Torn {
 		s.log.Info("journal intents: the last line was cut short by the crash (left out)", "path", path)
 	}
 	if err != nil {
-		s.intentErr.Store(&journalFailure{err: err, since: time.Now()})
+		s.jw.intentErr.Store(&journalFailure{err: err, since: time.Now()})
 		s.log.Error("journal intents cannot be written (retried after each journal write): until they can, a job spawned within the journal's pause before a crash is unknown to the next run (and, without cgroups, its processes are left running)", "path", path, "err", err)
 	}
-	s.intents = in
+	s.jw.intents = in
 	if doc.IntentsGeneration == in.Generation() {
 		// (numbering goes on past what the journal covers, whatever the
 		// file still holds: see Intents.NumberFrom)
@@ -229,7 +229,7 @@ func (s *Server) openIntents(doc *journal.File) error {
 		// moved aside): a new generation, so that it cannot be restored
 		// later to claim lines written from now on.
 		if err := in.Regenerate(); err != nil {
-			s.warnIntents("journal intents not given a new generation", err)
+			s.jw.warnIntents("journal intents not given a new generation", err)
 		}
 	}
 	unc := journal.Uncovered(doc, rep)

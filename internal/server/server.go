@@ -82,40 +82,10 @@ type Server struct {
 	draining chan struct{}
 	stopPub  chan struct{}
 
-	journal        *journal.Journal
-	intents        *journal.Intents               // set by recover (Start stops without one)
-	intentErr      atomic.Pointer[journalFailure] // while intents cannot be written (health)
-	lastIntentWarn atomic.Int64                   // unix ns of the last intent failure logged
-	lock           *journal.Lock
-	journalDirty   chan struct{}
-	stopJournal    chan struct{}
-	journalWG      sync.WaitGroup
-	journalMu      sync.Mutex                     // serializes writes
-	journalFailing bool                           // under journalMu
-	journalErr     atomic.Pointer[journalFailure] // while journal writes fail (health)
-	finalJournal   atomic.Bool                    // Close's last write is under way (no retry follows)
-	members        map[string][]journal.Member    // under journalMu: last group scan
-	recCache       map[string]cachedRecord        // under journalMu: encoded finished records
-	recGen         uint64                         // under journalMu: writes so far (cachedRecord.gen)
-	encBuf         [][]byte                       // under journalMu: the records of a write, reused
-	finBuf         []finRecord                    // under journalMu: the finished records of a write, reused
-	viewBuf        []journal.OpenClawJob          // under journalMu: the OpenClaw view of a write, reused
-	// Durable replies (see awaitJournal): tickets taken, and the newest
-	// ticket a finished write attempt covered, with a channel closed
-	// (and replaced) after each attempt.
-	journalTickets   atomic.Uint64
-	attemptMu        sync.Mutex
-	attempted        uint64 // under attemptMu
-	landed           uint64 // under attemptMu: the newest ticket a successful write covered
-	attemptDone      chan struct{}
-	lastDurableWarn  atomic.Int64     // unix ns of the last "reply before the journal" warning
-	leaderScanned    map[string]bool  // under journalMu: jobs whose members were scanned for their leaderExit
-	lastScan         time.Time        // under journalMu: the last member scan
-	scannedRuns      map[string]int64 // under journalMu: the runs (job id: startedAt) the last scan saw running
-	youngScanAt      time.Time        // under journalMu: when young jobs' members are due (zero: none)
-	journalOverBound bool             // under journalMu: running jobs and services alone passed JournalMaxBytes
+	// jw writes the journal and its intents (journalwriter.go).
+	jw   *journalWriter
+	lock *journal.Lock
 	// Counters for metrics and health.
-	journalCorrupt    atomic.Uint64
 	orphansReconciled atomic.Uint64
 
 	wg    sync.WaitGroup // control loops, heartbeat
@@ -144,9 +114,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		inflight: make(chan struct{}, cfg.MaxInFlight),
 		work:     make(chan func()),
 		draining: make(chan struct{}), stopPub: make(chan struct{}),
-		journal: journal.New(cfg.JournalPath()), journalDirty: make(chan struct{}, 1), stopJournal: make(chan struct{}),
-		attemptDone: make(chan struct{}),
 	}
+	s.jw = newJournalWriter(journal.New(cfg.JournalPath()), &s.cfg, log, s.instanceID)
 	s.dialectEvents = openclaw.NewEvents()
 	s.dialect = openclaw.NewHandler(openclaw.Config{
 		MaxRequestBytes: cfg.MaxRequestBytes,
@@ -244,9 +213,9 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		QueueLength:       func() float64 { return float64(s.pub.queued()) },
 		EventsDropped:     f(s.pub.dropped.Load),
 		GapEvents:         f(s.pub.gapEvents.Load),
-		JournalWrites:     f(s.journal.Writes.Load),
-		JournalFailures:   f(s.journal.Failures.Load),
-		JournalCorrupt:    f(s.journalCorrupt.Load),
+		JournalWrites:     f(s.jw.journal.Writes.Load),
+		JournalFailures:   f(s.jw.journal.Failures.Load),
+		JournalCorrupt:    f(s.jw.corrupt.Load),
 		IntentFailures:    s.intentFailures,
 		OrphansReconciled: f(s.orphansReconciled.Load),
 		OrphansReaped:     func() float64 { return float64(s.jobs.Reaped()) },
@@ -266,10 +235,10 @@ func (s *Server) newMetrics() *metrics.Metrics {
 
 // intentFailures counts the job starts whose intent could not be written.
 func (s *Server) intentFailures() float64 {
-	if s.intents == nil { // (before recover)
+	if s.jw.intents == nil { // (before recover)
 		return 0
 	}
-	return float64(s.intents.Failures.Load())
+	return float64(s.jw.intents.Failures.Load())
 }
 
 // cgroupBasePrefix starts the name of every supervisor's job cgroup base.

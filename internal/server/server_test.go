@@ -622,7 +622,7 @@ func TestJournalWriteFailuresAreSurvived(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "health to say the journal is not written", func() bool {
 		h, err := ts.client.Health(ctx)
-		return err == nil && strings.Contains(h.JournalError, "not written since") && ts.journal.Failures.Load() > 0
+		return err == nil && strings.Contains(h.JournalError, "not written since") && ts.jw.journal.Failures.Load() > 0
 	})
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
