@@ -314,8 +314,16 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		m.mu.Unlock()
 		j.mu.Unlock()
 		return protocol.JobInfo{}, errorf(ErrTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs)", m.active, m.cfg.MaxJobs)
+	case m.nameTakenLocked(j, false) != nil:
+		err := m.nameTakenLocked(j, false)
+		m.mu.Unlock()
+		j.mu.Unlock()
+		return protocol.JobInfo{}, err
 	}
 	m.active++
+	if j.name() != "" {
+		j.nameSt.held = true
+	}
 	j.svcFinN.Store(0) // (supervised again: not a finished service)
 	m.mu.Unlock()
 	// The old terminal event stays in the sequence; a new one follows
