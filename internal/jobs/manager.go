@@ -276,15 +276,15 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	for !chosen && m.jobs[j.id] != nil {
 		j.id = newJobID() // (64 random bits met a caller's choice)
 	}
+	nameErr := m.nameTakenLocked(j, chosen)
 	switch {
 	case m.jobs[j.id] != nil:
 		m.mu.Unlock()
 		return nil, protocol.JobInfo{}, &Error{Kind: ErrAlreadyExists, JobID: j.id,
 			Msg: fmt.Sprintf("job %q already exists (a job keeps its id until it is removed or forgotten): nothing was started", j.id)}
-	case m.nameTakenLocked(j, chosen) != nil:
-		err := m.nameTakenLocked(j, chosen)
+	case nameErr != nil:
 		m.mu.Unlock()
-		return nil, protocol.JobInfo{}, err
+		return nil, protocol.JobInfo{}, nameErr
 	case m.closed:
 		m.mu.Unlock()
 		return nil, protocol.JobInfo{}, errorf(ErrShuttingDown, "supervisor is shutting down; not starting new jobs")
@@ -348,9 +348,9 @@ func (m *Manager) Get(id string) (*Job, error) {
 	m.mu.Unlock()
 	if j == nil {
 		if at := m.crashRecovery.Load(); at != nil {
-			return nil, errorf(ErrNotFound, "no job %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job whose spawn it had not answered yet may be in no record)", id, at.UTC().Format(time.RFC3339))
+			return nil, errorf(ErrNotFound, "no job of id or name %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job whose spawn it had not answered yet may be in no record)", id, at.UTC().Format(time.RFC3339))
 		}
-		return nil, errorf(ErrNotFound, "no job %.128q (finished jobs are forgotten after the retention period)", id)
+		return nil, errorf(ErrNotFound, "no job of id or name %.128q (finished jobs are forgotten after the retention period)", id)
 	}
 	return j, nil
 }
