@@ -164,3 +164,50 @@ func TestJobNamePTY(t *testing.T) {
 	s.mustCtl(t, "send-keys", "term", "e", "x", "i", "t", "Enter")
 	s.waitExited(t, "term")
 }
+
+// TestJobNamesAcrossSupervisorCrash: after a SIGKILLed supervisor, the
+// next one knows its jobs by their names (journaled, or in the intents of
+// spawns not journaled yet): the one-shot job ended (supervisor-restart)
+// and let its name go; the resumed service holds its own.
+func TestJobNamesAcrossSupervisorCrash(t *testing.T) {
+	bin := supervisorBinary(t)
+	dir := shortTempDir(t)
+	p := startSupProc(t, bin, dir, "--metrics-addr", "")
+	g := p.globals()
+	ctl := func(args ...string) (int, string, string) { return execctl(t, append(g, args...)...) }
+	must := func(args ...string) string {
+		t.Helper()
+		code, out, errs := ctl(args...)
+		if code != 0 {
+			t.Fatalf("execctl %q: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
+		}
+		return strings.TrimSpace(out)
+	}
+	build := must("spawn", "--name", "build", "--", "sleep", "330")
+	web := must("spawn", "--name", "web", "--restart", "always", "--", "sleep", "331")
+	defer func() { execctl(t, append(g, "kill", "--signal", "SIGKILL", web)...) }()
+
+	p.kill9()
+	startSupProc(t, bin, dir, "--metrics-addr", "")
+	job := jobOf(t, jsonObject(t, must("--json", "status", "build")))
+	if job["jobId"] != build || job["name"] != "build" || job["reason"] != "supervisor-restart" {
+		t.Fatalf("status build after the crash: %v", job)
+	}
+	again := must("spawn", "--name", "build", "--", "true")
+	if job := jobOf(t, jsonObject(t, must("--json", "wait", "build"))); job["jobId"] != again {
+		t.Fatalf("wait build: %v, want the new %s", job["jobId"], again)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for job = jobOf(t, jsonObject(t, must("--json", "status", "web"))); job["state"] != "running"; job = jobOf(t, jsonObject(t, must("--json", "status", "web"))) {
+		if time.Now().After(deadline) {
+			t.Fatalf("service web not resumed after the crash: %v", job)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a CLI: there is nothing to block on
+	}
+	if job["jobId"] != web || job["name"] != "web" {
+		t.Fatalf("status web after the crash: %v", job)
+	}
+	if code, _, errs := ctl("spawn", "--name", "web", "--", "true"); code != exitFailed || !strings.Contains(errs, "name-taken") {
+		t.Fatalf("spawn --name web while the resumed service runs: exit %d, %s", code, errs)
+	}
+}

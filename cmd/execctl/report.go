@@ -165,7 +165,7 @@ func hintFor(name string, pe *protocol.Error) string {
 		return "a job with that id is known: choose another id, or forget the finished one with: execctl remove JOB"
 	case protocol.CodeNameTaken:
 		if id := pe.Details["jobId"]; id != "" {
-			return "job " + id + " holds that name until it finishes: choose another name, or end it with: execctl kill " + id
+			return "job " + id + " has that name (or id): choose another name; a name is free again once its job has finished (execctl status " + id + ")"
 		}
 		return "a job holds that name until it finishes: choose another name"
 	case protocol.CodeTooManyJobs:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,6 +254,47 @@ func TestJobNamesSurviveRestart(t *testing.T) {
 	}
 	if jobs, err := c.ListJobs(ctx, protocol.ListJobsArgs{Name: "long"}); err != nil || len(jobs) != 2 || jobs[1].JobID != again.JobID {
 		t.Fatalf("list --name long: %v, %v", jobs, err)
+	}
+}
+
+// TestHostileJobNames: names and name patterns that are not UTF-8 (sent
+// as bin), oversized, or hold control characters, spaces or glob
+// characters are refused and start nothing.
+func TestHostileJobNames(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	ctx := ctxT(t, 10*time.Second)
+	type rawSpawn struct {
+		Argv []string `msgpack:"argv"`
+		Name []byte   `msgpack:"name"`
+	}
+	type rawList struct {
+		Name []byte `msgpack:"name"`
+	}
+	for _, tc := range []struct {
+		name string
+		code protocol.Code
+	}{
+		{"a\xffb", protocol.CodeBadRequest}, {"\xc0\x80", protocol.CodeBadRequest},
+		{strings.Repeat("n", protocol.MaxNameBytes+1), protocol.CodeInvalidArgument}, {strings.Repeat("n", 1<<16), protocol.CodeInvalidArgument},
+		{"a\nb", protocol.CodeInvalidArgument}, {"a\x00", protocol.CodeInvalidArgument}, {"\x1b[2J", protocol.CodeInvalidArgument},
+		{"a b", protocol.CodeInvalidArgument}, {"build*", protocol.CodeInvalidArgument}, {"../x", protocol.CodeInvalidArgument},
+		{"j-0123456789abcdef", protocol.CodeInvalidArgument}, {"\u202ebuild", protocol.CodeInvalidArgument},
+	} {
+		var res protocol.SpawnResult
+		err := ts.client.Call(ctx, protocol.OpSpawn, &rawSpawn{Argv: []string{"true"}, Name: []byte(tc.name)}, &res)
+		if protocol.CodeOf(err) != tc.code {
+			t.Errorf("spawn named %.40q: %v, want %s", tc.name, err, tc.code)
+		}
+	}
+	var page protocol.ListJobsResult
+	if err := ts.client.Call(ctx, protocol.OpListJobs, &rawList{Name: []byte("b\xff*")}, &page); protocol.CodeOf(err) != protocol.CodeBadRequest {
+		t.Errorf("list-jobs with a name pattern not UTF-8: %v", err)
+	}
+	if err := ts.client.Call(ctx, protocol.OpListJobs, &rawList{Name: []byte(strings.Repeat("*", 1<<12))}, &page); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Errorf("list-jobs with an oversized name pattern: %v", err)
+	}
+	if _, total := ts.jobs.Counts(); total != 0 {
+		t.Fatalf("refused spawns made %d jobs", total)
 	}
 }
 
