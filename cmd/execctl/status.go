@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -231,6 +232,12 @@ func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, er
 	if err != nil {
 		return 0, err
 	}
+	// The supervisor filters; a supervisor older than the name and label
+	// filters ignores them (unknown keys) and lists every job: filter
+	// again here (brief replies carry no labels to filter by).
+	jobs = slices.DeleteFunc(jobs, func(j protocol.JobInfo) bool {
+		return !protocol.MatchName(a.Name, j.Name) || !a.Brief && !protocol.MatchLabels(a.Labels, j.Labels)
+	})
 	if g.json {
 		if jobs == nil {
 			jobs = []protocol.JobInfo{}
