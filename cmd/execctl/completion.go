@@ -92,7 +92,7 @@ _execctl() {
   elif [[ "$cmd" == "completion" ]]; then
     COMPREPLY=( $(compgen -W "bash zsh" -- "$cur") )
   else
-    COMPREPLY=( $(compgen -W "$(execctl list 2>/dev/null | awk 'NR>1{print $1}')" -- "$cur") )
+    COMPREPLY=( $(compgen -W "$(execctl list 2>/dev/null | awk 'NR>1{print $1; if ($2 != "-") print $2}')" -- "$cur") )
   fi
 }
 `, cmds, globalFlagNames, cases.String())

@@ -56,7 +56,7 @@ func golden(t *testing.T, name, got string) {
 // TestGoldenOutput pins execctl's human tables and JSON for finished jobs.
 func TestGoldenOutput(t *testing.T) {
 	s := startSupervisor(t)
-	a := s.spawnID(t, "--label", "team=infra", "--", "sh", "-c", "echo hello; exit 2")
+	a := s.spawnID(t, "--name", "hello", "--label", "team=infra", "--", "sh", "-c", "echo hello; exit 2")
 	b := s.spawnID(t, "--shell", "echo err >&2")
 	s.waitExited(t, a)
 	s.waitExited(t, b)

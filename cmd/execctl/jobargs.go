@@ -46,9 +46,12 @@ func (g *globals) oneJob(ctx context.Context, fs *pflag.FlagSet) (string, error)
 	return g.resolveJob(ctx, fs.Arg(0))
 }
 
-// resolveJob returns the job id that arg names: the id itself, or an
-// unambiguous prefix of one (with or without its "j-"), as the ids execctl
-// list shows. A whole id is taken as it is (no round trip).
+// resolveJob returns the job id that arg names: a job's id, its name
+// (spawn --name), or an unambiguous prefix of an id (with or without its
+// "j-"), as the ids execctl list shows, in that order. A whole generated
+// id is taken as it is (no round trip); anything else is asked of the
+// supervisor, so that the commands that follow events (logs -f, wait)
+// know the id their topics carry.
 func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
 	ids, err := g.resolveJobs(ctx, []string{arg}, false)
 	if err != nil {
@@ -57,48 +60,42 @@ func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
 	return ids[0], nil
 }
 
-// resolveJobs is resolveJob for several (a listing of the ids with that
-// prefix for each that is not a whole id). patient
-// commands (wait, logs) give a supervisor that does not answer yet (one
-// restarting) as long as they would for a whole id (firstReachFor).
+// resolveJobs is resolveJob for several (a status for each that is not a
+// generated id, then a listing of the ids with that prefix for each that
+// names no job whole). patient commands (wait, logs) give a supervisor
+// that does not answer yet (one restarting) as long as they would for a
+// whole id (firstReachFor).
 func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) ([]string, error) {
 	out := slices.Clone(args)
 	for i, arg := range args {
+		if fullJobID(arg) || arg == "" {
+			continue
+		}
+		// A whole id or a name: the supervisor finds the job (its id
+		// first, then its name; a job id chosen at spawn may look like an
+		// abbreviation: "beef", "1234").
+		info, err := patiently(ctx, patient, func() (protocol.JobInfo, error) { return g.client.Status(ctx, arg) })
+		if err == nil {
+			out[i] = info.JobID
+			continue
+		}
+		if protocol.CodeOf(err) != protocol.CodeNotFound {
+			return nil, err
+		}
 		digits := strings.TrimPrefix(jobPrefix(arg), "j-")
-		if fullJobID(arg) || arg == "" || !hexDigits(digits) {
+		if !hexDigits(digits) {
 			continue // (not an id: the op says so)
 		}
 		if len(digits) < minPrefix {
-			return nil, &usageError{msg: fmt.Sprintf("job %q: give at least %d characters of the id", arg, minPrefix), hint: "job ids are shown by: execctl list"}
+			return nil, &usageError{msg: fmt.Sprintf("job %q: no job has that name or id; give at least %d characters of an id", arg, minPrefix), hint: "job ids and names are shown by: execctl list"}
 		}
 		// (the supervisor lists only the jobs with that prefix; one that
 		// does not know idPrefix lists them all: matchJob filters anyway)
-		var jobs []protocol.JobInfo
-		for start, listed := time.Now(), false; !listed; {
-			var err error
-			jobs, err = g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true, IDPrefix: jobPrefix(arg)})
-			var ce *client.ConnectError
-			switch {
-			case err == nil:
-				listed = true
-			case !patient || !errors.As(err, &ce) || ctx.Err() != nil || time.Since(start) > firstReachFor:
-				return nil, err
-			default:
-				select { // the supervisor may be restarting: ask again shortly
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
-		}
-		if !strings.HasPrefix(arg, "j-") {
-			// A job id chosen at spawn may look like an abbreviation
-			// ("beef", "1234"): the job of that very id comes first.
-			exact, err := g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true, IDPrefix: arg})
-			if err != nil {
-				return nil, err
-			}
-			jobs = append(exact, jobs...)
+		jobs, err := patiently(ctx, patient, func() ([]protocol.JobInfo, error) {
+			return g.client.ListJobs(ctx, protocol.ListJobsArgs{Brief: true, IDPrefix: jobPrefix(arg)})
+		})
+		if err != nil {
+			return nil, err
 		}
 		id, err := matchJob(arg, jobs)
 		if err != nil {
@@ -107,6 +104,23 @@ func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) 
 		out[i] = id
 	}
 	return out, nil
+}
+
+// patiently returns f's result; if patient, it calls f again while the
+// supervisor cannot be reached, for up to firstReachFor (one restarting).
+func patiently[T any](ctx context.Context, patient bool, f func() (T, error)) (T, error) {
+	for start := time.Now(); ; {
+		v, err := f()
+		var ce *client.ConnectError
+		if err == nil || !patient || !errors.As(err, &ce) || ctx.Err() != nil || time.Since(start) > firstReachFor {
+			return v, err
+		}
+		select { // the supervisor may be restarting: ask again shortly
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // minPrefix is the shortest job id prefix taken (after "j-"): a shorter

@@ -101,6 +101,7 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 	for _, name := range order {
 		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].Synopsis())
 	}
+	fmt.Fprintf(w, "\nJOB is a job's id, its name (spawn --name), or the start of its id (4 hex digits at least).\n")
 	fmt.Fprintf(w, "\nglobal flags (before or after the command):\n%s\nRun 'execctl COMMAND --help' for a command's flags.\n", fs.FlagUsages())
 }
 

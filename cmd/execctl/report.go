@@ -163,6 +163,11 @@ func hintFor(name string, pe *protocol.Error) string {
 		return "list known jobs with: execctl list"
 	case protocol.CodeAlreadyExists:
 		return "a job with that id is known: choose another id, or forget the finished one with: execctl remove JOB"
+	case protocol.CodeNameTaken:
+		if id := pe.Details["jobId"]; id != "" {
+			return "job " + id + " has that name (or id): choose another name; a name is free again once its job has finished (execctl status " + id + ")"
+		}
+		return "a job holds that name until it finishes: choose another name"
 	case protocol.CodeTooManyJobs:
 		return "see running jobs with: execctl list; raise the limit with exec-supervisor --max-jobs"
 	case protocol.CodeJobRunning:

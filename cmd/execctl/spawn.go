@@ -32,6 +32,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	noOut := fs.Duration("no-output-timeout", 0, "kill the job after this long without output (default: none)")
 	grace := fs.Duration("grace", 0, "SIGTERM-to-SIGKILL grace (default: the supervisor's --grace)")
 	id := fs.String("id", "", "the job's id, chosen by you: ASCII letters, digits and ._:- (default: the supervisor makes one up; a retried spawn with the same id never starts a second job)")
+	name := fs.String("name", "", "name the job: every command that takes a JOB takes the name too; unique among jobs not finished (ASCII letters, digits and ._:-, at most 64, not beginning with j-)")
 	cwd := fs.String("cwd", "", "working directory")
 	env := fs.StringArray("env", nil, "K=V added to the environment (repeatable)")
 	clearEnv := fs.Bool("clear-env", false, "start from an empty environment instead of the supervisor's (the job still gets EXEC_SUPERVISOR_JOB_ID and EXEC_SUPERVISOR_STATE_ID)")
@@ -53,8 +54,14 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	if *noPace && !*follow {
 		return 0, &usageError{msg: "--no-pace is for --follow"}
 	}
-	a := protocol.SpawnArgs{JobID: *id, Argv: fs.Args(), Shell: *shell, Cwd: *cwd, SessionID: *session}
+	a := protocol.SpawnArgs{JobID: *id, Name: *name, Argv: fs.Args(), Shell: *shell, Cwd: *cwd, SessionID: *session}
 	var err error
+	if fs.Changed("name") {
+		var pe *protocol.Error
+		if err := protocol.ValidJobName(a.Name); errors.As(err, &pe) {
+			return 0, &usageError{msg: "--name: " + pe.Message, hint: "a name is like build, web-1 or nightly.backup"}
+		}
+	}
 	if a.TimeoutMs, err = millis(*timeout, "--timeout"); err != nil {
 		return 0, err
 	}

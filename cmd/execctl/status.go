@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -131,6 +132,9 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 	row("job", info.JobID)
+	if info.Name != "" {
+		row("name", info.Name)
+	}
 	row("state", info.State)
 	row("command", commandLine(info))
 	if info.Cwd != "" {
@@ -236,7 +240,9 @@ func commandLine(j protocol.JobInfo) string {
 type ListCommand struct{}
 
 // Synopsis implements command.
-func (*ListCommand) Synopsis() string { return "list jobs: list [--state S] [--session ID] [--brief]" }
+func (*ListCommand) Synopsis() string {
+	return "list jobs: list [--state S] [--session ID] [--name PATTERN] [--label K=V]... [--brief]"
+}
 
 // Run implements command.
 func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
@@ -244,15 +250,25 @@ func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, restarting, exited)")
 	session := fs.String("session", "", "only jobs of this session")
 	brief := fs.Bool("brief", false, "without the jobs' commands, cwd and labels (much less to transfer when commands are long)")
+	name := fs.String("name", "", "only named jobs whose name matches this glob (* ? [...]; a plain name: the jobs of that name)")
+	labels := fs.StringArray("label", nil, "K=V: only jobs with this label (repeatable: all must match)")
 	if err := g.parse(fs, args); err != nil {
 		return 0, err
+	}
+	want, err := kvs(*labels, "--label")
+	if err != nil {
+		return 0, err
+	}
+	var pe *protocol.Error
+	if err := protocol.ValidNamePattern(*name); errors.As(err, &pe) {
+		return 0, &usageError{msg: "--name: " + pe.Message, hint: "a glob such as 'build-*' (quote it from the shell)"}
 	}
 	switch protocol.State(*state) {
 	case "", protocol.StateStarting, protocol.StateRunning, protocol.StateExiting, protocol.StateRestarting, protocol.StateExited:
 	default:
 		return 0, &usageError{msg: fmt.Sprintf("--state %q: want starting, running, exiting, restarting or exited", *state)}
 	}
-	return listJobs(ctx, g, protocol.ListJobsArgs{State: protocol.State(*state), SessionID: *session, Brief: *brief})
+	return listJobs(ctx, g, protocol.ListJobsArgs{State: protocol.State(*state), SessionID: *session, Brief: *brief, Name: *name, Labels: want})
 }
 
 // listJobs lists every job a selects, page after page (a supervisor sends
@@ -262,6 +278,12 @@ func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, er
 	if err != nil {
 		return 0, err
 	}
+	// The supervisor filters; a supervisor older than the name and label
+	// filters ignores them (unknown keys) and lists every job: filter
+	// again here (brief replies carry no labels to filter by).
+	jobs = slices.DeleteFunc(jobs, func(j protocol.JobInfo) bool {
+		return !protocol.MatchName(a.Name, j.Name) || !a.Brief && !protocol.MatchLabels(a.Labels, j.Labels)
+	})
 	if g.json {
 		if jobs == nil {
 			jobs = []protocol.JobInfo{}
@@ -274,7 +296,7 @@ func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, er
 // printJobTable prints jobs as an aligned table.
 func printJobTable(g *globals, jobs []protocol.JobInfo) error {
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATE\tPID\tRUNTIME\tCPU\tRSS\tREASON\tEXIT\tOUTPUT\tCOMMAND")
+	fmt.Fprintln(tw, "JOB\tNAME\tSTATE\tPID\tRUNTIME\tCPU\tRSS\tREASON\tEXIT\tOUTPUT\tCOMMAND")
 	for _, j := range jobs {
 		exit := "-"
 		if j.ExitCode != nil {
@@ -290,7 +312,11 @@ func printJobTable(g *globals, jobs []protocol.JobInfo) error {
 		if u := j.Usage; u != nil {
 			cpu, rss = fmt.Sprintf("%.0f%%", u.CPUPercent), humanBytes(u.RSSBytes)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.JobID, j.State, j.Pid, runtime(j), cpu, rss, reason, exit, humanBytes(j.StdoutBytes+j.StderrBytes), commandLine(j))
+		name := j.Name
+		if name == "" {
+			name = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.JobID, name, j.State, j.Pid, runtime(j), cpu, rss, reason, exit, humanBytes(j.StdoutBytes+j.StderrBytes), commandLine(j))
 	}
 	return tw.Flush()
 }

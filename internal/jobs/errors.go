@@ -37,6 +37,9 @@ var (
 	// ErrAlreadyExists: a job of the id a spawn chose is known already
 	// (its JobID names it).
 	ErrAlreadyExists = errors.New("job already exists")
+	// ErrNameTaken: a job not finished holds the name a spawn (or the
+	// start of a finished service) gave (its JobID names it).
+	ErrNameTaken = errors.New("job name taken")
 	// ErrInvalid: an argument the engine cannot act on (a cursor past the
 	// output, a negative offset, a job that is not a service...).
 	ErrInvalid = errors.New("invalid argument")

@@ -176,6 +176,9 @@ type Job struct {
 	// createN is its place in the order jobs were created (or restored):
 	// set before the job is visible, never changed.
 	createN uint64
+	// nameSt is its hold on its name (guarded by the Manager's mu; see
+	// names.go).
+	nameSt nameState
 	// finBytes is what it retained when it finished, charged to
 	// MaxFinishedOutput (Manager.recentBytes): its output and what it
 	// keeps of its spec (see finishedCostLocked).
@@ -388,7 +391,7 @@ func (j *Job) finishedCostLocked() int64 {
 	const strHdr = 16   // a string header (a slice element, a map key or value)
 	const mapEntry = 16 // a map entry's share of its buckets, roughly
 	const evHdr = 96    // an event's fixed fields
-	n := len(j.spec.Shell) + len(j.spec.Cwd) + len(j.spec.SessionID) + len(j.errMsg) + len(j.notifyStatus)
+	n := len(j.spec.Name) + len(j.spec.Shell) + len(j.spec.Cwd) + len(j.spec.SessionID) + len(j.errMsg) + len(j.notifyStatus)
 	for _, a := range j.spec.Argv {
 		n += strHdr + len(a)
 	}

@@ -628,7 +628,7 @@ func TestListAfterRemovedCursor(t *testing.T) {
 		}
 		ids = append(ids, info.JobID)
 	}
-	all, ns := m.ListAfter("", "", "", 0, 0, "")
+	all, ns := m.ListAfter(ListFilter{}, 0, 0, "")
 	for i, info := range all {
 		if info.JobID != ids[i] {
 			t.Fatalf("order %d: %s, want %s", i, info.JobID, ids[i])
@@ -646,7 +646,7 @@ func TestListAfterRemovedCursor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rest, _ := m.ListAfter("", "", "", c, n, id)
+	rest, _ := m.ListAfter(ListFilter{}, c, n, id)
 	var got []string
 	for _, info := range rest {
 		got = append(got, info.JobID)

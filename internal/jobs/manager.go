@@ -106,6 +106,8 @@ type Manager struct {
 	// finished jobs retention holds.
 	live   map[string]*Job
 	recent []finished
+	// names indexes the known jobs that have a name by it (see names.go).
+	names map[string][]*Job
 	// recentN and recentBytes count the jobs in recent (not emptied) and
 	// the output bytes they retain; recentHead is where the oldest of them
 	// may be (entries before it are empty).
@@ -274,11 +276,15 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	for !chosen && m.jobs[j.id] != nil {
 		j.id = newJobID() // (64 random bits met a caller's choice)
 	}
+	nameErr := m.nameTakenLocked(j, chosen)
 	switch {
 	case m.jobs[j.id] != nil:
 		m.mu.Unlock()
 		return nil, protocol.JobInfo{}, &Error{Kind: ErrAlreadyExists, JobID: j.id,
 			Msg: fmt.Sprintf("job %q already exists (a job keeps its id until it is removed or forgotten): nothing was started", j.id)}
+	case nameErr != nil:
+		m.mu.Unlock()
+		return nil, protocol.JobInfo{}, nameErr
 	case m.closed:
 		m.mu.Unlock()
 		return nil, protocol.JobInfo{}, errorf(ErrShuttingDown, "supervisor is shutting down; not starting new jobs")
@@ -290,6 +296,7 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	j.createN = m.createN
 	m.jobs[j.id] = j
 	m.live[j.id] = j
+	m.indexNameLocked(j, true, 0)
 	m.active++
 	m.mu.Unlock()
 
@@ -315,6 +322,7 @@ func (m *Manager) changed() {
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	m.mu.Lock()
 	m.active--
+	m.releaseNameLocked(j, ms(cmp.Or(j.endedAt, m.now())))
 	forgot := 0
 	if j.svc == nil { // services are always journaled
 		m.finN++
@@ -340,9 +348,9 @@ func (m *Manager) Get(id string) (*Job, error) {
 	m.mu.Unlock()
 	if j == nil {
 		if at := m.crashRecovery.Load(); at != nil {
-			return nil, errorf(ErrNotFound, "no job %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job whose spawn it had not answered yet may be in no record)", id, at.UTC().Format(time.RFC3339))
+			return nil, errorf(ErrNotFound, "no job of id or name %.128q (finished jobs are forgotten after the retention period; and this supervisor started at %s after its predecessor crashed: a job whose spawn it had not answered yet may be in no record)", id, at.UTC().Format(time.RFC3339))
 		}
-		return nil, errorf(ErrNotFound, "no job %.128q (finished jobs are forgotten after the retention period)", id)
+		return nil, errorf(ErrNotFound, "no job of id or name %.128q (finished jobs are forgotten after the retention period)", id)
 	}
 	return j, nil
 }
@@ -355,7 +363,7 @@ func (m *Manager) NoteCrashRecovery(at time.Time) { m.crashRecovery.Store(&at) }
 // List returns every job's info, oldest first, filtered by state and
 // session when they are non-empty.
 func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo {
-	out, _ := m.ListAfter(state, session, "", 0, 0, "")
+	out, _ := m.ListAfter(ListFilter{State: state, Session: session}, 0, 0, "")
 	m.attachUsage(out)
 	return out
 }
@@ -364,13 +372,12 @@ func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo 
 // after the cursor job (createdAt, createN, id) in List's order
 // (createdAt, then creation order), with each job's place in the creation
 // order (for the next cursor): that job itself need not exist any more.
-// id "" means from the first. idPrefix, when not empty, keeps the jobs
-// whose id starts with it.
-func (m *Manager) ListAfter(state protocol.State, session, idPrefix string, createdAt int64, createN uint64, id string) ([]protocol.JobInfo, []uint64) {
+// id "" means from the first. f selects the jobs listed.
+func (m *Manager) ListAfter(f ListFilter, createdAt int64, createN uint64, id string) ([]protocol.JobInfo, []uint64) {
 	m.mu.Lock()
 	js := make([]*Job, 0, len(m.jobs))
 	for _, j := range m.jobs {
-		if strings.HasPrefix(j.id, idPrefix) {
+		if strings.HasPrefix(j.id, f.IDPrefix) && protocol.MatchName(f.Name, j.name()) {
 			js = append(js, j)
 		}
 	}
@@ -395,7 +402,7 @@ func (m *Manager) ListAfter(state protocol.State, session, idPrefix string, crea
 				continue
 			}
 		}
-		if (state == "" || info.State == state) && (session == "" || info.SessionID == session) {
+		if (f.State == "" || info.State == f.State) && (f.Session == "" || info.SessionID == f.Session) && protocol.MatchLabels(f.Labels, info.Labels) {
 			out = append(out, listed{info, j.createN})
 		}
 	}
@@ -410,6 +417,21 @@ func (m *Manager) ListAfter(state protocol.State, session, idPrefix string, crea
 		infos[i], ns[i] = l.info, l.n
 	}
 	return infos, ns
+}
+
+// ListFilter selects the jobs ListAfter lists: those that pass each of
+// its fields (the zero value of a field passes every job).
+type ListFilter struct {
+	// State and Session: the job's state, its session id.
+	State   protocol.State
+	Session string
+	// IDPrefix: the start of the job's id.
+	IDPrefix string
+	// Name: a glob the job's name matches (protocol.MatchName: a job
+	// without a name passes only the empty pattern).
+	Name string
+	// Labels: labels the job has, each with that value.
+	Labels map[string]string
 }
 
 // AttachUsage fills Usage for the running jobs among infos (see List).
@@ -461,8 +483,8 @@ func (m *Manager) Remove(id string) error {
 		return errorf(ErrJobRunning, "job %s is still running: kill it first", id)
 	}
 	m.mu.Lock()
-	delete(m.jobs, id)
-	delete(m.live, id)
+	m.forgetLocked(j)
+	delete(m.live, j.id)
 	m.forgetRecentLocked(j)
 	m.mu.Unlock()
 	j.mu.Unlock()

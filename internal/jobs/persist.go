@@ -358,7 +358,7 @@ func (m *Manager) Restore(s Snapshot) error {
 	}
 	j := &Job{
 		m: m, id: info.JobID, done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
-		spec: protocol.SpawnArgs{Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID},
+		spec: protocol.SpawnArgs{Name: m.validRestoredName(info.JobID, info.Name), Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID},
 		out:  newRing(m.cfg.RingBytes), exitCode: info.ExitCode,
 		signal: info.Signal, errMsg: info.Error, pid: info.Pid, pgid: info.Pgid, startTicks: s.StartTicks,
 		timeout: time.Duration(info.TimeoutMs) * time.Millisecond, noOutput: time.Duration(info.NoOutputTimeoutMs) * time.Millisecond,
@@ -510,7 +510,9 @@ func (m *Manager) Restore(s Snapshot) error {
 		}
 	}
 	if sv != nil && sv.Spec.Restart.Enabled() {
+		name := j.spec.Name
 		j.spec = sv.Spec
+		j.spec.Name = name // (the record's: one name whatever the spec says)
 		j.svc = newBackoff(*sv.Spec.Restart)
 		j.life.Service = true
 		j.svc.consecutive, j.svc.ends = sv.Consecutive, sv.Ends
@@ -541,6 +543,7 @@ func (m *Manager) Restore(s Snapshot) error {
 	m.createN++
 	j.createN = m.createN
 	m.jobs[j.id] = j
+	m.indexNameLocked(j, false, info.EndedAt)
 	if j.svc != nil {
 		m.live[j.id] = j
 		// (noted as finished, not bounded yet: the caller may resume

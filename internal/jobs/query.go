@@ -13,7 +13,7 @@ func (j *Job) Info() protocol.JobInfo {
 
 func (j *Job) infoLocked() protocol.JobInfo {
 	info := protocol.JobInfo{
-		JobID: j.id, State: j.life.State.Wire(), Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+		JobID: j.id, Name: j.spec.Name, State: j.life.State.Wire(), Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
 		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Pid: j.pid, Pgid: j.pgid,
 		CreatedAt: ms(j.createdAt), StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), LastOutputAt: ms(j.lastOutputAt),
 		ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,

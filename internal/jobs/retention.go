@@ -36,7 +36,7 @@ func (m *Manager) boundRecentLocked(keep *Job) int {
 			continue
 		}
 		if m.jobs[f.j.id] == f.j { // (else the sweep removed it already)
-			delete(m.jobs, f.j.id)
+			m.forgetLocked(f.j)
 			n++
 		}
 		m.recentN--
@@ -76,7 +76,7 @@ func (m *Manager) addFinishedServiceLocked(j *Job) int {
 	n := 0
 	for len(m.finSvcs) > m.cfg.MaxFinishedServices && m.finSvcs[0].j != j {
 		old := m.finSvcs[0].j
-		delete(m.jobs, old.id)
+		m.forgetLocked(old)
 		delete(m.live, old.id)
 		m.finSvcs = m.finSvcs[1:]
 		n++
@@ -160,7 +160,7 @@ func (m *Manager) Sweep() int {
 		}
 		if end, ok := j.finishedAt(); ok && end.Before(cutoff) {
 			m.mu.Lock()
-			delete(m.jobs, j.id)
+			m.forgetLocked(j)
 			m.mu.Unlock()
 			n++
 		}

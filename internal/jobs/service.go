@@ -301,6 +301,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 	// Exited: supervision starts over with the recorded spec (a job
 	// restored without a usable spec has no svc and was refused above).
 	m.mu.Lock()
+	nameErr := m.nameTakenLocked(j, false)
 	switch {
 	case m.jobs[id] != j:
 		m.mu.Unlock()
@@ -314,8 +315,15 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		m.mu.Unlock()
 		j.mu.Unlock()
 		return protocol.JobInfo{}, errorf(ErrTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs)", m.active, m.cfg.MaxJobs)
+	case nameErr != nil:
+		m.mu.Unlock()
+		j.mu.Unlock()
+		return protocol.JobInfo{}, nameErr
 	}
 	m.active++
+	if j.name() != "" {
+		j.nameSt.held = true
+	}
 	j.svcFinN.Store(0) // (supervised again: not a finished service)
 	m.mu.Unlock()
 	// The old terminal event stays in the sequence; a new one follows

@@ -42,7 +42,7 @@ func BenchmarkStatusUsage(b *testing.B) {
 			list := time.Since(t0)
 			t0 = time.Now()
 			for range b.N {
-				infos, _ := m.ListAfter(protocol.StateRunning, "", "", 0, 0, "")
+				infos, _ := m.ListAfter(ListFilter{State: protocol.StateRunning}, 0, 0, "")
 				groups := map[int]bool{}
 				for _, in := range infos {
 					groups[in.Pgid] = true

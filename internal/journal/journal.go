@@ -52,7 +52,9 @@ type LeaderExit struct {
 // Record is what the journal keeps of one job: enough to report its fate
 // and to recognise its process after a restart.
 type Record struct {
-	JobID     string            `json:"jobId"`
+	JobID string `json:"jobId"`
+	// Name is the job's name, given at spawn (absent: none).
+	Name      string            `json:"name,omitempty"`
 	Argv      []string          `json:"argv,omitempty"`
 	Shell     string            `json:"shell,omitempty"`
 	Cwd       string            `json:"cwd,omitempty"`

@@ -17,7 +17,7 @@ type handler func(s *Server, p *zmqx.Peer, req *protocol.Request) (any, error)
 var handlers = map[protocol.Op]handler{
 	protocol.OpHealth:    withArgs((*Server).opHealth),
 	protocol.OpSpawn:     withArgs((*Server).opSpawn),
-	protocol.OpWait:      func(s *Server, p *zmqx.Peer, req *protocol.Request) (any, error) { return s.wait(p, req) },
+	protocol.OpWait:      withArgs((*Server).wait),
 	protocol.OpPace:      withArgs((*Server).opPace),
 	protocol.OpCancel:    withArgs((*Server).opCancel),
 	protocol.OpPoll:      withArgs((*Server).opPoll),
@@ -31,26 +31,57 @@ var handlers = map[protocol.Op]handler{
 	protocol.OpListJobs: withArgs(func(s *Server, _ *zmqx.Peer, _ *protocol.Request, a *protocol.ListJobsArgs) (any, error) {
 		return s.listJobs(*a)
 	}),
-	protocol.OpStart:   serviceOp,
-	protocol.OpRestart: serviceOp,
-	protocol.OpStop:    serviceOp,
-	protocol.OpHistory: serviceOp,
+	protocol.OpStart:   withArgs((*Server).serviceOp),
+	protocol.OpRestart: withArgs((*Server).serviceOp),
+	protocol.OpStop:    withArgs((*Server).serviceOp),
+	protocol.OpHistory: withArgs((*Server).serviceOp),
 	protocol.OpRemove:  withArgs((*Server).opRemove),
 }
 
 // withArgs is a handler that decodes the request's arguments into an A
-// (checked as every op's are, none included) and hands them to f.
+// (checked as every op's are, none included), resolves the job they name
+// (jobRef), and hands them to f.
 func withArgs[A any](f func(s *Server, p *zmqx.Peer, req *protocol.Request, a *A) (any, error)) handler {
 	return func(s *Server, p *zmqx.Peer, req *protocol.Request) (any, error) {
 		a := new(A)
 		if err := protocol.DecodeArgs(req, a); err != nil {
 			return nil, err
 		}
+		if ref := jobRef(a); ref != nil && *ref != "" {
+			*ref = s.jobs.Resolve(*ref)
+		}
 		return f(s, p, req, a)
 	}
 }
 
-func serviceOp(s *Server, _ *zmqx.Peer, req *protocol.Request) (any, error) { return s.serviceOp(req) }
+// jobRef returns the field of an op's arguments that names a job, nil
+// for ops that name none. The one place where a job's name stands for its
+// id: withArgs replaces a name there with the id of the job it names
+// (jobs.Manager.Resolve: the job of that id first, then the one holding
+// the name, then the one of that name that finished last), so that every
+// op, its reply and its log lines see the id. An op whose arguments name
+// a job must be listed here.
+func jobRef(a any) *string {
+	switch a := a.(type) {
+	case *protocol.JobArgs:
+		return &a.JobID
+	case *protocol.KillArgs:
+		return &a.JobID
+	case *protocol.WaitArgs:
+		return &a.JobID
+	case *protocol.PollArgs:
+		return &a.JobID
+	case *protocol.SubscribeArgs:
+		return &a.JobID
+	case *protocol.WriteArgs:
+		return &a.JobID
+	case *protocol.ResizeArgs:
+		return &a.JobID
+	case *protocol.PaceArgs:
+		return &a.JobID
+	}
+	return nil
+}
 
 // noArgs are the arguments of an op that takes none.
 type noArgs struct{}
@@ -194,7 +225,7 @@ func (s *Server) listJobs(a protocol.ListJobsArgs) (protocol.ListJobsResult, err
 			return protocol.ListJobsResult{}, err
 		}
 	}
-	jobs, ns := s.jobs.ListAfter(a.State, a.SessionID, a.IDPrefix, created, afterN, after)
+	jobs, ns := s.jobs.ListAfter(jobs.ListFilter{State: a.State, Session: a.SessionID, IDPrefix: a.IDPrefix, Name: a.Name, Labels: a.Labels}, created, afterN, after)
 	budget := s.cfg.ListPageBytes
 	if budget <= 0 || budget > protocol.MaxListBytes {
 		budget = protocol.MaxListBytes
@@ -225,11 +256,7 @@ func (s *Server) listJobs(a protocol.ListJobsArgs) (protocol.ListJobsResult, err
 }
 
 // serviceOp answers start, restart, stop and history.
-func (s *Server) serviceOp(req *protocol.Request) (any, error) {
-	var a protocol.JobArgs
-	if err := protocol.DecodeArgs(req, &a); err != nil {
-		return nil, err
-	}
+func (s *Server) serviceOp(_ *zmqx.Peer, req *protocol.Request, a *protocol.JobArgs) (any, error) {
 	if a.JobID == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
 	}

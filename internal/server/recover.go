@@ -354,7 +354,7 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 func snapshotOf(r journal.Record) jobs.Snapshot {
 	return jobs.Snapshot{
 		Info: protocol.JobInfo{
-			JobID: r.JobID, State: protocol.State(r.State), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd,
+			JobID: r.JobID, Name: r.Name, State: protocol.State(r.State), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd,
 			Labels: r.Labels, SessionID: r.SessionID, Pid: r.Pid, Pgid: r.Pgid,
 			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, LastOutputAt: r.LastOutputAt,
 			Reason: protocol.Reason(r.Reason), ExitCode: r.ExitCode, Signal: r.Signal, Error: r.Error,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -11,16 +12,16 @@ import (
 // hundreds of megabytes (1,500 finished jobs of 200 KiB argv took 1.8 GB
 // per call) only to refuse them. list-jobs pages instead.
 func (s *Server) statusAll() (any, error) {
-	jobs, _ := s.jobs.ListAfter("", "", "", 0, 0, "")
+	all, _ := s.jobs.ListAfter(jobs.ListFilter{}, 0, 0, "")
 	size := 0
-	for i := range jobs {
-		if size += infoSizeBound(&jobs[i]); size > protocol.MaxReplyBytes {
+	for i := range all {
+		if size += infoSizeBound(&all[i]); size > protocol.MaxReplyBytes {
 			return nil, protocol.Errorf(protocol.CodeTooLarge,
-				"status of all %d jobs would be over %d bytes; list-jobs pages through them (execctl list)", len(jobs), protocol.MaxReplyBytes)
+				"status of all %d jobs would be over %d bytes; list-jobs pages through them (execctl list)", len(all), protocol.MaxReplyBytes)
 		}
 	}
-	s.jobs.AttachUsage(jobs)
-	return protocol.StatusResult{Jobs: jobs}, nil
+	s.jobs.AttachUsage(all)
+	return protocol.StatusResult{Jobs: all}, nil
 }
 
 // infoSizeBound is at least the msgpack size of j: its strings (each with
@@ -45,7 +46,7 @@ func infoSizeBound(j *protocol.JobInfo) int {
 			str(v)
 		}
 	}
-	for _, v := range []string{j.JobID, string(j.State), j.Shell, j.Cwd, j.SessionID, string(j.Reason), j.Signal, j.Error,
+	for _, v := range []string{j.JobID, j.Name, string(j.State), j.Shell, j.Cwd, j.SessionID, string(j.Reason), j.Signal, j.Error,
 		j.Ownership, j.Cgroup, j.Restart, j.NotifyStatus} {
 		str(v)
 	}

@@ -295,11 +295,7 @@ func (s *Server) spawnAndWait(p *zmqx.Peer, id string, a protocol.SpawnArgs) (_ 
 }
 
 // wait serves OpWait.
-func (s *Server) wait(p *zmqx.Peer, req *protocol.Request) (any, error) {
-	var a protocol.WaitArgs
-	if err := protocol.DecodeArgs(req, &a); err != nil {
-		return nil, err
-	}
+func (s *Server) wait(p *zmqx.Peer, req *protocol.Request, a *protocol.WaitArgs) (any, error) {
 	switch {
 	case a.JobID == "":
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "wait needs jobId")

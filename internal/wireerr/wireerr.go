@@ -23,6 +23,7 @@ var codes = []struct {
 	{jobs.ErrSpawn, protocol.CodeSpawnError},
 	{jobs.ErrJobRunning, protocol.CodeJobRunning},
 	{jobs.ErrAlreadyExists, protocol.CodeAlreadyExists},
+	{jobs.ErrNameTaken, protocol.CodeNameTaken},
 	{jobs.ErrFinished, protocol.CodeInvalidArgument},
 	{jobs.ErrNotRunning, protocol.CodeInvalidArgument},
 	{jobs.ErrNoInput, protocol.CodeInvalidArgument},
@@ -33,7 +34,7 @@ var codes = []struct {
 // Of returns err as a wire error: a *protocol.Error in its chain as it is
 // (a request the codec refused, an op's own argument check), an engine
 // error under its kind's code and its message (one naming its job, a
-// spawn error or an id taken, with the job's id in Details["jobId"]), anything else as internal. The result
+// spawn error, an id or a name taken, with the job's id in Details["jobId"]), anything else as internal. The result
 // wraps err (Unwrap), for logs and errors.Is on this side. nil gives nil.
 func Of(err error) *protocol.Error {
 	if err == nil {

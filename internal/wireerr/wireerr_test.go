@@ -28,6 +28,7 @@ func TestOf(t *testing.T) {
 		{&jobs.SpawnError{JobID: "j-1", Err: cause}, protocol.CodeSpawnError},
 		{&jobs.Error{Kind: jobs.ErrJobRunning, Msg: "running"}, protocol.CodeJobRunning},
 		{&jobs.Error{Kind: jobs.ErrAlreadyExists, Msg: "taken", JobID: "build-1"}, protocol.CodeAlreadyExists},
+		{&jobs.Error{Kind: jobs.ErrNameTaken, Msg: "held", JobID: "j-2"}, protocol.CodeNameTaken},
 		{&jobs.Error{Kind: jobs.ErrFinished, Msg: "exited"}, protocol.CodeInvalidArgument},
 		{&jobs.Error{Kind: jobs.ErrNotRunning, Msg: "between runs"}, protocol.CodeInvalidArgument},
 		{&jobs.Error{Kind: jobs.ErrNoInput, Msg: "stdin closed"}, protocol.CodeInvalidArgument},
@@ -54,6 +55,9 @@ func TestOf(t *testing.T) {
 	}
 	if pe := wireerr.Of(&jobs.Error{Kind: jobs.ErrAlreadyExists, Msg: "taken", JobID: "build-1"}); pe.Details["jobId"] != "build-1" {
 		t.Errorf("already-exists: %+v", pe)
+	}
+	if pe := wireerr.Of(&jobs.Error{Kind: jobs.ErrNameTaken, Msg: "held", JobID: "j-2"}); pe.Details["jobId"] != "j-2" || !errors.Is(pe, protocol.ErrNameTaken) {
+		t.Errorf("name-taken: %+v", pe)
 	}
 	if pe := wireerr.Of(&jobs.Error{Kind: jobs.ErrNoStdin, Msg: "no stdin"}); pe.Details["reason"] != "no-stdin" {
 		t.Errorf("no stdin: %+v", pe)

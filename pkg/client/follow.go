@@ -49,6 +49,9 @@ type FollowFunc func(ev protocol.Event) error
 // has no record of the job, Follow returns ErrSupervisorRestarted.
 //
 // With Paced, the follower also paces the job's output.
+//
+// jobID is the job's id, not its name (SpawnArgs.Name): events are
+// published under ids; Status(ctx, name) returns the job, and its id.
 func (c *Client) Follow(ctx context.Context, jobID string, from uint64, fn FollowFunc, opts ...FollowOption) error {
 	if from == 0 {
 		from = 1

@@ -382,6 +382,11 @@ func (a *SpawnArgs) Validate() error {
 			return err
 		}
 	}
+	if a.Name != "" {
+		if err := ValidJobName(a.Name); err != nil {
+			return err
+		}
+	}
 	switch {
 	case len(a.Argv) == 0 && a.Shell == "":
 		return Errorf(CodeInvalidArgument, "spawn needs argv or shell; both are empty")
@@ -453,13 +458,8 @@ func (a *SpawnArgs) Validate() error {
 			return Errorf(CodeInvalidArgument, "pty.term must be at most 64 bytes without NUL or '='")
 		}
 	}
-	if len(a.Labels) > MaxLabels {
-		return Errorf(CodeTooLarge, "%d labels; the limit is %d", len(a.Labels), MaxLabels)
-	}
-	for k, v := range a.Labels {
-		if len(k) == 0 || len(k) > MaxLabelBytes || len(v) > MaxLabelBytes {
-			return Errorf(CodeInvalidArgument, "label keys must be 1..%d bytes and values at most %d", MaxLabelBytes, MaxLabelBytes)
-		}
+	if err := validLabels(a.Labels); err != nil {
+		return err
 	}
 	if len(a.SessionID) > MaxIDBytes || !utf8.ValidString(a.SessionID) {
 		return Errorf(CodeInvalidArgument, "sessionId must be valid UTF-8 of at most %d bytes", MaxIDBytes)
@@ -612,6 +612,12 @@ func (a *ListJobsArgs) Validate() error {
 	}
 	if len(a.IDPrefix) > MaxIDBytes {
 		return Errorf(CodeInvalidArgument, "idPrefix longer than %d bytes", MaxIDBytes)
+	}
+	if err := ValidNamePattern(a.Name); err != nil {
+		return err
+	}
+	if err := validLabels(a.Labels); err != nil {
+		return err
 	}
 	if a.After != "" {
 		if _, _, _, err := ParseListCursor(a.After); err != nil {

@@ -162,6 +162,7 @@ func appendSpawnArgs(b []byte, a *SpawnArgs) ([]byte, bool) {
 	}
 	w := newMW(b)
 	w.str("jobId", a.JobID, true)
+	w.str("name", a.Name, true)
 	w.strs("argv", a.Argv, true)
 	w.str("shell", a.Shell, true)
 	w.str("cwd", a.Cwd, true)
@@ -189,6 +190,7 @@ func appendJobInfo(b []byte, i *JobInfo) ([]byte, bool) {
 	}
 	w := newMW(b)
 	w.str("jobId", i.JobID, false)
+	w.str("name", i.Name, true)
 	w.str("state", string(i.State), false)
 	w.command(i.Argv, i.Shell, i.Cwd, i.Labels, i.SessionID)
 	w.int("pid", int64(i.Pid), false)
@@ -559,6 +561,8 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 		switch string(key) {
 		case "jobId":
 			ok = m.strTo(&a.JobID)
+		case "name":
+			ok = m.strTo(&a.Name)
 		case "argv":
 			ok = m.strSlice(&a.Argv)
 		case "shell":
@@ -610,6 +614,8 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 		switch string(key) {
 		case "jobId":
 			ok = m.strTo(&i.JobID)
+		case "name":
+			ok = m.strTo(&i.Name)
 		case "state":
 			s, ok = m.str()
 			i.State = State(s)

@@ -38,6 +38,11 @@ type SpawnArgs struct {
 	// retained) is refused with CodeAlreadyExists and starts nothing: a
 	// caller that got no reply can send the same spawn again safely.
 	JobID string `msgpack:"jobId,omitempty" json:"jobId,omitempty"`
+	// Name, when set, names the job (see ValidJobName): every op that
+	// takes a jobId takes the name too. A name is unique among the jobs
+	// not finished: a spawn naming one that such a job holds is refused
+	// with CodeNameTaken and starts nothing. Empty: no name.
+	Name string `msgpack:"name,omitempty" json:"name,omitempty"`
 	// Argv is the program and its arguments, run without a shell. Argv[0]
 	// is looked up in the job's PATH when it has no slash.
 	Argv []string `msgpack:"argv,omitempty" json:"argv,omitempty"`
@@ -196,7 +201,10 @@ type CancelResult struct {
 }
 
 // JobArgs are the arguments of ops that name one job (OpRemove, OpStatus).
-// For OpStatus an empty JobID means every job.
+// For OpStatus an empty JobID means every job. Here and in every op's
+// arguments, JobID may also be a job's name (see SpawnArgs.Name): a job
+// of that id first, else the job not finished that holds the name, else
+// the one of that name that finished last.
 type JobArgs struct {
 	JobID string `msgpack:"jobId" json:"jobId"`
 }
@@ -242,6 +250,12 @@ type ListJobsArgs struct {
 	// IDPrefix filters by the start of the job id (as a client resolving
 	// an abbreviated id asks); empty means all.
 	IDPrefix string `msgpack:"idPrefix,omitempty" json:"idPrefix,omitempty"`
+	// Name keeps the named jobs whose name matches this glob (see
+	// ValidNamePattern, MatchName); empty means all, named or not.
+	Name string `msgpack:"name,omitempty" json:"name,omitempty"`
+	// Labels keeps the jobs that have every one of these labels with
+	// its value; empty means all.
+	Labels map[string]string `msgpack:"labels,omitempty" json:"labels,omitempty"`
 }
 
 // ListJobsResult is the result of OpListJobs.
@@ -293,7 +307,9 @@ type RemoveResult struct {
 
 // JobInfo describes a job.
 type JobInfo struct {
-	JobID     string            `msgpack:"jobId" json:"jobId"`
+	JobID string `msgpack:"jobId" json:"jobId"`
+	// Name is the name given at spawn ("": none).
+	Name      string            `msgpack:"name,omitempty" json:"name,omitempty"`
 	State     State             `msgpack:"state" json:"state"`
 	Argv      []string          `msgpack:"argv,omitempty" json:"argv,omitempty"`
 	Shell     string            `msgpack:"shell,omitempty" json:"shell,omitempty"`

@@ -166,11 +166,15 @@ const (
 	CodeSpawnError         Code = "spawn-error"
 	// CodeAlreadyExists: a spawn named a job id the supervisor knows.
 	CodeAlreadyExists Code = "already-exists"
-	CodeJobRunning    Code = "job-running"
-	CodeShuttingDown  Code = "shutting-down"
-	CodeTooManyWaits  Code = "too-many-waits"
-	CodeCancelled     Code = "cancelled"
-	CodeInternal      Code = "internal"
+	// CodeNameTaken: a spawn (or the start of a service) named a job
+	// with a name that a job not finished holds; Details["jobId"] is
+	// that job.
+	CodeNameTaken    Code = "name-taken"
+	CodeJobRunning   Code = "job-running"
+	CodeShuttingDown Code = "shutting-down"
+	CodeTooManyWaits Code = "too-many-waits"
+	CodeCancelled    Code = "cancelled"
+	CodeInternal     Code = "internal"
 )
 
 // Limits of the protocol. A server may be configured with a smaller
@@ -252,6 +256,7 @@ var (
 	ErrShuttingDown = &Error{Code: CodeShuttingDown}
 	ErrJobRunning   = &Error{Code: CodeJobRunning}
 	ErrTooLarge     = &Error{Code: CodeTooLarge}
+	ErrNameTaken    = &Error{Code: CodeNameTaken}
 )
 
 // Errorf returns an *Error with code and a formatted message.
