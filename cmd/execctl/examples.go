@@ -7,7 +7,7 @@ var examples = map[string]string{
 		"  execctl spawn --restart always --restart-delay 500ms --notify --watchdog 30s --memory-max 512M -- ./daemon",
 	"wait":      "execctl wait JOB1 JOB2; echo \"last exit: $?\"",
 	"logs":      "execctl logs -f JOB1 JOB2",
-	"kill":      "execctl kill JOB\n  execctl kill JOB1 JOB2 JOB3\n  execctl kill --signal SIGINT JOB",
+	"kill":      "execctl kill JOB\n  execctl kill JOB1 JOB2 JOB3\n  execctl kill --label team=ci\n  execctl kill --signal SIGINT JOB",
 	"write":     "execctl write JOB 'print(1+1)'\n  cat input.txt | execctl write --eof JOB -",
 	"send-keys": "execctl send-keys JOB C-c\n  execctl send-keys JOB Up Enter",
 	"status":    "execctl status JOB\n  execctl --json status JOB | jq .job.usage",

@@ -289,6 +289,29 @@ func TestKillSeveral(t *testing.T) {
 		t.Fatalf("kill of an unknown job and a running one: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	s.waitExited(t, ids[2])
+
+	// By label: every job not yet ended with it, and no other.
+	var team []string
+	for _, l := range []string{"team=a", "team=a", "team=b"} {
+		spawned := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--label", l, "--", "sleep", "60"))
+		team = append(team, spawned["jobId"].(string))
+	}
+	out = s.mustCtl(t, "kill", "--signal", "SIGKILL", "--label", "team=a")
+	if strings.Count(out, "\n") != 2 || !strings.Contains(out, team[0]) || !strings.Contains(out, team[1]) {
+		t.Fatalf("kill --label team=a printed %q", out)
+	}
+	s.waitExited(t, team[0])
+	s.waitExited(t, team[1])
+	if job := s.jsonStatus(t, team[2]); job["state"] != "running" {
+		t.Fatalf("the job labelled team=b: %v", job)
+	}
+	if code, _, errs := s.ctl(t, "kill", "--label", "team=b", team[2]); code == 0 || !strings.Contains(errs, "not both") {
+		t.Fatalf("kill with JOBs and --label: exit %d, %q", code, errs)
+	}
+	if code, _, errs := s.ctl(t, "kill", "--label", "team=nobody"); code != 0 || !strings.Contains(errs, "no job not yet ended") {
+		t.Fatalf("kill --label matching nothing: exit %d, %q", code, errs)
+	}
+	s.mustCtl(t, "kill", "--signal", "SIGKILL", team[2])
 }
 
 func TestJSONListAndHealth(t *testing.T) {
