@@ -2980,3 +2980,36 @@ func TestStopWithFailedJournal(t *testing.T) {
 		t.Errorf("the job is %s after the restart; want exited", info.State)
 	}
 }
+
+// TestKill9WithQueuedJob: a job queued for a slot is journaled as such;
+// after the supervisor is SIGKILLed the next run reports it ended
+// (supervisor-restart, saying it never started), not lost and not run.
+func TestKill9WithQueuedJob(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--max-jobs", "1")
+	ctx := ctxFor(t, 60*time.Second)
+	busy, err := s.client.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroups([]int{busy.Pgid}) })
+	q, err := s.client.Spawn(ctx, protocol.SpawnArgs{Shell: "echo ran", Queue: true})
+	if err != nil || q.State != protocol.StateQueued {
+		t.Fatalf("queued spawn: %+v, %v", q, err)
+	}
+	waitJournal(t, filepath.Join(e.state, "journal.json"), "the queued job", func(f *journal.File) bool {
+		for _, r := range f.Jobs {
+			if r.JobID == q.JobID && r.State == "queued" {
+				return true
+			}
+		}
+		return false
+	})
+	s.kill9()
+	s2 := e.start(t, "--max-jobs", "1")
+	info, err := s2.client.Status(ctx, q.JobID)
+	if err != nil || info.State != protocol.StateExited || info.Reason != protocol.ReasonSupervisorRestart ||
+		!strings.Contains(info.Error, "never started") || info.StdoutBytes != 0 {
+		t.Fatalf("the queued job after the crash: %+v, %v", info, err)
+	}
+}

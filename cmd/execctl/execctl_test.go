@@ -1229,3 +1229,32 @@ func TestHintsByDetail(t *testing.T) {
 		t.Fatalf("pty hint: %q", h)
 	}
 }
+
+// TestSpawnQueue: at the job limit, spawn --queue answers a queued job
+// that list --state queued and health show and that runs once a slot
+// frees (spawn --queue --wait exits with its code); spawn without it is
+// refused with a hint naming --queue.
+func TestSpawnQueue(t *testing.T) {
+	t.Parallel()
+	s := startSupervisorWith(t, func(c *server.Config) { c.Jobs.MaxJobs = 1 })
+	busy := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--", "sleep", "60"))["jobId"].(string)
+	q := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--queue", "--shell", "exit 3"))
+	id, _ := q["jobId"].(string)
+	if st := jobOf(t, q)["state"]; st != "queued" {
+		t.Fatalf("spawn --queue at the limit: state %v", st)
+	}
+	if out := s.mustCtl(t, "list", "--state", "queued"); !strings.Contains(out, id) || !strings.Contains(out, "queued") {
+		t.Fatalf("list --state queued:\n%s", out)
+	}
+	if out := s.mustCtl(t, "health"); !strings.Contains(out, "1 jobs queued") {
+		t.Fatalf("health: %s", out)
+	}
+	code, _, errs := s.ctl(t, "spawn", "--", "true")
+	if code == 0 || !strings.Contains(errs, "spawn --queue") {
+		t.Fatalf("spawn at the limit without --queue: exit %d, %q", code, errs)
+	}
+	s.mustCtl(t, "kill", "--signal", "SIGKILL", busy)
+	if code, _, errs := s.ctl(t, "wait", id); code != 3 {
+		t.Fatalf("wait for the queued job: exit %d (%s), want its exit code 3", code, errs)
+	}
+}

@@ -169,6 +169,9 @@ func hintFor(name string, pe *protocol.Error) string {
 		}
 		return "a job holds that name until it finishes: choose another name"
 	case protocol.CodeTooManyJobs:
+		if name == "spawn" {
+			return "see running jobs with: execctl list; wait for a slot with spawn --queue; raise the limit with exec-supervisor --max-jobs"
+		}
 		return "see running jobs with: execctl list; raise the limit with exec-supervisor --max-jobs"
 	case protocol.CodeJobRunning:
 		if name == "start" || name == "restart" {

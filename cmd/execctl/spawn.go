@@ -43,6 +43,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	rows := fs.Int("rows", 0, "terminal rows with --pty (default 24)")
 	cols := fs.Int("cols", 0, "terminal columns with --pty (default 80)")
 	stdin := fs.Bool("stdin", false, "keep the job's stdin open for 'execctl write' (default: /dev/null)")
+	queue := fs.Bool("queue", false, "when --max-jobs are running, wait in state queued for a slot (in order) instead of being refused")
 	noPace := fs.Bool("no-pace", false, "with --follow: do not hold the job to execctl's pace (output it prints faster than execctl shows it may be lost)")
 	svc := serviceFlags(fs)
 	if err := g.parse(fs, args); err != nil {
@@ -97,6 +98,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		a.EnvMode = protocol.EnvReplace
 	}
 	a.Stdin = *stdin
+	a.Queue = *queue
 	// Following, the job waits for execctl as a command waits for its
 	// terminal: nothing it prints is lost to the ring buffer.
 	a.Pace = *follow && !*noPace

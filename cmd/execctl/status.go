@@ -170,7 +170,7 @@ func (*ListCommand) Synopsis() string {
 // Run implements command.
 func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("list", g)
-	state := fs.String("state", "", "only jobs in this state (starting, running, exiting, restarting, exited)")
+	state := fs.String("state", "", "only jobs in this state (queued, starting, running, exiting, restarting, exited)")
 	session := fs.String("session", "", "only jobs of this session")
 	brief := fs.Bool("brief", false, "without the jobs' commands, cwd and labels (much less to transfer when commands are long)")
 	name := fs.String("name", "", "only named jobs whose name matches this glob (* ? [...]; a plain name: the jobs of that name)")
@@ -187,9 +187,9 @@ func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		return 0, &usageError{msg: "--name: " + pe.Message, hint: "a glob such as 'build-*' (quote it from the shell)"}
 	}
 	switch protocol.State(*state) {
-	case "", protocol.StateStarting, protocol.StateRunning, protocol.StateExiting, protocol.StateRestarting, protocol.StateExited:
+	case "", protocol.StateQueued, protocol.StateStarting, protocol.StateRunning, protocol.StateExiting, protocol.StateRestarting, protocol.StateExited:
 	default:
-		return 0, &usageError{msg: fmt.Sprintf("--state %q: want starting, running, exiting, restarting or exited", *state)}
+		return 0, &usageError{msg: fmt.Sprintf("--state %q: want queued, starting, running, exiting, restarting or exited", *state)}
 	}
 	return listJobs(ctx, g, protocol.ListJobsArgs{State: protocol.State(*state), SessionID: *session, Brief: *brief, Name: *name, Labels: want})
 }
@@ -295,6 +295,9 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	}
 	fmt.Fprintf(g.stdout, "%s: exec-supervisor %s (protocol %d), instance %s, pid %d, up %s, %d/%d jobs running, %d known\n",
 		status, h.Version, h.Protocol, h.InstanceID, h.Pid, humanDuration(msDuration(h.UptimeMs)), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
+	if h.QueuedJobs > 0 {
+		fmt.Fprintf(g.stdout, "%d jobs queued for a slot\n", h.QueuedJobs)
+	}
 	if !h.Cgroups && h.CgroupsNote != "" {
 		fmt.Fprintf(g.stdout, "no cgroup per job (%s): process groups only\n", h.CgroupsNote)
 	}

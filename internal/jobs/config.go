@@ -9,8 +9,11 @@ import (
 // Config holds the Manager's limits and timings. Zero values are replaced
 // by the defaults of DefaultConfig.
 type Config struct {
-	// MaxJobs bounds jobs not yet exited.
+	// MaxJobs bounds jobs not yet exited (queued ones aside).
 	MaxJobs int
+	// MaxQueued bounds the jobs spawned with Queue waiting for a slot
+	// under MaxJobs; past it such a spawn is refused as too-many-jobs.
+	MaxQueued int
 	// RingBytes bounds retained output per job.
 	RingBytes int
 	// MergeInterval batches output into events: output read when its
@@ -62,6 +65,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		MaxJobs:         50,
+		MaxQueued:       1000,
 		RingBytes:       2 << 20,
 		MergeInterval:   200 * time.Millisecond,
 		MergeMaxBytes:   64 << 10,
@@ -109,6 +113,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxFinished <= 0 {
 		c.MaxFinished = d.MaxFinished
+	}
+	if c.MaxQueued <= 0 {
+		c.MaxQueued = d.MaxQueued
 	}
 	if c.MaxFinishedServices <= 0 {
 		c.MaxFinishedServices = d.MaxFinishedServices

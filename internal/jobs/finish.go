@@ -92,6 +92,15 @@ func (j *Job) finishLocked() {
 	if j.life.State != Exited { // (the lifecycle core moved it there)
 		j.m.log.Error("finalize a job the lifecycle has not ended", "job", j.id, "state", j.life.State.String())
 	}
+	if !over(j.runDone) {
+		// No run ever started (a queued job killed or shut down before
+		// its turn): it ends now, and nothing waits for a run.
+		j.endedAt = j.m.now()
+		close(j.runDone)
+		if !over(j.runStarted) {
+			close(j.runStarted)
+		}
+	}
 	// Counted (active jobs, finished metric) before anyone can see it
 	// ended (status, the terminal event, done): a client that saw the end
 	// and then scrapes /metrics finds it counted.

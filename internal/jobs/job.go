@@ -31,6 +31,10 @@ type Job struct {
 
 	timeout, noOutput, grace time.Duration
 
+	// slot: the job holds one of the MaxJobs slots (under m.mu): from its
+	// start (or a queued job's turn) to its end.
+	slot bool
+
 	mu sync.Mutex
 	// done is closed once the job is finalized (replaced when a finished
 	// service is started again); runDone when the current run ended.

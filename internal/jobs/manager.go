@@ -92,8 +92,12 @@ type Manager struct {
 
 	mu     sync.Mutex
 	jobs   map[string]*Job
-	active int
+	active int // jobs holding a slot under MaxJobs (Job.slot)
 	closed bool
+	// queue holds the queued jobs in the order spawned; queueKick wakes
+	// the queue runner (queue.go).
+	queue     []*Job
+	queueKick chan struct{}
 	// finN numbers finished jobs in the order they finished (Job.finN).
 	finN uint64
 	// createN numbers jobs in the order they were created or restored
@@ -219,9 +223,11 @@ func New(cfg Config, log *slog.Logger, sink Sink, opts ...Option) *Manager {
 		o(m)
 	}
 	m.unignoreSignals()
-	m.wg.Add(2)
+	m.queueKick = make(chan struct{}, 1)
+	m.wg.Add(3)
 	go m.sweeper()
 	go m.escapeWatcher()
+	go m.queueRunner()
 	return m
 }
 
@@ -288,20 +294,36 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	case m.closed:
 		m.mu.Unlock()
 		return nil, protocol.JobInfo{}, errorf(ErrShuttingDown, "supervisor is shutting down; not starting new jobs")
-	case m.active >= m.cfg.MaxJobs:
+	case args.Queue && len(m.queue) >= m.cfg.MaxQueued:
 		m.mu.Unlock()
-		return nil, protocol.JobInfo{}, errorf(ErrTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one", m.active, m.cfg.MaxJobs)
+		return nil, protocol.JobInfo{}, errorf(ErrTooManyJobs, "%d jobs are running and %d queued; the limits are %d (--max-jobs) and %d (--max-queued)", m.active, len(m.queue), m.cfg.MaxJobs, m.cfg.MaxQueued)
+	case m.active >= m.cfg.MaxJobs && !args.Queue:
+		m.mu.Unlock()
+		return nil, protocol.JobInfo{}, errorf(ErrTooManyJobs, "%d jobs are running; the limit is %d (--max-jobs): wait for one to finish or kill one (or spawn with queue to wait for a slot)", m.active, m.cfg.MaxJobs)
 	}
+	// A queued spawn waits behind the jobs queued before it, even when a
+	// slot is free (the runner gives it to the first of them).
+	queued := args.Queue && (m.active >= m.cfg.MaxJobs || len(m.queue) > 0)
 	m.createN++
 	j.createN = m.createN
 	m.jobs[j.id] = j
 	m.live[j.id] = j
 	m.indexNameLocked(j, true, 0)
-	m.active++
+	if queued {
+		j.life.State = Queued
+		m.enqueueLocked(j)
+	} else {
+		j.slot = true
+		m.active++
+	}
 	m.mu.Unlock()
 
 	if o.Pacer != nil { // (after the refusals: a refused job is nobody's to pace)
 		_ = j.Pace(o.Pacer, 0, o.PaceWatch) // (offset 0 cannot be refused)
+	}
+	if queued {
+		m.changed()
+		return j, j.Info(), nil
 	}
 	if err := j.start(); err != nil {
 		return j, j.Info(), &SpawnError{JobID: j.id, Err: err}
@@ -321,7 +343,15 @@ func (m *Manager) changed() {
 // jobDone counts j finished. j.mu is held (its output is final).
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	m.mu.Lock()
-	m.active--
+	if j.slot {
+		j.slot = false
+		m.active--
+		if len(m.queue) > 0 {
+			m.kickQueue() // (a slot for the first queued job)
+		}
+	} else {
+		m.dequeueLocked(j) // (ended while queued)
+	}
 	m.releaseNameLocked(j, ms(cmp.Or(j.endedAt, m.now())))
 	forgot := 0
 	if j.svc == nil { // services are always journaled

@@ -320,6 +320,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		j.mu.Unlock()
 		return protocol.JobInfo{}, nameErr
 	}
+	j.slot = true
 	m.active++
 	if j.name() != "" {
 		j.nameSt.held = true

@@ -13,4 +13,5 @@ const (
 	Exiting    = lifecycle.Exiting
 	Exited     = lifecycle.Exited
 	Restarting = lifecycle.Restarting
+	Queued     = lifecycle.Queued
 )

@@ -345,7 +345,7 @@ func checkRecord(r *Record) string {
 		return fmt.Sprintf("job %.128q has a negative pid", r.JobID)
 	}
 	switch r.State {
-	case "starting", "running", "exiting", "restarting", "exited":
+	case "queued", "starting", "running", "exiting", "restarting", "exited":
 		return ""
 	}
 	return fmt.Sprintf("job %.128q has unknown state %.32q", r.JobID, r.State)

@@ -57,6 +57,7 @@ type Gauges struct {
 	Subscribers                                    func() float64
 	HeldWaits                                      func() float64
 	PacedJobs                                      func() float64
+	QueuedJobs                                     func() float64
 	// CPUHome is the CPU the supervisor's threads are kept on (-1: none);
 	// CPUHomeChanges counts placements by kind: pinned, moved, spread.
 	CPUHome        func() float64
@@ -110,6 +111,7 @@ func New(g Gauges) *Metrics {
 		gf("event_queue_length", "Events waiting for the event socket.", g.QueueLength),
 		gf("event_subscribers", "Connections subscribed to the event socket.", g.Subscribers),
 		gf("held_waits", "Replies held for waits (spawn with waitMs, the wait op).", g.HeldWaits),
+		gf("jobs_queued", "Jobs spawned with queue waiting for a slot under --max-jobs.", g.QueuedJobs),
 		gf("jobs_output_paced", "Jobs whose output waits for a client pacing them (the pace op) to take what they printed.", g.PacedJobs),
 		cf("events_dropped_total", "Events dropped at the high water mark (each announced by a job.gap event).", g.EventsDropped),
 		cf("gap_events_total", "job.gap events published.", g.GapEvents),

@@ -84,7 +84,7 @@ func failedError(r protocol.Reason, msg string) string {
 // stateOf is the dialect state of a native job.
 func stateOf(info *protocol.JobInfo) string {
 	switch info.State {
-	case protocol.StateStarting:
+	case protocol.StateStarting, protocol.StateQueued:
 		return statePending
 	case protocol.StateRunning, protocol.StateRestarting:
 		return stateRunning

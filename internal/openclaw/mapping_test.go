@@ -56,7 +56,7 @@ func TestEndingOf(t *testing.T) {
 		}
 	}
 	for native, want := range map[protocol.State]string{
-		protocol.StateStarting: statePending, protocol.StateRunning: stateRunning,
+		protocol.StateQueued: statePending, protocol.StateStarting: statePending, protocol.StateRunning: stateRunning,
 		protocol.StateRestarting: stateRunning, protocol.StateExiting: stateExiting,
 	} {
 		if got := stateOf(&protocol.JobInfo{State: native}); got != want {

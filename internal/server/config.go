@@ -197,6 +197,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "HTTP address serving /metrics (empty disables)")
 	fs.IntVar(&c.MetricsMaxConns, "metrics-max-connections", c.MetricsMaxConns, "connections open to /metrics at once; one more is closed at once (idle keep-alive connections are closed after 5s)")
 	fs.IntVar(&c.Jobs.MaxJobs, "max-jobs", c.Jobs.MaxJobs, "maximum concurrent jobs")
+	fs.IntVar(&c.Jobs.MaxQueued, "max-queued", c.Jobs.MaxQueued, "jobs spawned with queue that may wait for a slot under --max-jobs")
 	fs.IntVar(&c.Jobs.RingBytes, "ring-buffer", c.Jobs.RingBytes, "output bytes retained per job")
 	fs.DurationVar(&c.Jobs.MergeInterval, "chunk-merge-interval", c.Jobs.MergeInterval, "output batching window (0 sends every read at once)")
 	fs.IntVar(&c.Jobs.MergeMaxBytes, "chunk-max-bytes", c.Jobs.MergeMaxBytes, "largest output event; pending output is flushed at this size")
@@ -273,6 +274,7 @@ func (c *Config) Validate() error {
 		msg  string
 	}{
 		{c.Jobs.MaxJobs >= 1 && c.Jobs.MaxJobs <= 100000, "--max-jobs", "must be 1..100000"},
+		{c.Jobs.MaxQueued >= 1 && c.Jobs.MaxQueued <= 1000000, "--max-queued", "must be 1..1000000"},
 		{c.Jobs.RingBytes >= 4096 && c.Jobs.RingBytes <= 1<<30, "--ring-buffer", "must be 4096..1073741824 bytes"},
 		{c.Jobs.MergeInterval >= 0 && c.Jobs.MergeInterval <= time.Minute, "--chunk-merge-interval", "must be 0..1m"},
 		{c.Jobs.MergeMaxBytes >= 512 && c.Jobs.MergeMaxBytes <= 1<<20, "--chunk-max-bytes", "must be 512..1048576"},

@@ -105,7 +105,7 @@ func (s *Server) opHealth(_ *zmqx.Peer, _ *protocol.Request, _ *noArgs) (any, er
 	return protocol.HealthResult{
 		OK: !draining, InstanceID: s.instanceID, Protocol: protocol.Version, Version: Version,
 		Pid: os.Getpid(), StartedAt: s.startedAt.UnixMilli(), UptimeMs: time.Since(s.startedAt).Milliseconds(),
-		ActiveJobs: active, TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
+		ActiveJobs: active, QueuedJobs: s.jobs.Queued(), TotalJobs: total, MaxJobs: s.cfg.Jobs.MaxJobs, Draining: draining,
 		// (Both may quote paths the operator chose: sent as UTF-8.)
 		Cgroups: s.cgroupBase != nil, CgroupsNote: strings.ToValidUTF8(s.cgroupNote, "\uFFFD"),
 		JournalError: strings.ToValidUTF8(s.jw.health(), "\uFFFD"),

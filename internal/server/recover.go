@@ -125,6 +125,9 @@ func (s *Server) recover() (resume []string, err error) {
 				// and group of its last run were reaped long ago and may
 				// belong to anyone now: nothing is reconciled.
 				note = "no run was in progress (the service was waiting to restart)"
+			case r.State == string(protocol.StateQueued):
+				// (no process: nothing to reconcile)
+				note = "it was queued, waiting for a slot, and never started"
 			default:
 				note = s.reconcile(r, doc.InstanceID)
 			}

@@ -225,6 +225,7 @@ func (s *Server) newMetrics() *metrics.Metrics {
 		Subscribers:       func() float64 { return float64(s.EventSubscribers()) },
 		HeldWaits:         func() float64 { return float64(s.heldWaits()) },
 		PacedJobs:         func() float64 { return float64(s.jobs.Paced()) },
+		QueuedJobs:        func() float64 { return float64(s.jobs.Queued()) },
 		CPUHome:           func() float64 { return float64(s.cpu.Current()) },
 		CPUHomeChanges: func(to string) float64 {
 			p, m, sp := s.cpu.Changes()

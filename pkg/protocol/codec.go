@@ -390,6 +390,8 @@ func (a *SpawnArgs) Validate() error {
 	switch {
 	case len(a.Argv) == 0 && a.Shell == "":
 		return Errorf(CodeInvalidArgument, "spawn needs argv or shell; both are empty")
+	case a.Queue && a.Restart != nil && a.Restart.Policy != "" && a.Restart.Policy != RestartNever:
+		return Errorf(CodeInvalidArgument, "queue is for one-shot jobs: a service (restart %s) is not queued", a.Restart.Policy)
 	case len(a.Argv) > 0 && a.Shell != "":
 		return Errorf(CodeInvalidArgument, "spawn takes argv or shell, not both")
 	case len(a.Argv) > 0 && a.Argv[0] == "":
@@ -603,9 +605,9 @@ func (a *ResizeArgs) Validate() error {
 // Validate checks list-jobs arguments.
 func (a *ListJobsArgs) Validate() error {
 	switch a.State {
-	case "", StateStarting, StateRunning, StateExiting, StateExited, StateRestarting:
+	case "", StateQueued, StateStarting, StateRunning, StateExiting, StateExited, StateRestarting:
 	default:
-		return Errorf(CodeInvalidArgument, "state %.32q is not one of starting, running, exiting, restarting, exited", string(a.State))
+		return Errorf(CodeInvalidArgument, "state %.32q is not one of queued, starting, running, exiting, restarting, exited", string(a.State))
 	}
 	if a.Limit < 0 {
 		return negativeErr("limit", a.Limit)

@@ -179,6 +179,7 @@ func appendSpawnArgs(b []byte, a *SpawnArgs) ([]byte, bool) {
 	w.int("watchdogIntervalMs", a.WatchdogIntervalMs, true)
 	w.int("waitMs", a.WaitMs, true)
 	w.bool("pace", a.Pace, true)
+	w.bool("queue", a.Queue, true)
 	return w.end(), true
 }
 
@@ -595,6 +596,8 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 			ok = m.i64To(&a.WaitMs)
 		case "pace":
 			ok = m.boolTo(&a.Pace)
+		case "queue":
+			ok = m.boolTo(&a.Queue)
 		case "pty", "restart", "limits":
 			return false // nested: the generic decoder
 		default:

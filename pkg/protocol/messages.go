@@ -100,6 +100,13 @@ type SpawnArgs struct {
 	// Pace and only polled waits at its pace window until the
 	// supervisor's --pace-stall-limit lets it go.
 	Pace bool `msgpack:"pace,omitempty" json:"pace,omitempty"`
+	// Queue: past the job limit (--max-jobs), the job waits in state
+	// queued for a free slot, in the order spawned, instead of the spawn
+	// being refused with CodeTooManyJobs (still refused when the queue
+	// holds --max-queued jobs). One-shot jobs only. A queued job has no
+	// process; a kill ends it unstarted; its timeouts count from its
+	// start.
+	Queue bool `msgpack:"queue,omitempty" json:"queue,omitempty"`
 }
 
 // PtyArgs sizes a job's terminal: Rows and Cols 1..10000, zero meaning
@@ -512,8 +519,10 @@ type HealthResult struct {
 	Pid        int    `msgpack:"pid" json:"pid"`
 	StartedAt  int64  `msgpack:"startedAt" json:"startedAt"`
 	UptimeMs   int64  `msgpack:"uptimeMs" json:"uptimeMs"`
-	// ActiveJobs counts jobs not yet exited; TotalJobs all known jobs.
+	// ActiveJobs counts jobs not yet exited (queued ones aside: those are
+	// QueuedJobs); TotalJobs all known jobs.
 	ActiveJobs int  `msgpack:"activeJobs" json:"activeJobs"`
+	QueuedJobs int  `msgpack:"queuedJobs,omitempty" json:"queuedJobs,omitempty"`
 	TotalJobs  int  `msgpack:"totalJobs" json:"totalJobs"`
 	MaxJobs    int  `msgpack:"maxJobs" json:"maxJobs"`
 	Draining   bool `msgpack:"draining" json:"draining"`

@@ -110,6 +110,10 @@ const (
 	// StateRestarting: a service job between runs, waiting for its
 	// restart delay.
 	StateRestarting State = "restarting"
+	// StateQueued: a job spawned with Queue waiting for a free slot
+	// under the job limit (no process yet); it moves to starting, or to
+	// exited when killed first.
+	StateQueued State = "queued"
 )
 
 // Reason is the normalized termination reason of a finished job.

@@ -38,6 +38,9 @@ const (
 	Exited
 	// Restarting: a service between runs, waiting for its delay.
 	Restarting
+	// Queued: a one-shot job spawned to wait for a free slot under the
+	// job limit; no process yet (Dequeued starts it).
+	Queued
 )
 
 func (s State) String() string {
@@ -52,6 +55,8 @@ func (s State) String() string {
 		return "exited"
 	case Restarting:
 		return "restarting"
+	case Queued:
+		return "queued"
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
@@ -66,6 +71,7 @@ var legal = map[State][]State{
 	Exiting:    {Exited, Restarting},
 	Restarting: {Starting, Exited},
 	Exited:     {Starting}, // only a service, by start or restart
+	Queued:     {Starting, Exited},
 }
 
 // CanMove reports whether from -> to is a legal move.
@@ -129,6 +135,9 @@ type Kill struct {
 
 // Started: the run's process exists.
 type Started struct{}
+
+// Dequeued: a queued job got its slot; its start begins.
+type Dequeued struct{}
 
 // GraceOver: the grace period of a kill passed and the run is not over.
 type GraceOver struct{}
@@ -201,6 +210,7 @@ type NextRun struct{}
 
 func (Kill) event()          {}
 func (Started) event()       {}
+func (Dequeued) event()      {}
 func (GraceOver) event()     {}
 func (HangupDue) event()     {}
 func (LeaderExited) event()  {}

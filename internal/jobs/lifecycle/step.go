@@ -93,6 +93,12 @@ func step(l Life, ev Event) (Life, []Effect, error) {
 	switch e := ev.(type) {
 	case Kill:
 		return kill(l, e)
+	case Dequeued:
+		if l.State != Queued {
+			return l, nil, &IllegalError{l.State, ev}
+		}
+		l.State = Starting
+		return l, nil, nil
 	case Started:
 		if l.State != Starting {
 			return l, nil, &IllegalError{l.State, ev}
@@ -184,6 +190,10 @@ func kill(l Life, e Kill) (Life, []Effect, error) {
 		return l, append(effs, Finish{ClearExit: true}), nil
 	case Exited:
 		return l, effs, nil
+	case Queued:
+		// No process: it ends here, never started.
+		l.State, l.Reason = Exited, e.Reason
+		return l, append(effs, Finish{}), nil
 	case Starting:
 		// The process does not exist yet: it is killed once it does.
 		if l.PendingKill == "" {

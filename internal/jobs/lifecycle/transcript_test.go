@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.txt with what Step d
 // after, and the effects, or the error). go test -update rewrites them;
 // read the diff before committing it.
 //
-// Events: init [service]; kill reason=R [hard]; started; grace-over;
+// Events: init [service] [queued]; dequeued; kill reason=R [hard]; started; grace-over;
 // hangup-due; leader-exited; group-outlived; group-gone; run-ended
 // [signaled] [spawn-failed] [restart delay=D] [limited] [closing];
 // restart-due; next-run; drained.
@@ -118,7 +118,13 @@ func parseEvent(line string) (Event, *Life, error) {
 	flag := func(k string) bool { _, ok := args[k]; return ok }
 	switch f[0] {
 	case "init":
-		return nil, &Life{Service: flag("service")}, nil
+		l := &Life{Service: flag("service")}
+		if flag("queued") {
+			l.State = Queued
+		}
+		return nil, l, nil
+	case "dequeued":
+		return Dequeued{}, nil, nil
 	case "kill":
 		return Kill{Reason: protocol.Reason(args["reason"]), Hard: flag("hard")}, nil, nil
 	case "started":
