@@ -198,7 +198,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 	}
 	// Settle what a previous run left behind before serving anyone.
-	resume, err := s.recover()
+	rc := &recovery{cfg: &s.cfg, log: s.log, jw: s.jw, jobs: s.jobs, cgroups: s.cgroupBase, lock: s.lock, mark: s.mark,
+		reconciled: &s.orphansReconciled, countFinished: s.countFinished}
+	resume, err := rc.run()
+	s.sweepLeft = rc.sweepLeft
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
@@ -207,7 +210,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err := s.lock.ClearStopped(); err != nil {
 		return fmt.Errorf("--state-dir: the previous run's clean stop cannot be cleared from its lock file (a crash of this run would pass for a clean stop, and what it left running would not be looked for): %w", err)
 	}
-	s.resumeServices(resume) // (each run is journaled before it starts: BeforeServiceRun)
+	rc.resumeServices(resume) // (each run is journaled before it starts: BeforeServiceRun)
 	s.jw.write(false)
 
 	s.pub.sock = eventSink{s}

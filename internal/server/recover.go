@@ -3,18 +3,42 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-// recover reads the journal left by a previous run and settles every job
+// recovery settles, at start, what a previous run of the supervisor left:
+// the jobs of its journal and intents (recover.go), and the processes and
+// job cgroups nothing records any more (sweep.go). Start makes one, runs
+// it before serving anyone, then resumes the services it returns.
+type recovery struct {
+	cfg     *Config
+	log     *slog.Logger
+	jw      *journalWriter // (its journal is read; the intents are taken over for it)
+	jobs    *jobs.Manager
+	cgroups *cgroups.Base // nil: jobs have no cgroups
+	lock    *journal.Lock
+	mark    string // the state directory's mark (see statemark.go)
+	// reconciled counts the orphans ended (the server's metric);
+	// countFinished counts a job the restart ended.
+	reconciled    *atomic.Uint64
+	countFinished func(protocol.Reason, bool)
+	// sweepLeft: the sweep of marked processes could not end, or look
+	// at, all of them (the supervisor's clean stop must not be claimed).
+	sweepLeft bool
+}
+
+// run reads the journal left by a previous run and settles every job
 // it recorded: finished jobs come back as they were; unfinished ones are
 // reconciled against the process table and recorded as failed with reason
 // supervisor-restart. A live process whose pid, start time and boot id all
@@ -25,22 +49,22 @@ import (
 // a previous run left running). It returns the services to resume (the
 // caller resumes them once nothing a crash would leave can pass for a
 // clean stop: journal.Lock.ClearStopped).
-func (s *Server) recover() (resume []string, err error) {
-	doc, err := s.jw.journal.Load()
+func (rc *recovery) run() (resume []string, err error) {
+	doc, err := rc.jw.journal.Load()
 	var ce *journal.CorruptError
 	if errors.As(err, &ce) {
 		// (said first: whatever stops the start below, the next start
 		// finds no journal to report)
-		s.jw.corrupt.Add(1)
-		s.log.Error("journal unusable; moved aside, starting with an empty job table", "path", ce.Path, "movedTo", ce.MovedTo, "err", ce.Err)
-		if s.cgroupBase == nil {
+		rc.jw.corrupt.Add(1)
+		rc.log.Error("journal unusable; moved aside, starting with an empty job table", "path", ce.Path, "movedTo", ce.MovedTo, "err", ce.Err)
+		if rc.cgroups == nil {
 			// (with cgroups, leftover job cgroups are swept below
 			// whatever the journal said)
-			s.log.Warn("without cgroups the previous run's processes are found by their jobs' mark only (below): one that cleared its environment is not; look for such leftovers (if it crashed) in the moved-aside journal (pid, pgid)", "movedTo", ce.MovedTo)
+			rc.log.Warn("without cgroups the previous run's processes are found by their jobs' mark only (below): one that cleared its environment is not; look for such leftovers (if it crashed) in the moved-aside journal (pid, pgid)", "movedTo", ce.MovedTo)
 		}
 	}
 	if doc != nil {
-		if err := s.openIntents(doc); err != nil {
+		if err := rc.openIntents(doc); err != nil {
 			return nil, err
 		}
 	}
@@ -55,29 +79,29 @@ func (s *Server) recover() (resume []string, err error) {
 			}
 		}
 	}
-	reaped := s.reapLeftoverCgroups(recorded)
+	reaped := rc.reapLeftoverCgroups(recorded)
 	if len(reaped) > 0 || doc != nil && slices.ContainsFunc(doc.Jobs, func(r journal.Record) bool { return !r.Finished() }) {
 		// The previous run did not shut down: a job whose spawn it had
 		// not answered yet may be in no record (not-found says so).
-		s.jobs.NoteCrashRecovery(time.Now())
+		rc.jobs.NoteCrashRecovery(time.Now())
 	}
 	if err != nil && ce == nil {
 		return nil, fmt.Errorf("%w (fix its permissions or move it away; nothing was started)", err)
 	}
 	if doc != nil && len(doc.Dropped) > 0 {
-		s.jw.corrupt.Add(1)
-		s.log.Error("journal records invalid; left out (the others are recovered)", "path", s.jw.journal.Path(), "keptAt", doc.KeptAt, "dropped", doc.Dropped)
+		rc.jw.corrupt.Add(1)
+		rc.log.Error("journal records invalid; left out (the others are recovered)", "path", rc.jw.journal.Path(), "keptAt", doc.KeptAt, "dropped", doc.Dropped)
 	}
 	if doc != nil && doc.Imported > 0 {
-		s.log.Warn("journal written by OpenClaw's Node exec supervisor: the jobs it had not seen end are taken as ended (failed, supervisor-restart); their processes, if any still run, are not ours and are left alone",
-			"path", s.jw.journal.Path(), "jobs", doc.Imported)
+		rc.log.Warn("journal written by OpenClaw's Node exec supervisor: the jobs it had not seen end are taken as ended (failed, supervisor-restart); their processes, if any still run, are not ours and are left alone",
+			"path", rc.jw.journal.Path(), "jobs", doc.Imported)
 	}
 	if doc == nil || len(doc.Jobs) == 0 {
-		s.sweepMarked(doc)
+		rc.sweepMarked(doc)
 		return nil, nil
 	}
 	now := time.Now()
-	cutoff := now.Add(-s.cfg.Jobs.Retention).UnixMilli()
+	cutoff := now.Add(-rc.cfg.Jobs.Retention).UnixMilli()
 	var wg sync.WaitGroup
 	restored := 0
 	// Unfinished records are reconciled at once (each may wait out a
@@ -94,14 +118,14 @@ func (s *Server) recover() (resume []string, err error) {
 		if r.Finished() {
 			if r.Service != nil && r.Reason == string(protocol.ReasonShutdown) {
 				resume = append(resume, r.JobID)
-				if h := r.Service.History; len(h) > 0 && s.cfg.ResumeServices {
+				if h := r.Service.History; len(h) > 0 && rc.cfg.ResumeServices {
 					h[len(h)-1].Restarted = true // (as a crash's interrupted run is)
 				}
 			} else if r.Service == nil && r.EndedAt != 0 && r.EndedAt < cutoff {
 				continue // its retention ran out while we were away
 			}
-			if err := s.jobs.Restore(snapshotOf(r)); err != nil {
-				s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
+			if err := rc.jobs.Restore(snapshotOf(r)); err != nil {
+				rc.log.Warn("journal record not restored", "job", r.JobID, "err", err)
 			} else {
 				restored++
 			}
@@ -129,13 +153,13 @@ func (s *Server) recover() (resume []string, err error) {
 				// (no process: nothing to reconcile)
 				note = "it was queued, waiting for a slot, and never started"
 			default:
-				note = s.reconcile(r, doc.InstanceID)
+				note = rc.reconcile(r, doc.InstanceID)
 			}
 			it.note = note
 		}()
 	}
 	wg.Wait()
-	swept := s.sweepMarked(doc)
+	swept := rc.sweepMarked(doc)
 	for _, it := range unfinished {
 		r, note, wasRunning := it.r, it.note, it.wasRunning
 		if n := swept[r.JobID]; n > 0 {
@@ -165,7 +189,7 @@ func (s *Server) recover() (resume []string, err error) {
 			// The interrupted run goes into the service's history.
 			sv.History = append(sv.History, protocol.RunRecord{
 				Attempt: sv.Attempt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DurationMs: max(0, r.EndedAt-r.StartedAt),
-				Pid: r.Pid, Reason: reason, Error: note, Restarted: s.cfg.ResumeServices && goesOn,
+				Pid: r.Pid, Reason: reason, Error: note, Restarted: rc.cfg.ResumeServices && goesOn,
 				Tail: jobs.TailLines(runTail(r), protocol.HistoryLines),
 			})
 			if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
@@ -177,18 +201,18 @@ func (s *Server) recover() (resume []string, err error) {
 		}
 		sn := snapshotOf(r)
 		sn.Interrupted = true
-		if err := s.jobs.Restore(sn); err != nil {
-			s.log.Warn("journal record not restored", "job", r.JobID, "err", err)
+		if err := rc.jobs.Restore(sn); err != nil {
+			rc.log.Warn("journal record not restored", "job", r.JobID, "err", err)
 		} else {
 			restored++
-			if r.Service == nil || !s.cfg.ResumeServices || !goesOn {
+			if r.Service == nil || !rc.cfg.ResumeServices || !goesOn {
 				// It ended here (a resumed service ends later, and is
 				// counted then).
-				s.countFinished(reason, r.Service != nil)
+				rc.countFinished(reason, r.Service != nil)
 			}
 		}
 	}
-	s.log.Info("journal recovered", "path", s.jw.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
+	rc.log.Info("journal recovered", "path", rc.jw.journal.Path(), "previousInstance", doc.InstanceID, "jobs", restored)
 	return resume, nil
 }
 
@@ -199,8 +223,8 @@ func (s *Server) recover() (resume []string, err error) {
 // retried after each journal write): meanwhile jobs spawned just before a
 // crash are unknown to the next run, as before intents existed. One that
 // cannot be read for a passing reason stops the start (an error).
-func (s *Server) openIntents(doc *journal.File) error {
-	path := journal.IntentsPath(s.jw.journal.Path())
+func (rc *recovery) openIntents(doc *journal.File) error {
+	path := journal.IntentsPath(rc.jw.journal.Path())
 	in, rep, err := journal.OpenIntents(path)
 	if in == nil {
 		// (unread: its lines would be lost; try again later, as with the
@@ -208,21 +232,21 @@ func (s *Server) openIntents(doc *journal.File) error {
 		return fmt.Errorf("%w (nothing was started)", err)
 	}
 	if rep.MovedTo != "" {
-		s.jw.corrupt.Add(1)
-		s.log.Error("journal intents unusable; moved aside (jobs a crashed run started just before it died may be unknown)", "path", path, "movedTo", rep.MovedTo, "err", rep.Why)
+		rc.jw.corrupt.Add(1)
+		rc.log.Error("journal intents unusable; moved aside (jobs a crashed run started just before it died may be unknown)", "path", path, "movedTo", rep.MovedTo, "err", rep.Why)
 	}
 	if len(rep.Dropped) > 0 {
-		s.jw.corrupt.Add(1)
-		s.log.Error("journal intents: invalid lines left out", "path", path, "dropped", rep.Dropped)
+		rc.jw.corrupt.Add(1)
+		rc.log.Error("journal intents: invalid lines left out", "path", path, "dropped", rep.Dropped)
 	}
 	if rep.Torn {
-		s.log.Info("journal intents: the last line was cut short by the crash (left out)", "path", path)
+		rc.log.Info("journal intents: the last line was cut short by the crash (left out)", "path", path)
 	}
 	if err != nil {
-		s.jw.intentErr.Store(&journalFailure{err: err, since: time.Now()})
-		s.log.Error("journal intents cannot be written (retried after each journal write): until they can, a job spawned within the journal's pause before a crash is unknown to the next run (and, without cgroups, its processes are left running)", "path", path, "err", err)
+		rc.jw.intentErr.Store(&journalFailure{err: err, since: time.Now()})
+		rc.log.Error("journal intents cannot be written (retried after each journal write): until they can, a job spawned within the journal's pause before a crash is unknown to the next run (and, without cgroups, its processes are left running)", "path", path, "err", err)
 	}
-	s.jw.intents = in
+	rc.jw.intents = in
 	if doc.IntentsGeneration == in.Generation() {
 		// (numbering goes on past what the journal covers, whatever the
 		// file still holds: see Intents.NumberFrom)
@@ -232,7 +256,7 @@ func (s *Server) openIntents(doc *journal.File) error {
 		// moved aside): a new generation, so that it cannot be restored
 		// later to claim lines written from now on.
 		if err := in.Regenerate(); err != nil {
-			s.jw.warnIntents("journal intents not given a new generation", err)
+			rc.jw.warnIntents("journal intents not given a new generation", err)
 		}
 	}
 	unc := journal.Uncovered(doc, rep)
@@ -260,7 +284,7 @@ func (s *Server) openIntents(doc *journal.File) error {
 		doc.Jobs = append(doc.Jobs, r)
 		added = append(added, r.JobID)
 	}
-	s.log.Warn("journal intents: job starts and changes the journal had not recorded yet (the previous run died within the journal's pause after them)",
+	rc.log.Warn("journal intents: job starts and changes the journal had not recorded yet (the previous run died within the journal's pause after them)",
 		"path", path, "jobsNotInJournal", added, "newerThanJournal", newer)
 	return nil
 }
@@ -268,30 +292,30 @@ func (s *Server) openIntents(doc *journal.File) error {
 // resumeServices starts again the services whose supervision ended only
 // because the supervisor went away (crash or shutdown), unless
 // --resume-services=false.
-func (s *Server) resumeServices(ids []string) {
+func (rc *recovery) resumeServices(ids []string) {
 	if len(ids) == 0 {
 		return
 	}
-	if !s.cfg.ResumeServices {
-		s.log.Info("services left stopped (--resume-services=false); start them with execctl start", "jobs", ids)
+	if !rc.cfg.ResumeServices {
+		rc.log.Info("services left stopped (--resume-services=false); start them with execctl start", "jobs", ids)
 		return
 	}
 	for _, id := range ids {
-		info, err := s.jobs.Start(id)
+		info, err := rc.jobs.Start(id)
 		if err != nil {
-			s.log.Error("service not resumed after the restart", "job", id, "err", err)
+			rc.log.Error("service not resumed after the restart", "job", id, "err", err)
 			continue
 		}
-		s.log.Info("service resumed after the supervisor restart", "job", id, "attempt", info.Attempt, "pid", info.Pid)
+		rc.log.Info("service resumed after the supervisor restart", "job", id, "attempt", info.Attempt, "pid", info.Pid)
 	}
 }
 
 // reconcile decides the fate of one unfinished record's process and
 // returns the note recorded with the job.
-func (s *Server) reconcile(r journal.Record, prev string) string {
+func (rc *recovery) reconcile(r journal.Record, prev string) string {
 	attrs := []any{"job", r.JobID, "pid", r.Pid, "pgid", r.Pgid, "previousInstance", prev}
 	if r.Pid <= 1 {
-		s.log.Info("reconcile: no process was recorded", attrs...)
+		rc.log.Info("reconcile: no process was recorded", attrs...)
 		return "supervisor restarted before the process was recorded"
 	}
 	live := proc.Identify(r.Pid, r.StartTicks, r.BootID)
@@ -307,27 +331,27 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 			own = sid
 		}
 		if err != nil || r.Pgid != r.Pid || own != r.Pgid {
-			s.log.Warn("reconcile: the recorded process does not lead the recorded group; not touched", append(attrs, "livePgid", pg, "liveSid", sid)...)
+			rc.log.Warn("reconcile: the recorded process does not lead the recorded group; not touched", append(attrs, "livePgid", pg, "liveSid", sid)...)
 			return "the recorded process no longer leads the job's group; left untouched"
 		}
 	}
 	switch live {
 	case proc.Ours:
-		killed, err := proc.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)
-		s.orphansReconciled.Add(1)
+		killed, err := proc.TerminateGroup(r.Pgid, r.Pty, rc.cfg.Jobs.Grace)
+		rc.reconciled.Add(1)
 		how := "SIGTERM"
 		if killed {
 			how = "SIGKILL after the grace period"
 		}
 		if err != nil {
-			s.log.Error("reconcile: orphan could not be terminated", append(attrs, "err", err)...)
+			rc.log.Error("reconcile: orphan could not be terminated", append(attrs, "err", err)...)
 			return "orphaned process found alive; terminating it failed: " + err.Error()
 		}
-		s.log.Warn("reconcile: orphan found alive and terminated", append(attrs, "signal", how)...)
+		rc.log.Warn("reconcile: orphan found alive and terminated", append(attrs, "signal", how)...)
 		return "orphaned process found alive after the restart and terminated (" + how + ")"
 	case proc.Reused:
 		ticks, _ := proc.StartTicks(r.Pid)
-		s.log.Info("reconcile: pid reused: the job's process is gone and its pid belongs to another process (other start time or boot); not touched",
+		rc.log.Info("reconcile: pid reused: the job's process is gone and its pid belongs to another process (other start time or boot); not touched",
 			append(attrs, "recordedStartTicks", r.StartTicks, "liveStartTicks", ticks)...)
 		return "pid reused: the job's process was gone and its pid belonged to an unrelated process (other start time or boot), left untouched"
 	default:
@@ -337,19 +361,19 @@ func (s *Server) reconcile(r journal.Record, prev string) string {
 				members[i] = proc.ProcID{Pid: m.Pid, StartTicks: m.StartTicks}
 			}
 			if jobs.ProvesGroup(r.Pgid, r.Pty, members, r.BootID) {
-				killed, err := proc.TerminateGroup(r.Pgid, r.Pty, s.cfg.Jobs.Grace)
-				s.orphansReconciled.Add(1)
+				killed, err := proc.TerminateGroup(r.Pgid, r.Pty, rc.cfg.Jobs.Grace)
+				rc.reconciled.Add(1)
 				if err != nil {
-					s.log.Error("reconcile: orphaned group could not be terminated", append(attrs, "err", err)...)
+					rc.log.Error("reconcile: orphaned group could not be terminated", append(attrs, "err", err)...)
 					return "job leader was gone; its orphaned process group could not be terminated: " + err.Error()
 				}
-				s.log.Warn("reconcile: leader gone, recorded group members alive; group terminated", append(attrs, "sigkill", killed)...)
+				rc.log.Warn("reconcile: leader gone, recorded group members alive; group terminated", append(attrs, "sigkill", killed)...)
 				return "job leader was gone; its orphaned descendants were found alive after the restart and terminated"
 			}
-			s.log.Warn("reconcile: job leader is gone but its process group still has members; ownership cannot be proven, not touched", attrs...)
+			rc.log.Warn("reconcile: job leader is gone but its process group still has members; ownership cannot be proven, not touched", attrs...)
 			return "process was gone; its process group still had members, left untouched"
 		}
-		s.log.Info("reconcile: process was gone", attrs...)
+		rc.log.Info("reconcile: process was gone", attrs...)
 		return "process was gone when the supervisor restarted"
 	}
 }

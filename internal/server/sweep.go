@@ -22,13 +22,13 @@ import (
 // not stop cleanly (after a clean stop every job had ended; what a job
 // left behind then was let go). It runs before any job of this run
 // starts, and returns the number of processes ended per job id.
-func (s *Server) sweepMarked(doc *journal.File) map[string]int {
-	if s.lock.PreviousStopped {
+func (rc *recovery) sweepMarked(doc *journal.File) map[string]int {
+	if rc.lock.PreviousStopped {
 		return nil
 	}
 	var within []string // (besides our own cgroup)
-	if s.cgroupBase != nil {
-		within = append(within, s.cgroupBase.Path)
+	if rc.cgroups != nil {
+		within = append(within, rc.cgroups.Path)
 	}
 	var ended []proc.MarkedProcess
 	seen := map[proc.ProcID]bool{}
@@ -36,21 +36,21 @@ func (s *Server) sweepMarked(doc *journal.File) map[string]int {
 	// Again while something is found: a leftover may start another
 	// process (outside its group) while the previous ones are ended.
 	for round := 0; ; round++ {
-		found, err := proc.FindMarked(s.mark, within...)
+		found, err := proc.FindMarked(rc.mark, within...)
 		if err != nil {
-			s.sweepLeft = true
-			s.log.Error("reconcile: processes an earlier run left running could not be looked for by their jobs' mark; the next start looks again", "err", err)
+			rc.sweepLeft = true
+			rc.log.Error("reconcile: processes an earlier run left running could not be looked for by their jobs' mark; the next start looks again", "err", err)
 			break
 		}
 		if len(found) == 0 {
 			break
 		}
 		if round == 3 {
-			s.sweepLeft = true
-			s.log.Error("reconcile: processes of an earlier run carrying their jobs' mark keep appearing; left running, the next start looks again", "pids", pidsOf(found, 64))
+			rc.sweepLeft = true
+			rc.log.Error("reconcile: processes of an earlier run carrying their jobs' mark keep appearing; left running, the next start looks again", "pids", pidsOf(found, 64))
 			break
 		}
-		e, k, left := proc.TerminateMarked(found, s.mark, s.cfg.Jobs.Grace)
+		e, k, left := proc.TerminateMarked(found, rc.mark, rc.cfg.Jobs.Grace)
 		killed = killed || k
 		for _, p := range e {
 			if id := (proc.ProcID{Pid: p.Pid, StartTicks: p.StartTicks}); !seen[id] {
@@ -59,8 +59,8 @@ func (s *Server) sweepMarked(doc *journal.File) map[string]int {
 			}
 		}
 		if left {
-			s.sweepLeft = true
-			s.log.Error("reconcile: processes of an earlier run found by their jobs' mark survived SIGKILL (stuck in the kernel?); the next start looks again", "pids", pidsOf(e, 64))
+			rc.sweepLeft = true
+			rc.log.Error("reconcile: processes of an earlier run found by their jobs' mark survived SIGKILL (stuck in the kernel?); the next start looks again", "pids", pidsOf(e, 64))
 			break
 		}
 		if len(e) == 0 {
@@ -85,15 +85,15 @@ func (s *Server) sweepMarked(doc *journal.File) map[string]int {
 			} else if r.Finished() {
 				finished = append(finished, p.JobID)
 			}
-			s.orphansReconciled.Add(1)
+			rc.reconciled.Add(1)
 		}
 		per[p.JobID]++
 	}
 	if len(unrecorded) > 0 {
 		// The previous run did not shut down (or its journal is lost).
-		s.jobs.NoteCrashRecovery(time.Now())
+		rc.jobs.NoteCrashRecovery(time.Now())
 	}
-	s.log.Warn("reconcile: processes of an earlier run found by their jobs' mark and terminated",
+	rc.log.Warn("reconcile: processes of an earlier run found by their jobs' mark and terminated",
 		"processes", len(ended), "pids", pidsOf(ended, 64), "jobs", len(per), "sigkill", killed,
 		"unrecordedJobs", unrecorded, "finishedJobs", finished)
 	return per
@@ -116,12 +116,12 @@ func pidsOf(ps []proc.MarkedProcess, n int) []int {
 // SIGTERM, all at once, then one grace period for all of them, then
 // SIGKILL; then it is removed. It returns a note per cgroup name that had
 // processes.
-func (s *Server) reapLeftoverCgroups(recorded []string) map[string]string {
+func (rc *recovery) reapLeftoverCgroups(recorded []string) map[string]string {
 	notes := map[string]string{}
 	var cgs []*cgroups.Cgroup
 	seen := map[string]bool{}
-	if s.cgroupBase != nil {
-		for _, cg := range s.cgroupBase.Leftovers() {
+	if rc.cgroups != nil {
+		for _, cg := range rc.cgroups.Leftovers() {
 			cgs = append(cgs, cg)
 			seen[cg.Path] = true
 		}
@@ -132,16 +132,16 @@ func (s *Server) reapLeftoverCgroups(recorded []string) map[string]string {
 	// just before the crash is in no record), and another base is not
 	// ours to touch (a copied state directory's journal could name a live
 	// supervisor's).
-	ours := map[string]bool{cgroupBaseName(s.cfg.StateDir): true, legacyCgroupBaseName(s.cfg.StateDir): true}
+	ours := map[string]bool{cgroupBaseName(rc.cfg.StateDir): true, legacyCgroupBaseName(rc.cfg.StateDir): true}
 	swept := map[string]bool{}
 	for _, p := range recorded {
 		base := filepath.Dir(p)
-		if swept[base] || s.cgroupBase != nil && base == s.cgroupBase.Dir {
+		if swept[base] || rc.cgroups != nil && base == rc.cgroups.Dir {
 			continue
 		}
 		swept[base] = true
 		if !ours[filepath.Base(base)] {
-			s.log.Warn("reconcile: the journal names a job cgroup outside this state directory's cgroup bases; not touched", "cgroup", p)
+			rc.log.Warn("reconcile: the journal names a job cgroup outside this state directory's cgroup bases; not touched", "cgroup", p)
 			continue
 		}
 		for _, cg := range (&cgroups.Base{Dir: base}).Leftovers() {
@@ -166,7 +166,7 @@ func (s *Server) reapLeftoverCgroups(recorded []string) map[string]string {
 			procs[cg] = p
 		}
 	}
-	deadline := time.Now().Add(s.cfg.Jobs.Grace)
+	deadline := time.Now().Add(rc.cfg.Jobs.Grace)
 	for slices.ContainsFunc(live, (*cgroups.Cgroup).Populated) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // waiting for the orphans to exit
 	}
@@ -175,14 +175,14 @@ func (s *Server) reapLeftoverCgroups(recorded []string) map[string]string {
 			_ = cg.Kill()
 		}
 		id := filepath.Base(cg.Path) // the job's cgroup name (journal records name it)
-		s.orphansReconciled.Add(1)
-		s.log.Warn("reconcile: orphan found alive and terminated", "cgroupName", id, "via", "cgroup", "cgroup", cg.Path, "pids", procs[cg])
+		rc.reconciled.Add(1)
+		rc.log.Warn("reconcile: orphan found alive and terminated", "cgroupName", id, "via", "cgroup", "cgroup", cg.Path, "pids", procs[cg])
 		notes[id] = "orphaned processes found alive in the job's cgroup after the restart and terminated"
 	}
 	for _, cg := range cgs {
 		if err := cg.Remove(5 * time.Second); err != nil {
-			s.log.Error("reconcile: leftover job cgroup not removed", "err", err)
-		} else if dir := filepath.Dir(cg.Path); s.cgroupBase == nil || dir != s.cgroupBase.Dir {
+			rc.log.Error("reconcile: leftover job cgroup not removed", "err", err)
+		} else if dir := filepath.Dir(cg.Path); rc.cgroups == nil || dir != rc.cgroups.Dir {
 			_ = os.Remove(dir) // another base: gone with its last job cgroup (else it stays)
 		}
 	}
