@@ -152,7 +152,7 @@ type Job struct {
 
 	// Service jobs (restart policy): svc decides restarts; attempt is the
 	// current run's number; runOffset the output offset where it began.
-	svc       *backoff
+	svc       *lifecycle.Backoff
 	attempt   int
 	restarts  int
 	restartT  *time.Timer
@@ -210,7 +210,7 @@ func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 	if args.Restart.Enabled() {
 		// A service runs until stopped: no overall timeout unless asked
 		// for (then it bounds each run).
-		j.svc = newBackoff(*args.Restart)
+		j.svc = lifecycle.NewBackoff(*args.Restart)
 		j.life.Service = true
 	} else {
 		j.timeout = m.cfg.DefaultTimeout

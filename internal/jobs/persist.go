@@ -192,8 +192,8 @@ func (j *Job) Snapshot() Snapshot {
 		}
 	} else {
 		s.Service = &ServiceState{
-			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.consecutive, RunOutputStart: j.runOffset, OutputSkips: slices.Clone(j.out.skips),
-			Ends: append([]time.Time(nil), j.svc.ends...), History: append([]protocol.RunRecord(nil), j.history...),
+			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.Consecutive, RunOutputStart: j.runOffset, OutputSkips: slices.Clone(j.out.skips),
+			Ends: append([]time.Time(nil), j.svc.Ends...), History: append([]protocol.RunRecord(nil), j.history...),
 		}
 	}
 	live := j.out.live()
@@ -513,9 +513,9 @@ func (m *Manager) Restore(s Snapshot) error {
 		name := j.spec.Name
 		j.spec = sv.Spec
 		j.spec.Name = name // (the record's: one name whatever the spec says)
-		j.svc = newBackoff(*sv.Spec.Restart)
+		j.svc = lifecycle.NewBackoff(*sv.Spec.Restart)
 		j.life.Service = true
-		j.svc.consecutive, j.svc.ends = sv.Consecutive, sv.Ends
+		j.svc.Consecutive, j.svc.Ends = sv.Consecutive, sv.Ends
 		j.attempt, j.restarts, j.history = max(sv.Attempt, 1), sv.Restarts, sv.History
 		j.watchdog = time.Duration(sv.Spec.WatchdogIntervalMs) * time.Millisecond
 		j.grace = m.cfg.Grace

@@ -50,17 +50,17 @@ func (j *Job) verdictLocked(reason Reason) (lifecycle.Verdict, runEnd) {
 		// The supervisor is going away (a drain: --shutdown=wait). A run
 		// its policy would restart ends supervision as a shutdown does,
 		// so that the next supervisor resumes the service.
-		v.Closing = j.restartReq || j.svc.wants(reason, j.exitCode)
+		v.Closing = j.restartReq || j.svc.Wants(reason, j.exitCode)
 	case j.restartReq:
-		j.svc.reset()
+		j.svc.Reset()
 		v.Restart = true
 		rec.Reason = protocol.ReasonManualRestart
-	case j.svc.wants(reason, j.exitCode):
-		v.Delay, inWindow, v.Limited = j.svc.next(now, ran)
+	case j.svc.Wants(reason, j.exitCode):
+		v.Delay, inWindow, v.Limited = j.svc.Next(now, ran)
 		if v.Limited {
 			last := describeEnd(reason, j.exitCode, j.signal)
 			j.errMsg = fmt.Sprintf("%d run ends within %v (maxRestarts %d); last run: %s; start it again with start or restart",
-				inWindow, time.Duration(j.svc.p.RestartWindowMs)*time.Millisecond, *j.svc.p.MaxRestarts, last)
+				inWindow, time.Duration(j.svc.Policy.RestartWindowMs)*time.Millisecond, *j.svc.Policy.MaxRestarts, last)
 			j.m.log.Error("service hit its restart limit; not restarting", "job", j.id, "attempt", j.attempt, "lastRun", last)
 		} else {
 			v.Restart = true
@@ -291,7 +291,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		j.mu.Unlock()
 		return j.Info(), errorf(ErrJobRunning, "job %s is stopping; start it once it has exited", id)
 	case Restarting:
-		j.svc.reset()
+		j.svc.Reset()
 		j.beginRunLocked()
 		j.mu.Unlock()
 		m.log.Info("service started again (start op or resume) while waiting to restart", "job", id)
@@ -334,7 +334,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		j.exitEv = nil
 	}
 	j.done = make(chan struct{})
-	j.svc.reset()
+	j.svc.Reset()
 	j.beginRunLocked()
 	j.mu.Unlock()
 	m.log.Info("service started again (start op or resume)", "job", id)
@@ -387,10 +387,10 @@ func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
 		return
 	}
 	now := j.m.now()
-	info.Restart = j.svc.p.Policy
+	info.Restart = j.svc.Policy.Policy
 	info.Attempt = j.attempt
 	info.Restarts = j.restarts
-	info.RestartsInWindow = j.svc.inWindow(now)
+	info.RestartsInWindow = j.svc.InWindow(now)
 	if j.life.State == Restarting {
 		info.NextRestartAt = ms(j.restartAt)
 	}

@@ -6,9 +6,9 @@
 // the job engine (internal/jobs) drives it under the job's lock and
 // carries out the effects (signals, timers, events, journal writes).
 //
-// It decides what happens to the state and why; it does not decide a
-// service's restart schedule (the engine's backoff gives its verdict in
-// RunEnded) and knows nothing of processes, pipes or output.
+// It decides what happens to the state and why, and (Backoff) a service's
+// restart schedule, whose verdict the engine hands RunEnded; it knows
+// nothing of processes, pipes or output.
 package lifecycle
 
 import (
