@@ -12,7 +12,8 @@ import (
 // long-term key pair and the clients it admits.
 type CurveServer struct {
 	Key CurveKeyPair
-	// Clients lists the client public keys admitted; nil admits none.
+	// Clients lists the client public keys admitted (besides Key's own);
+	// nil admits none.
 	Clients *CurveAllowList
 }
 
@@ -48,9 +49,10 @@ func (l *hardenedListener) curveAccept(raw net.Conn, remote string, hello []byte
 	if err != nil {
 		return nil, violationReason(err), err
 	}
-	var name string
-	ok := false
-	if cs.Clients != nil {
+	// The server's own key is admitted too (its self-checks): whoever
+	// holds its secret could be the server anyway.
+	name, ok := "(the server's own key)", client == cs.Key.Public
+	if !ok && cs.Clients != nil {
 		var reloaded bool
 		var lerr error
 		name, ok, reloaded, lerr = cs.Clients.Lookup(client)
