@@ -28,6 +28,8 @@ func (g *globals) globalFlags() *pflag.FlagSet {
 	fs.BoolVar(&g.json, "json", false, "print JSON objects with the wire protocol's field names")
 	fs.DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each request to the supervisor")
 	fs.StringVar(&g.tokenFile, "token-file", envOr("EXEC_SUPERVISOR_TOKEN_FILE", ""), "token for tcp endpoints (default: env EXEC_SUPERVISOR_TOKEN, else the supervisor's default token file)")
+	fs.StringVar(&g.curveServerKeyFile, "curve-server-key-file", envOr("EXEC_SUPERVISOR_CURVE_SERVER_KEY_FILE", ""), "CURVE on tcp: the supervisor's public key file (its curve.pub; or env EXEC_SUPERVISOR_CURVE_SERVER_KEY, the key itself)")
+	fs.StringVar(&g.curveKeyFile, "curve-key-file", envOr("EXEC_SUPERVISOR_CURVE_KEY_FILE", ""), "CURVE on tcp: our secret key file (Z85, 0600; or env EXEC_SUPERVISOR_CURVE_SECRET_KEY, the key itself)")
 	g.flags = fs
 	return fs
 }
@@ -86,9 +88,19 @@ func (g *globals) connect() error {
 		}
 		token = t
 	}
+	// A key file given (flag, or its env) wins over a key in the env.
+	curveServer, curveSecret := os.Getenv("EXEC_SUPERVISOR_CURVE_SERVER_KEY"), os.Getenv("EXEC_SUPERVISOR_CURVE_SECRET_KEY")
+	if g.curveServerKeyFile != "" {
+		curveServer = ""
+	}
+	if g.curveKeyFile != "" {
+		curveSecret = ""
+	}
 	g.client = client.New(client.Options{
 		ControlAddress: g.control, EventAddress: g.event, RequestTimeout: g.timeout,
 		MaxReconnectAttempts: 1, DialTimeout: 2 * time.Second, Token: token,
+		CurveServerKey: curveServer, CurveServerKeyFile: g.curveServerKeyFile,
+		CurveSecretKey: curveSecret, CurveKeyFile: g.curveKeyFile,
 		LocalPollJobs: -1, // (one-shot commands: a poll asks the supervisor)
 	})
 	return nil

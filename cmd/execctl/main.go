@@ -53,10 +53,12 @@ type globals struct {
 	json           bool
 	timeout        time.Duration
 	tokenFile      string
-	flags          *pflag.FlagSet // (the global flags: see globalFlags)
-	stdout, stderr io.Writer
-	stdin          io.Reader
-	client         *client.Client // (made by parse: see connect)
+	// curveServerKeyFile and curveKeyFile: CURVE on tcp (see connect).
+	curveServerKeyFile, curveKeyFile string
+	flags                            *pflag.FlagSet // (the global flags: see globalFlags)
+	stdout, stderr                   io.Writer
+	stdin                            io.Reader
+	client                           *client.Client // (made by parse: see connect)
 }
 
 // command is one execctl subcommand.

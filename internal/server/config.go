@@ -50,6 +50,18 @@ type Config struct {
 	TokenFile string
 	// InsecureTCP allows tcp endpoints without authentication.
 	InsecureTCP bool
+	// Curve requires ZMTP CURVE (RFC 26: encrypted, both ends
+	// authenticated by key) from tcp clients instead of the PLAIN token
+	// (peers TCPLoopbackUID admits may still use NULL or PLAIN).
+	Curve bool
+	// CurveKeyFile is the server's CURVE secret key (Z85, 0600), its
+	// public key beside it as .pub; both created on first start. Empty
+	// means <StateDir>/curve.key.
+	CurveKeyFile string
+	// CurveClientsFile lists the client public keys CURVE admits (Z85, one
+	// per line), read again when it changes. Empty means
+	// <StateDir>/curve-clients.
+	CurveClientsFile string
 	// TCPLoopbackUID admits tcp clients on loopback that run as our uid
 	// or one of AllowUIDs without the token, told by the kernel from
 	// their socket (zmqx.Policy.LoopbackUIDs); false requires the token
@@ -184,6 +196,22 @@ func (c *Config) TokenPath() string {
 	return filepath.Join(c.StateDir, "token")
 }
 
+// CurveKeyPath returns the effective CURVE secret key file path.
+func (c *Config) CurveKeyPath() string {
+	if c.CurveKeyFile != "" {
+		return c.CurveKeyFile
+	}
+	return filepath.Join(c.StateDir, "curve.key")
+}
+
+// CurveClientsPath returns the effective CURVE allow-list path.
+func (c *Config) CurveClientsPath() string {
+	if c.CurveClientsFile != "" {
+		return c.CurveClientsFile
+	}
+	return filepath.Join(c.StateDir, "curve-clients")
+}
+
 // usesTCP reports whether an endpoint is tcp.
 func (c *Config) usesTCP() bool {
 	return strings.HasPrefix(c.Control, "tcp://") || strings.HasPrefix(c.Event, "tcp://")
@@ -216,6 +244,9 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ShutdownMode, "shutdown", c.ShutdownMode, "at shutdown, terminate running jobs, or wait for them (up to --shutdown-timeout)")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "secret for tcp clients (ZMTP PLAIN password), created 0600 if missing (default: <state-dir>/token)")
 	fs.BoolVar(&c.InsecureTCP, "insecure-tcp-no-auth", c.InsecureTCP, "DANGEROUS: accept tcp clients without authentication (anyone who reaches the port can run commands as this user)")
+	fs.BoolVar(&c.Curve, "curve", c.Curve, "require ZMTP CURVE (encrypted, clients and server authenticated by key) on tcp endpoints instead of the PLAIN token")
+	fs.StringVar(&c.CurveKeyFile, "curve-key-file", c.CurveKeyFile, "the supervisor's CURVE secret key (Z85), created 0600 if missing, its public key beside it as .pub (default: <state-dir>/curve.key)")
+	fs.StringVar(&c.CurveClientsFile, "curve-clients", c.CurveClientsFile, "client public keys CURVE admits (Z85, one per line, # comments), read again when it changes (default: <state-dir>/curve-clients)")
 	fs.BoolVar(&c.TCPLoopbackUID, "tcp-loopback-uid", c.TCPLoopbackUID, "admit tcp clients on loopback that run as our uid (or an --allow-uid) without the token, told by the kernel from their socket; false: the token is required from every tcp client")
 	fs.IntSliceVar(&c.AllowUIDs, "allow-uid", c.AllowUIDs, "also accept ipc clients with this uid, and tcp clients on loopback with it (see --tcp-loopback-uid) (repeatable; opens the ipc sockets to them)")
 	fs.IntSliceVar(&c.AllowGIDs, "allow-gid", c.AllowGIDs, "also accept ipc clients in this group, primary or supplementary (repeatable; opens the ipc sockets to them)")
@@ -331,6 +362,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StateDir == "" {
 		return fmt.Errorf("--state-dir must not be empty")
+	}
+	if c.Curve && c.InsecureTCP {
+		return fmt.Errorf("--curve and --insecure-tcp-no-auth contradict each other: choose one")
 	}
 	if c.Journal != "" && strings.HasSuffix(c.Journal, "/") {
 		return fmt.Errorf("--journal %q is a directory; give a file path", c.Journal)

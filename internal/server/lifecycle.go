@@ -174,6 +174,11 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			}
 			s.token = tok
 			s.log.Info("tcp clients must authenticate with the token (ZMTP PLAIN password)", "tokenFile", s.cfg.TokenPath(), "created", created)
+			if s.cfg.Curve {
+				if err := s.setupCurve(); err != nil {
+					return &ConfigError{err}
+				}
+			}
 			if s.cfg.TCPLoopbackUID {
 				s.log.Info("tcp clients on loopback running as our uid (or an --allow-uid) are admitted without the token, told by the kernel from their socket (--tcp-loopback-uid=false requires it from them too)",
 					"uid", os.Geteuid(), "allowUIDs", s.cfg.AllowUIDs)

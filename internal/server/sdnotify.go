@@ -94,6 +94,9 @@ func (s *Server) selfCheck(c **zmqx.Client, d time.Duration) error {
 		o := zmqx.DialOptions{Timeout: d}
 		if strings.HasPrefix(s.cfg.Control, "tcp://") {
 			o.Token = s.token
+			if s.curve != nil { // (the server's own key is always admitted)
+				o.Curve = &zmqx.CurveClient{Server: s.curve.Key.Public, Key: s.curve.Key}
+			}
 		}
 		cl, err := zmqx.DialClientWith(s.ctx, "DEALER", s.cfg.Control, o)
 		if err != nil {

@@ -67,8 +67,31 @@ func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
 	if strings.HasPrefix(endpoint, "tcp://") && !s.cfg.InsecureTCP {
 		p.Token = s.token
 		p.LoopbackUIDs = s.cfg.TCPLoopbackUID
+		p.Curve = s.curve
 	}
 	return p
+}
+
+// setupCurve loads the CURVE key pair (created on first start) and the
+// allow-list of client keys, and says where they are.
+func (s *Server) setupCurve() error {
+	kp, created, err := zmqx.LoadOrCreateCurveKey(s.cfg.CurveKeyPath())
+	if err != nil {
+		return fmt.Errorf("--curve-key-file: %w", err)
+	}
+	clients := zmqx.NewCurveAllowList(s.cfg.CurveClientsPath())
+	_, _, _, lerr := clients.Lookup(zmqx.CurveKey{})
+	switch {
+	case lerr != nil:
+		return fmt.Errorf("--curve-clients: %w", lerr)
+	case clients.Len() == 0:
+		s.log.Warn("no CURVE client key is allowed yet: tcp clients are refused until their public keys are in the allow-list (read again when it changes)", "curveClients", clients.Path())
+	}
+	s.curve = &zmqx.CurveServer{Key: kp, Clients: clients}
+	s.log.Info("tcp clients must use CURVE (ZMTP RFC 26) with the supervisor's public key and an allowed key of their own",
+		"publicKey", kp.Public.String(), "publicKeyFile", zmqx.CurvePublicPath(s.cfg.CurveKeyPath()), "created", created,
+		"curveClients", clients.Path(), "allowedKeys", clients.Len())
+	return nil
 }
 
 // rejectLogsPerSecond bounds the transport's warnings (refused and cut

@@ -45,6 +45,8 @@ type Server struct {
 	startedAt  time.Time
 
 	token string // tcp password; empty when no tcp endpoint or insecure
+	// curve is tcp's CURVE side (--curve), nil without.
+	curve *zmqx.CurveServer
 	// cgroupBase is where job cgroups go (nil: none); cgroupNote says why not.
 	cgroupBase *cgroups.Base
 	cgroupNote string

@@ -525,7 +525,7 @@ func TestREQAndDEALERClients(t *testing.T) {
 
 // tcpPair returns two distinct free tcp endpoints on 127.0.0.1 (both
 // listeners are held open until both ports are known, so they differ).
-func tcpPair(t *testing.T) (string, string) {
+func tcpPair(t testing.TB) (string, string) {
 	t.Helper()
 	var eps []string
 	for i := 0; i < 2; i++ {

@@ -29,6 +29,9 @@ type Client struct {
 	wsem chan struct{}
 	// writeTimeout bounds one Send (a peer that stopped reading).
 	writeTimeout time.Duration
+	// curve boxes and unboxes frames on a CURVE connection (its sealing
+	// under wsem, its opening in Recv).
+	curve *curveCodec
 }
 
 // clientMaxFrame bounds a frame, clientMaxMessage a whole message, and
@@ -61,6 +64,17 @@ type DialOptions struct {
 	// server without authentication gets mechanism NULL (a second
 	// connection), where a token given explicitly is a *MechanismError.
 	TokenToOwnOnly bool
+	// Curve, when set, uses ZMTP CURVE on tcp (Token is then not used).
+	Curve *CurveClient
+}
+
+// CurveClient is a client's CURVE setup: the server's public key, pinned
+// (a server that does not hold its secret key is refused:
+// ErrCurveServerKey), and the client's long-term key pair, whose public
+// key the server's allow-list must hold.
+type CurveClient struct {
+	Server CurveKey
+	Key    CurveKeyPair
 }
 
 // DialClientWith is DialClient with options.
@@ -101,7 +115,11 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 	// ctx bounds the handshake too (a peer that accepts and never
 	// answers; a caller that gives up, a client being closed).
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	err = c.handshake(socketType, token, o.TokenToOwnOnly, network == "tcp")
+	if o.Curve != nil && network == "tcp" {
+		err = c.curveHandshake(socketType, o.Curve)
+	} else {
+		err = c.handshake(socketType, token, o.TokenToOwnOnly, network == "tcp")
+	}
 	if !stop() { // (ctx ended: the deadline may have been cut meanwhile)
 		err = errors.Join(ctx.Err(), err)
 	}
@@ -118,6 +136,18 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// readGreeting reads the server's greeting and returns its mechanism.
+func (c *Client) readGreeting() (string, error) {
+	var peer [greetingLen]byte
+	if _, err := io.ReadFull(c.r, peer[:]); err != nil {
+		return "", fmt.Errorf("read greeting: %w", err)
+	}
+	if peer[0] != 0xFF || peer[9]&0x01 != 0x01 || peer[10] < 3 {
+		return "", errors.New("the peer does not speak ZMTP 3")
+	}
+	return strings.TrimRight(string(peer[12:32]), "\x00"), nil
 }
 
 // RefusedError is a ZMTP ERROR command from the server: it refused the
@@ -175,27 +205,24 @@ func (c *Client) handshake(socketType, token string, found, tcp bool) error {
 			return fmt.Errorf("not sending the default token: %w (give the token explicitly if this is the supervisor you mean)", err)
 		}
 	}
-	mech := "NULL"
+	m := mechNull
 	if token != "" {
-		mech = "PLAIN"
+		m = mechPlain
 	}
-	g := greeting(token != "")
+	g := greeting(m)
 	g[32] = 0 // (as-server: we are the client)
 	if _, err := c.conn.Write(g); err != nil {
 		return fmt.Errorf("send greeting: %w", err)
 	}
-	var peer [greetingLen]byte
-	if _, err := io.ReadFull(c.r, peer[:]); err != nil {
-		return fmt.Errorf("read greeting: %w", err)
+	pm, err := c.readGreeting()
+	if err != nil {
+		return err
 	}
-	if peer[0] != 0xFF || peer[9]&0x01 != 0x01 || peer[10] < 3 {
-		return errors.New("the peer does not speak ZMTP 3")
-	}
-	if pm := strings.TrimRight(string(peer[12:32]), "\x00"); pm != mech {
+	if pm != string(m) {
 		if found && token != "" && pm == "NULL" {
 			return errFoundTokenNotWanted
 		}
-		return &MechanismError{Server: pm, Client: mech}
+		return &MechanismError{Server: pm, Client: string(m)}
 	}
 	meta := metadata("Socket-Type", socketType)
 	if token != "" {
@@ -266,7 +293,7 @@ func (c *Client) Recv() ([][]byte, error) {
 	var frames [][]byte
 	total := 0
 	for {
-		flags, body, err := readFrame(c.r, clientMaxFrame)
+		flags, body, err := c.readFrame()
 		if err != nil {
 			return nil, err
 		}
@@ -304,6 +331,12 @@ func (c *Client) SendContext(ctx context.Context, frames ...[]byte) error {
 		return ctx.Err()
 	}
 	defer func() { <-c.wsem }()
+	if c.curve != nil { // (boxed under wsem: nonces in the order sent)
+		var err error
+		if bufs, size, err = c.curve.sealWire(bufs); err != nil {
+			return err
+		}
+	}
 	deadline := time.Now().Add(c.writeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d

@@ -23,8 +23,13 @@ type hardenedConn struct {
 	// peerKey names the peer for per-peer decisions: "pid N" over ipc,
 	// the IP address over tcp.
 	peerKey string
-	// plain says the peer authenticates with PLAIN (else NULL).
-	plain     bool
+	// mech is the peer's security mechanism.
+	mech mech
+	// curveHS is a CURVE peer's handshake until the engine's side sends
+	// READY; curve then boxes and unboxes its frames (see readMsgFrame,
+	// outQueue.enqueue).
+	curveHS   *curveServerHandshake
+	curve     *curveCodec
 	replay    []byte
 	parser    frameParser
 	closeOnce sync.Once

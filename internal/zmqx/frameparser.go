@@ -101,21 +101,30 @@ func (f *frameParser) command() error {
 	if name != f.finalCmd {
 		return nil
 	}
+	if err := checkPeerMetadata(props, f.peerTypes); err != nil {
+		return err
+	}
+	f.handshakeDone = true
+	return nil
+}
+
+// checkPeerMetadata checks the metadata a peer ends its handshake with:
+// well formed, with a Socket-Type among peerTypes (if any).
+func checkPeerMetadata(props []byte, peerTypes []string) error {
 	meta, err := parseMetadata(props)
 	if err != nil {
 		return &violation{"protocol-violation", err}
 	}
-	if len(f.peerTypes) > 0 {
+	if len(peerTypes) > 0 {
 		st := meta["socket-type"]
 		ok := false
-		for _, t := range f.peerTypes {
+		for _, t := range peerTypes {
 			ok = ok || t == st
 		}
 		if !ok {
-			return &violation{"incompatible-socket-type", fmt.Errorf("peer socket type %.32q cannot talk to this socket (want one of %v)", st, f.peerTypes)}
+			return &violation{"incompatible-socket-type", fmt.Errorf("peer socket type %.32q cannot talk to this socket (want one of %v)", st, peerTypes)}
 		}
 	}
-	f.handshakeDone = true
 	return nil
 }
 

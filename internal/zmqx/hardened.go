@@ -24,6 +24,10 @@ type Policy struct {
 	// name) on every connection (but see LoopbackUIDs); without it the
 	// NULL mechanism is used.
 	Token string
+	// Curve, when set, requires ZMTP CURVE (RFC 26) instead, with clients
+	// of its allow-list (but see LoopbackUIDs: a peer it admits may also
+	// choose NULL, or PLAIN with Token). For tcp endpoints.
+	Curve *CurveServer
 	// LoopbackUIDs admits without Token the tcp peers on loopback that
 	// run as our uid or one of AllowUIDs, as the kernel tells from their
 	// socket (tcpPeerUID) when the connection is accepted: our greeting
@@ -126,28 +130,41 @@ const TooManyConnections = "too many connections"
 // new connection, whatever it was.
 const IdleEvicted = "idle connection given up for a new one"
 
-// mechanism names the mechanism PLAIN (plain) or NULL.
-func mechanism(plain bool) string {
-	if plain {
-		return string(zmq4.PlainSecurity)
+// mech is a ZMTP security mechanism, as greetings name it.
+type mech string
+
+const (
+	mechNull  mech = mech(zmq4.NullSecurity)
+	mechPlain mech = mech(zmq4.PlainSecurity)
+	mechCurve mech = "CURVE"
+)
+
+// required is the mechanism every peer must use (but see LoopbackUIDs):
+// CURVE with Curve, else PLAIN with Token, else NULL.
+func (p *Policy) required() mech {
+	switch {
+	case p.Curve != nil:
+		return mechCurve
+	case p.Token != "":
+		return mechPlain
 	}
-	return string(zmq4.NullSecurity)
+	return mechNull
 }
 
 // loopbackPeer decides how a tcp peer on loopback is admitted (see
-// LoopbackUIDs): plain says whether it must give the token, own whether
-// it runs as our uid.
-func (p *Policy) loopbackPeer(raw net.Conn) (plain, own bool) {
-	plain = p.Token != ""
+// LoopbackUIDs): m is the mechanism it must use (NULL: its own choice),
+// own whether it runs as our uid.
+func (p *Policy) loopbackPeer(raw net.Conn) (m mech, own bool) {
+	m = p.required()
 	uid, ok := tcpPeerUID(raw)
 	if !ok {
-		return plain, false
+		return m, false
 	}
 	own = uid == os.Geteuid()
-	if plain && p.LoopbackUIDs && (own || slices.Contains(p.AllowUIDs, uid)) {
-		plain = false
+	if m != mechNull && p.LoopbackUIDs && (own || slices.Contains(p.AllowUIDs, uid)) {
+		m = mechNull
 	}
-	return plain, own
+	return m, own
 }
 
 // RejectReasons lists every reason Policy.OnReject may be called with
@@ -156,7 +173,8 @@ func RejectReasons() []string {
 	return []string{"too-many-connections", "handshake-displaced", "peer-credentials", "handshake-timeout-or-eof", "handshake-write", "bad-signature", "old-zmtp-version",
 		"wrong-mechanism", "auth-failed", "frame-too-large", "protocol-violation", "incompatible-socket-type",
 		"handshake", "slow-peer-write-timeout", "slow-peer-queue", "reply-queue-total", "slow-subscriber",
-		"too-many-subscriptions", "evicted-idle", "evicted-busiest-peer"}
+		"too-many-subscriptions", "evicted-idle", "evicted-busiest-peer",
+		"curve-protocol", "curve-hello", "curve-initiate", "curve-replay", "curve-bad-box", "curve-unknown-client"}
 }
 
 func (p *Policy) reject(reason string, remote string, err error) {
@@ -281,15 +299,16 @@ func (l *hardenedListener) acceptLoop() {
 		// limit, see admit, or when its mechanism depends on it): over
 		// tcp only a loopback peer can tell, from the socket table.
 		var ownOnce sync.Once
-		var plain, isOwn bool
-		tcpPeer := func() { ownOnce.Do(func() { plain, isOwn = l.policy.loopbackPeer(raw) }) }
+		var m mech
+		var isOwn bool
+		tcpPeer := func() { ownOnce.Do(func() { m, isOwn = l.policy.loopbackPeer(raw) }) }
 		own := func() bool { tcpPeer(); return isOwn }
-		mech := func() bool {
-			if l.policy.Token == "" || !l.policy.LoopbackUIDs {
-				return l.policy.Token != ""
+		mechOf := func() mech {
+			if l.policy.required() == mechNull || !l.policy.LoopbackUIDs {
+				return l.policy.required()
 			}
 			tcpPeer()
-			return plain
+			return m
 		}
 		if uc, ok := raw.(*net.UnixConn); ok {
 			pid, uid, err := l.checkPeer(uc)
@@ -301,7 +320,12 @@ func (l *hardenedListener) acceptLoop() {
 			key = fmt.Sprintf("pid %d", pid)
 			remote = key // (its later refusals name it too)
 			own = func() bool { return uid == os.Geteuid() }
-			mech = func() bool { return l.policy.Token != "" }
+			mechOf = func() mech { // (CURVE is for tcp)
+				if l.policy.Token != "" {
+					return mechPlain
+				}
+				return mechNull
+			}
 		}
 		if !l.addPending(raw) {
 			raw.Close()
@@ -310,11 +334,14 @@ func (l *hardenedListener) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			plain := mech()
-			// (an admitted loopback peer may still bring the token:
-			// its own mechanism decides, see preHandshake)
-			adaptive := !plain && l.policy.Token != ""
-			l.preHandshake(raw, remote, key, own, plain, adaptive)
+			m := mechOf()
+			// (an admitted loopback peer may still bring the token or
+			// a CURVE key: its own mechanism decides, see preHandshake)
+			adaptive := m == mechNull && l.policy.required() != mechNull
+			if _, unix := raw.(*net.UnixConn); unix {
+				adaptive = false
+			}
+			l.preHandshake(raw, remote, key, own, m, adaptive)
 			l.pmu.Lock()
 			delete(l.pending, raw)
 			delete(l.displaced, raw)

@@ -93,6 +93,17 @@ func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 		q.mu.Unlock()
 		return false
 	}
+	if cc := q.c.curve; cc != nil {
+		// Boxed here, under mu: nonces go up in the order messages
+		// are written (direct or queued).
+		var err error
+		if wire, size, err = cc.sealWire(wire); err != nil {
+			q.mu.Unlock()
+			q.c.l.policy.reject("protocol-violation", q.c.peer(), err)
+			q.close()
+			return false
+		}
+	}
 	if len(q.sizes) > 0 && q.queued-q.sizes[0]+size > q.max {
 		q.mu.Unlock()
 		q.c.l.policy.reject(q.reason, q.c.peer(), fmt.Errorf("more than %d bytes waiting", q.max))

@@ -367,7 +367,7 @@ const (
 // (subscribe) or 0 (cancel), or the ZMTP 3.1 SUBSCRIBE/CANCEL commands.
 func (s *subscriber) readLoop() {
 	for {
-		flags, body, err := readFrame(s.c, s.c.parser.max)
+		flags, body, err := s.c.readMsgFrame(s.c)
 		if err != nil {
 			return
 		}

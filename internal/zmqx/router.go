@@ -304,8 +304,12 @@ func (r *Router) serve(c *hardenedConn) {
 // handshake completes the server side of the ZMTP handshake on a
 // connection the hardened listener pre-read (greeting and first command
 // are in its replay buffer): READY for NULL, or WELCOME / INITIATE / READY
-// for PLAIN, announcing sockType.
+// for PLAIN, announcing sockType; for CURVE, READY (curveAccept did the
+// rest).
 func handshake(c *hardenedConn, pol *Policy, sockType string) error {
+	if c.curveHS != nil { // (done up to INITIATE: see curveAccept)
+		return c.curveReady(sockType)
+	}
 	_ = c.Conn.SetReadDeadline(time.Now().Add(pol.HandshakeTimeout))
 	var g [greetingLen]byte
 	if _, err := io.ReadFull(c, g[:]); err != nil {
@@ -318,7 +322,7 @@ func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 	if flags&flagCommand == 0 {
 		return errors.New("expected a command")
 	}
-	if c.plain {
+	if c.mech == mechPlain {
 		if err := writeCommand(c, zmq4.CmdWelcome, nil); err != nil {
 			return err
 		}
@@ -434,7 +438,7 @@ func (p *Peer) readLoop() {
 	// read per frame header and body.
 	br := bufio.NewReaderSize(p.c, 4096)
 	for {
-		flags, body, err := readFrame(br, p.c.parser.max)
+		flags, body, err := p.c.readMsgFrame(br)
 		if err != nil {
 			return
 		}

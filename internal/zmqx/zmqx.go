@@ -1,7 +1,9 @@
 // Package zmqx is the one place that speaks ZeroMQ. Its server side is our
 // own hardened ZMTP 3 implementation: a listener that checks peers
-// (SO_PEERCRED, PLAIN passwords, handshake deadline, frame limits, socket
-// types), a ROUTER and a PUB with a reader and a bounded writer per peer.
+// (SO_PEERCRED, PLAIN passwords, CURVE keys, handshake deadline, frame
+// limits, socket types), a ROUTER and a PUB with a reader and a bounded
+// writer per peer. CURVE (RFC 26) is ours too, both sides (curve*.go),
+// on golang.org/x/crypto's NaCl boxes: no primitive is written here.
 // Its client side wraps github.com/go-zeromq/zmq4 sockets (Dial), without
 // zmq4's automatic reconnect (its REQ socket deadlocks with it), so clients
 // recreate sockets themselves. It also parses endpoints, cleans up stale

@@ -227,7 +227,11 @@ func (s *subscription) connect(ctx context.Context) {
 	s.lastHear = time.Now()
 	s.live = false
 	s.mu.Unlock()
-	sub, err := zmqx.DialClientWith(sctx, "SUB", s.c.opts.EventAddress, s.c.opts.dialOptions(s.c.opts.EventAddress))
+	dopts, err := s.c.opts.dialOptions(s.c.opts.EventAddress)
+	var sub *zmqx.Client
+	if err == nil {
+		sub, err = zmqx.DialClientWith(sctx, "SUB", s.c.opts.EventAddress, dopts)
+	}
 	if err == nil {
 		for _, t := range s.topics {
 			err = errors.Join(err, sub.Subscribe(t))

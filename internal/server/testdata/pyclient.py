@@ -15,6 +15,7 @@ Prints "PYCLIENT OK" and exits 0 when every check passes; otherwise prints
 what went wrong to stderr and exits 1.
 """
 
+import os
 import sys
 import time
 
@@ -62,9 +63,21 @@ def log(msg):
 TOKEN = None
 
 
+# CURVE for tcp endpoints (ZMTP RFC 26), from the environment, instead of
+# PLAIN: the supervisor's public key (its curve.pub) and this client's key
+# pair, Z85 as zmq.curve_keypair() gives them.
+CURVE_SERVER = os.environ.get("PYCLIENT_CURVE_SERVER_KEY")
+CURVE_PUBLIC = os.environ.get("PYCLIENT_CURVE_PUBLIC_KEY")
+CURVE_SECRET = os.environ.get("PYCLIENT_CURVE_SECRET_KEY")
+
+
 def new_socket(ctx, typ, endpoint):
     s = ctx.socket(typ)
-    if TOKEN is not None:
+    if CURVE_SERVER:
+        s.setsockopt(zmq.CURVE_SERVERKEY, CURVE_SERVER.encode())
+        s.setsockopt(zmq.CURVE_PUBLICKEY, CURVE_PUBLIC.encode())
+        s.setsockopt(zmq.CURVE_SECRETKEY, CURVE_SECRET.encode())
+    elif TOKEN is not None:
         s.setsockopt(zmq.PLAIN_USERNAME, b"exec-supervisor")
         s.setsockopt(zmq.PLAIN_PASSWORD, TOKEN.encode())
     s.setsockopt(zmq.LINGER, 0)
