@@ -69,29 +69,30 @@ type command interface {
 }
 
 var commands = map[string]command{
-	"spawn":      &SpawnCommand{},
-	"poll":       &PollCommand{},
-	"kill":       &KillCommand{},
-	"status":     &StatusCommand{},
-	"list":       &ListCommand{},
-	"health":     &HealthCommand{},
-	"logs":       &LogsCommand{},
-	"remove":     &RemoveCommand{},
-	"write":      &WriteCommand{},
-	"send-keys":  &SendKeysCommand{},
-	"resize":     &ResizeCommand{},
-	"attach":     &AttachCommand{},
-	"wait":       &WaitCommand{},
-	"top":        &TopCommand{},
-	"start":      &StartCommand{},
-	"restart":    &RestartCommand{},
-	"stop":       &StopCommand{},
-	"history":    &HistoryCommand{},
-	"completion": &CompletionCommand{},
-	"daemon":     &DaemonCommand{},
+	"spawn":        &SpawnCommand{},
+	"poll":         &PollCommand{},
+	"kill":         &KillCommand{},
+	"status":       &StatusCommand{},
+	"list":         &ListCommand{},
+	"health":       &HealthCommand{},
+	"logs":         &LogsCommand{},
+	"remove":       &RemoveCommand{},
+	"write":        &WriteCommand{},
+	"send-keys":    &SendKeysCommand{},
+	"resize":       &ResizeCommand{},
+	"attach":       &AttachCommand{},
+	"wait":         &WaitCommand{},
+	"top":          &TopCommand{},
+	"start":        &StartCommand{},
+	"restart":      &RestartCommand{},
+	"stop":         &StopCommand{},
+	"history":      &HistoryCommand{},
+	"completion":   &CompletionCommand{},
+	"daemon":       &DaemonCommand{},
+	"curve-keygen": &CurveKeygenCommand{},
 }
 
-var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "stop", "start", "restart", "history", "status", "list", "top", "remove", "health", "daemon", "completion"}
+var order = []string{"spawn", "wait", "poll", "logs", "write", "send-keys", "resize", "attach", "kill", "stop", "start", "restart", "history", "status", "list", "top", "remove", "health", "daemon", "curve-keygen", "completion"}
 
 // usageError is a command-line mistake; Hint says how to do it right.
 type usageError struct{ msg, hint string }

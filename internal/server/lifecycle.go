@@ -236,6 +236,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.httpL != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", s.metrics.Handler())
+		mux.HandleFunc("/healthz", s.healthz)
 		s.httpS = newMetricsServer(mux, s.cfg.MetricsIdleTimeout)
 		l := newLimitListener(s.httpL, s.cfg.MetricsMaxConns, s.metrics.ConnRejected.WithLabelValues(metrics.RejectMetricsConns).Inc)
 		s.wg.Add(1)
