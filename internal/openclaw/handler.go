@@ -22,6 +22,11 @@ type Config struct {
 	// HeapBytes returns the live heap of the process (health's
 	// memoryUsageMB); nil reads it from runtime/metrics.
 	HeapBytes func() uint64
+	// SyncSubscriptions, called before a spawn, puts in force the event
+	// subscriptions clients sent before the request, so that a gateway
+	// that subscribes to exec:<jobId> and then spawns the job gets its
+	// job.started; nil does nothing.
+	SyncSubscriptions func()
 	// Log gets bad requests at debug level; nil discards.
 	Log *slog.Logger
 }
@@ -40,6 +45,9 @@ func NewHandler(cfg Config) *Handler {
 	}
 	if cfg.HeapBytes == nil {
 		cfg.HeapBytes = heapBytes
+	}
+	if cfg.SyncSubscriptions == nil {
+		cfg.SyncSubscriptions = func() {}
 	}
 	if cfg.EventsDropped == nil {
 		cfg.EventsDropped = func() uint64 { return 0 }

@@ -29,6 +29,7 @@ func (h *Handler) spawn(n Native, r *request) any {
 		JobID: r.JobID, Argv: []string{bashPath, "-c", r.Command}, Cwd: r.Cwd, Env: r.Env,
 		TimeoutMs: timeoutMs(r.TimeoutMs), NoOutputTimeoutMs: noOutputTimeoutMs(r.NoOutputTimeoutMs),
 	}
+	h.cfg.SyncSubscriptions() // (the job's first event goes out during the spawn)
 	var res protocol.SpawnResult
 	if err := call(n, protocol.OpSpawn, &a, &res); err != nil {
 		return fail(errorText(err))

@@ -307,6 +307,24 @@ func (s *Server) publishDialect(ev *protocol.Event) {
 	s.dialectEvents.Publish(ev, dialectSink{s.evt})
 }
 
+// subscriptionSyncMax bounds how long a dialect spawn waits for the
+// subscribers' readers (see syncSubscriptions): they apply what they
+// received in microseconds; only a subscriber that sent part of a frame
+// and stopped holds a spawn that long.
+const subscriptionSyncMax = 100 * time.Millisecond
+
+// syncSubscriptions puts in force the subscriptions the event socket's
+// subscribers sent before now (zmqx.Publisher.SyncSubscriptions): a
+// gateway subscribed to exec:<jobId> before sending the spawn gets the
+// job's first event, though it came on another connection.
+func (s *Server) syncSubscriptions() {
+	s.evtMu.RLock()
+	defer s.evtMu.RUnlock()
+	if s.evt != nil && !s.evt.SyncSubscriptions(subscriptionSyncMax) {
+		s.log.Debug("a subscriber did not apply what it sent within the bound", "bound", subscriptionSyncMax)
+	}
+}
+
 // dialectSink sends dialect events to the subscribers of their topic
 // under the dialect's prefix (no native subscription gets them).
 type dialectSink struct{ evt *zmqx.Publisher }

@@ -149,9 +149,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.dialectEvents = openclaw.NewEvents()
 	s.dialect = openclaw.NewHandler(openclaw.Config{
-		MaxRequestBytes: cfg.MaxRequestBytes,
-		EventsDropped:   func() uint64 { return s.pub.dropped.Load() }, // (s.pub: made by Start, before requests)
-		Log:             log,
+		MaxRequestBytes:   cfg.MaxRequestBytes,
+		EventsDropped:     func() uint64 { return s.pub.dropped.Load() }, // (s.pub: made by Start, before requests)
+		SyncSubscriptions: s.syncSubscriptions,
+		Log:               log,
 	})
 	return s, nil
 }
