@@ -19,6 +19,10 @@ type Config struct {
 	// queue's bound since the supervisor started (health's
 	// eventsDropped); nil reports 0.
 	EventsDropped func() uint64
+	// JobsStarted returns how many jobs the supervisor started since it
+	// started (health's totalJobsProcessed, as the Node server counts
+	// its spawns); nil reports the jobs it knows (health's totalJobs).
+	JobsStarted func() uint64
 	// HeapBytes returns the live heap of the process (health's
 	// memoryUsageMB); nil reads it from runtime/metrics.
 	HeapBytes func() uint64

@@ -128,6 +128,9 @@ func (h *Handler) health(n Native) any {
 		TotalJobsProcessed: res.TotalJobs, MemoryUsageMB: int64((h.cfg.HeapBytes() + 1<<19) >> 20),
 		EventsDropped: h.cfg.EventsDropped(),
 	}
+	if h.cfg.JobsStarted != nil {
+		rep.TotalJobsProcessed = int(h.cfg.JobsStarted())
+	}
 	if !res.OK {
 		rep.Error = "supervisor is shutting down"
 	}

@@ -128,7 +128,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		Changed:          s.markDirty,
 		Started:          s.recordIntent,
 		BeforeServiceRun: s.journalBeforeRun,
-		Spawned:          s.metrics.Spawned.Inc,
+		Spawned:          func() { s.started.Add(1); s.metrics.Spawned.Inc() },
 		Restarted:        s.metrics.Restarts.Inc,
 		RunEnded:         s.countTimeout,
 		Finished:         s.countFinished,

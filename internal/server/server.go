@@ -65,6 +65,9 @@ type Server struct {
 	dialect       *openclaw.Handler
 	dialectEvents *openclaw.Events
 	dialectScope  atomic.Pointer[zmqx.Scope]
+	// started counts the jobs (and service runs) started since the
+	// supervisor started (the dialect's health totalJobsProcessed).
+	started atomic.Uint64
 
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
@@ -152,6 +155,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		MaxRequestBytes:   cfg.MaxRequestBytes,
 		EventsDropped:     func() uint64 { return s.pub.dropped.Load() }, // (s.pub: made by Start, before requests)
 		SyncSubscriptions: s.syncSubscriptions,
+		JobsStarted:       s.started.Load,
 		Log:               log,
 	})
 	return s, nil
