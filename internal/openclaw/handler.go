@@ -19,9 +19,18 @@ type Config struct {
 	// queue's bound since the supervisor started (health's
 	// eventsDropped); nil reports 0.
 	EventsDropped func() uint64
+	// JobsStarted returns how many jobs the supervisor started since it
+	// started (health's totalJobsProcessed, as the Node server counts
+	// its spawns); nil reports the jobs it knows (health's totalJobs).
+	JobsStarted func() uint64
 	// HeapBytes returns the live heap of the process (health's
 	// memoryUsageMB); nil reads it from runtime/metrics.
 	HeapBytes func() uint64
+	// SyncSubscriptions, called before a spawn, puts in force the event
+	// subscriptions clients sent before the request, so that a gateway
+	// that subscribes to exec:<jobId> and then spawns the job gets its
+	// job.started; nil does nothing.
+	SyncSubscriptions func()
 	// Log gets bad requests at debug level; nil discards.
 	Log *slog.Logger
 }
@@ -40,6 +49,9 @@ func NewHandler(cfg Config) *Handler {
 	}
 	if cfg.HeapBytes == nil {
 		cfg.HeapBytes = heapBytes
+	}
+	if cfg.SyncSubscriptions == nil {
+		cfg.SyncSubscriptions = func() {}
 	}
 	if cfg.EventsDropped == nil {
 		cfg.EventsDropped = func() uint64 { return 0 }

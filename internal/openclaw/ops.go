@@ -29,6 +29,7 @@ func (h *Handler) spawn(n Native, r *request) any {
 		JobID: r.JobID, Argv: []string{bashPath, "-c", r.Command}, Cwd: r.Cwd, Env: r.Env,
 		TimeoutMs: timeoutMs(r.TimeoutMs), NoOutputTimeoutMs: noOutputTimeoutMs(r.NoOutputTimeoutMs),
 	}
+	h.cfg.SyncSubscriptions() // (the job's first event goes out during the spawn)
 	var res protocol.SpawnResult
 	if err := call(n, protocol.OpSpawn, &a, &res); err != nil {
 		return fail(errorText(err))
@@ -126,6 +127,9 @@ func (h *Handler) health(n Native) any {
 		Type: typeHealth, Success: res.OK, Uptime: res.UptimeMs, ActiveJobs: res.ActiveJobs,
 		TotalJobsProcessed: res.TotalJobs, MemoryUsageMB: int64((h.cfg.HeapBytes() + 1<<19) >> 20),
 		EventsDropped: h.cfg.EventsDropped(),
+	}
+	if h.cfg.JobsStarted != nil {
+		rep.TotalJobsProcessed = int(h.cfg.JobsStarted())
 	}
 	if !res.OK {
 		rep.Error = "supervisor is shutting down"

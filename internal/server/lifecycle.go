@@ -128,7 +128,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		Changed:          s.jw.markDirty,
 		Started:          s.jw.recordIntent,
 		BeforeServiceRun: s.jw.beforeRun,
-		Spawned:          s.metrics.Spawned.Inc,
+		Spawned:          func() { s.started.Add(1); s.metrics.Spawned.Inc() },
 		Restarted:        s.metrics.Restarts.Inc,
 		RunEnded:         s.countTimeout,
 		Finished:         s.countFinished,
@@ -314,6 +314,24 @@ func (s *Server) publishDialect(ev *protocol.Event) {
 	s.evtMu.RLock()
 	defer s.evtMu.RUnlock()
 	s.dialectEvents.Publish(ev, dialectSink{s.evt})
+}
+
+// subscriptionSyncMax bounds how long a dialect spawn waits for the
+// subscribers' readers (see syncSubscriptions): they apply what they
+// received in microseconds; only a subscriber that sent part of a frame
+// and stopped holds a spawn that long.
+const subscriptionSyncMax = 100 * time.Millisecond
+
+// syncSubscriptions puts in force the subscriptions the event socket's
+// subscribers sent before now (zmqx.Publisher.SyncSubscriptions): a
+// gateway subscribed to exec:<jobId> before sending the spawn gets the
+// job's first event, though it came on another connection.
+func (s *Server) syncSubscriptions() {
+	s.evtMu.RLock()
+	defer s.evtMu.RUnlock()
+	if s.evt != nil && !s.evt.SyncSubscriptions(subscriptionSyncMax) {
+		s.log.Debug("a subscriber did not apply what it sent within the bound", "bound", subscriptionSyncMax)
+	}
 }
 
 // dialectSink sends dialect events to the subscribers of their topic

@@ -67,6 +67,9 @@ type Server struct {
 	dialect       *openclaw.Handler
 	dialectEvents *openclaw.Events
 	dialectScope  atomic.Pointer[zmqx.Scope]
+	// started counts the jobs (and service runs) started since the
+	// supervisor started (the dialect's health totalJobsProcessed).
+	started atomic.Uint64
 
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
@@ -120,9 +123,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.jw = newJournalWriter(journal.New(cfg.JournalPath()), &s.cfg, log, s.instanceID)
 	s.dialectEvents = openclaw.NewEvents()
 	s.dialect = openclaw.NewHandler(openclaw.Config{
-		MaxRequestBytes: cfg.MaxRequestBytes,
-		EventsDropped:   func() uint64 { return s.pub.dropped.Load() }, // (s.pub: made by Start, before requests)
-		Log:             log,
+		MaxRequestBytes:   cfg.MaxRequestBytes,
+		EventsDropped:     func() uint64 { return s.pub.dropped.Load() }, // (s.pub: made by Start, before requests)
+		SyncSubscriptions: s.syncSubscriptions,
+		JobsStarted:       s.started.Load,
+		Log:               log,
 	})
 	return s, nil
 }

@@ -37,6 +37,8 @@ type Publisher struct {
 	// scopes are the prefixes whose subscriptions are counted (see
 	// CountPrefix); set by ListenPub, never changed.
 	scopes []*Scope
+	// syncWait wakes SyncSubscriptions as readers apply subscriptions.
+	syncWait syncWait
 }
 
 // Memory subscribers leave behind is given back to the system once they
@@ -193,6 +195,7 @@ func (p *Publisher) serve(c *hardenedConn) {
 		return
 	}
 	s := &subscriber{pub: p, seq: seq}
+	s.sync.replayed = int64(len(c.replay)) // (before the reader, and before SyncSubscriptions sees s)
 	s.outQueue = newOutQueue(c, p.maxQueue, "slow-subscriber", func() {
 		p.mu.Lock()
 		delete(p.subs, s)
@@ -331,6 +334,8 @@ type subscriber struct {
 	*outQueue
 	pub *Publisher
 	seq uint64 // order of connection (oldest first)
+	// sync is the reader's progress, for SyncSubscriptions.
+	sync subSync
 
 	tmu    sync.Mutex
 	topics [][]byte
@@ -366,8 +371,13 @@ const (
 // readLoop applies subscriptions: a message frame starting with 1
 // (subscribe) or 0 (cancel), or the ZMTP 3.1 SUBSCRIBE/CANCEL commands.
 func (s *subscriber) readLoop() {
+	defer func() {
+		s.sync.done.Store(true)
+		s.pub.syncWait.progress()
+	}()
 	for {
-		flags, body, err := s.c.readMsgFrame(s.c)
+		s.settled()
+		flags, body, err := s.c.readMsgFrame(subReader{s})
 		if err != nil {
 			return
 		}

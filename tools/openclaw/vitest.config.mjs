@@ -10,14 +10,17 @@
 // resolved to the shim, which starts the binary instead of the Node
 // server. Files run one at a time (client.test and perf.test share
 // ports 19890/19891, v2.test and dispatcher.test 19990/19991).
-import { defineConfig } from "vitest/config";
+//
+// A plain object, not defineConfig from "vitest/config": this file is
+// loaded from where it lies, outside the checkout whose node_modules holds
+// vitest, so it imports nothing.
 
 const shim = process.env.EXEC_SUPERVISOR_SHIM;
 if (!shim) {
   throw new Error("set EXEC_SUPERVISOR_SHIM to the path of tools/openclaw/start-supervisor.mjs");
 }
 
-export default defineConfig({
+export default {
   resolve: {
     alias: [{ find: /^\.\/server\.js$/, replacement: shim }],
   },
@@ -26,4 +29,4 @@ export default defineConfig({
     fileParallelism: false,
     testTimeout: 120000,
   },
-});
+};

@@ -8,6 +8,10 @@ stdin/stdout, one JSON command per line, one JSON answer per line:
                                      -> {"reply": TEXT} | {"replyHex": HEX} (not UTF-8)
                                         | {"timeout": true} (no reply in 10 s)
   {"op": "sub", "topic": T}          subscribe the SUB socket -> {"ok": true}
+  {"op": "subreq", "topic": T, "body": TEXT}
+                                     subscribe, then send TEXT at once (as a
+                                     gateway subscribes to a job, then spawns
+                                     it) -> as "req"
   {"op": "recv", "timeoutMs": N}     -> {"frames": [TEXT, ...]} | {"timeout": true}
 
 usage: jsonbridge.py CONTROL EVENT
@@ -31,6 +35,9 @@ def main():
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]
+        if op == "subreq":
+            sub.setsockopt(zmq.SUBSCRIBE, cmd["topic"].encode())
+            op = "req"
         if op == "req":
             body = bytes.fromhex(cmd["hex"]) if "hex" in cmd else cmd["body"].encode()
             req.send(body)
