@@ -51,6 +51,28 @@ func (w *mw) jobs(k string, jobs []JobInfo, omitEmpty bool) bool {
 	return true
 }
 
+// jobsSizeHint is about the encoded size of a result carrying many jobs
+// (0 for another): a reply's buffer made that large at once is not grown
+// and copied a dozen times on the way to a megabyte.
+func jobsSizeHint(result any) int {
+	n := 0
+	switch r := result.(type) {
+	case StatusResult:
+		n = len(r.Jobs)
+	case *StatusResult:
+		if r != nil {
+			n = len(r.Jobs)
+		}
+	case ListJobsResult:
+		n = len(r.Jobs)
+	case *ListJobsResult:
+		if r != nil {
+			n = len(r.Jobs)
+		}
+	}
+	return n * 768
+}
+
 // fastJobsResult encodes a StatusResult or ListJobsResult by hand.
 func fastJobsResult(b []byte, result any) ([]byte, bool) {
 	switch r := result.(type) {
