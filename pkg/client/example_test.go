@@ -103,3 +103,30 @@ func ExampleOutputLostError() {
 	// lost: not-retained
 	// read the rest: true
 }
+
+// A pool of supervisors found through DNS (a Kubernetes headless
+// Service): a session's jobs go to one of them, every op to the job's
+// own. (Not run: it needs the supervisors.)
+func ExamplePool() {
+	pool, err := client.NewPool(client.PoolOptions{
+		DNS:    &client.PoolDNS{Name: "exec-supervisor.default.svc.cluster.local", ControlPort: 18790, EventPort: 18791},
+		Client: client.Options{CurveServerKeyFile: "/keys/supervisor.pub", CurveKeyFile: "/keys/gateway.key"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := context.Background()
+	job, err := pool.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"make", "test"}, SessionID: "agent-17"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = pool.Follow(ctx, job.JobID, 1, func(ev protocol.Event) error {
+		fmt.Println(job.Member, ev.Kind)
+		return nil
+	})
+	var down *client.MemberError
+	if errors.As(err, &down) && errors.Is(err, client.ErrMemberDown) {
+		log.Printf("the supervisor at %s went away; job %s is reported once it is back", down.Member, job.JobID)
+	}
+}
