@@ -392,3 +392,31 @@ func isCode(err error, code protocol.Code) bool {
 	var pe *protocol.Error
 	return errors.As(err, &pe) && pe.Code == code
 }
+
+// A job the journal recovers after a restart (still in memory) reads
+// what the ring no longer holds from its files, appended to again.
+func TestOutputOnDiskRestoredJob(t *testing.T) {
+	cfg := diskConfig(t)
+	cfg.Jobs.MaxFinished = 100
+	ts := startServer(t, cfg)
+	path, want := randomFile(t, t.TempDir(), "out", 1<<20, 5)
+	info, fin, err := ts.client.SpawnWait(ctxT(t, 30*time.Second), protocol.SpawnArgs{
+		Argv: []string{"cat", path}, Output: protocol.OutputDisk}, 25*time.Second)
+	if err != nil || !fin {
+		t.Fatalf("spawn: %v %v", fin, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ts.Server.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts = startServer(t, cfg)
+	st, err := ts.client.Status(ctxT(t, 10*time.Second), info.JobID)
+	if err != nil || !st.OutputDisk || st.RetainedFrom == 0 {
+		t.Fatalf("restored job: %+v, %v (want output on disk, the ring holding the tail only)", st, err)
+	}
+	out, _, lost, first := pollAll(t, ts.client, info.JobID)
+	if lost != 0 || first != 0 || !bytes.Equal(out, want) {
+		t.Fatalf("restored job's output: lost %d, first %d, %d bytes of %d", lost, first, len(out), len(want))
+	}
+}
