@@ -1258,3 +1258,32 @@ func TestSpawnQueue(t *testing.T) {
 		t.Fatalf("wait for the queued job: exit %d (%s), want its exit code 3", code, errs)
 	}
 }
+
+// TestLogsFromDisk: a job spawned with --output disk is printed by logs
+// (and poll) after the supervisor forgot it, from its files; remove
+// deletes them; --output takes disk or memory only.
+func TestLogsFromDisk(t *testing.T) {
+	t.Parallel()
+	s := startSupervisorWith(t, func(c *server.Config) {
+		c.Jobs.MaxFinished = 1
+		c.Jobs.RingBytes = 16 << 10
+		c.Jobs.MergeMaxBytes = 4 << 10
+	})
+	id := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--wait", "--output", "disk", "--shell", "seq 1 20000; echo done >&2"))["jobId"].(string)
+	s.mustCtl(t, "spawn", "--wait", "--", "true") // (the first is forgotten: one finished job is kept)
+	if code, _, _ := s.ctl(t, "status", id); code == 0 {
+		t.Fatalf("status of a forgotten job succeeded")
+	}
+	out := s.mustCtl(t, "logs", id)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 20001 || lines[0] != id+" | 1" || lines[19999] != id+" | 20000" || lines[20000] != id+" | done" {
+		t.Fatalf("logs of a forgotten job: %d lines, first %q, last %q", len(lines), lines[0], lines[len(lines)-1])
+	}
+	s.mustCtl(t, "remove", id)
+	if code, _, _ := s.ctl(t, "logs", id); code == 0 {
+		t.Fatalf("logs of a removed job succeeded")
+	}
+	if code, _, errs := s.ctl(t, "spawn", "--output", "tape", "--", "true"); code != 2 || !strings.Contains(errs, "--output") {
+		t.Fatalf("spawn --output tape: exit %d, %q", code, errs)
+	}
+}

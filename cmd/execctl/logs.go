@@ -98,11 +98,21 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		seen[id] = true
 		return dup
 	})
+	// diskOnly are the jobs no longer in memory whose output the
+	// supervisor still has in its files (spawned with --output disk):
+	// printed, not followed (they ended).
+	diskOnly := map[string]bool{}
 	for _, id := range ids {
 		// (a supervisor not answering now is waited for by the follow,
 		// which rides out a restart)
 		var ce *client.ConnectError
 		if _, err := g.client.Status(ctx, id); err != nil && !errors.As(err, &ce) {
+			if protocol.CodeOf(err) == protocol.CodeNotFound {
+				if _, perr := g.client.Poll(ctx, id, 0, 1); perr == nil {
+					diskOnly[id] = true
+					continue
+				}
+			}
 			return 0, err
 		}
 	}
@@ -117,7 +127,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 				prefix = fmt.Sprintf("\x1b[%dm%s\x1b[0m | ", 31+i%6, id)
 			}
 			lw := &lineWriter{prefix: prefix, mu: &mu}
-			if !*follow {
+			if !*follow || diskOnly[id] {
 				for cursor := int64(0); ; {
 					res, err := g.client.Poll(ctx, id, cursor, 0)
 					if err != nil {

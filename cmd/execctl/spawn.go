@@ -43,6 +43,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	rows := fs.Int("rows", 0, "terminal rows with --pty (default 24)")
 	cols := fs.Int("cols", 0, "terminal columns with --pty (default 80)")
 	stdin := fs.Bool("stdin", false, "keep the job's stdin open for 'execctl write' (default: /dev/null)")
+	output := fs.String("output", "", "where the output is kept besides the supervisor's ring buffer: disk (also in files, readable by logs/poll after the job left memory and across supervisor restarts, until remove or the supervisor's --output-max-age) or memory (default: the supervisor's --output-disk: disk for services, memory for other jobs)")
 	queue := fs.Bool("queue", false, "when --max-jobs are running, wait in state queued for a slot (in order) instead of being refused")
 	noPace := fs.Bool("no-pace", false, "with --follow: do not hold the job to execctl's pace (output it prints faster than execctl shows it may be lost)")
 	svc := serviceFlags(fs)
@@ -99,6 +100,12 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	}
 	a.Stdin = *stdin
 	a.Queue = *queue
+	switch *output {
+	case "", protocol.OutputDisk, protocol.OutputMemory:
+		a.Output = *output
+	default:
+		return 0, &usageError{msg: fmt.Sprintf("--output %q: want disk or memory", *output), hint: "execctl spawn --output disk -- make"}
+	}
 	// Following, the job waits for execctl as a command waits for its
 	// terminal: nothing it prints is lost to the ring buffer.
 	a.Pace = *follow && !*noPace

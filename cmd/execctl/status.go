@@ -95,6 +95,11 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		row("usage", fmt.Sprintf("%d processes, RSS %s, CPU %s (%.0f%%)", u.Processes, humanBytes(u.RSSBytes), humanDuration(time.Duration(u.CPUSeconds*float64(time.Second))), u.CPUPercent))
 	}
 	row("output", fmt.Sprintf("%d bytes stdout, %d bytes stderr (retained from offset %d)", info.StdoutBytes, info.StderrBytes, info.RetainedFrom))
+	if info.OutputDisk {
+		row("output on disk", "yes: logs and poll read it from the supervisor's files after it left memory, until remove or --output-max-age")
+	} else if info.OutputDiskError != "" {
+		row("output on disk", "given up (memory only from then on): "+info.OutputDiskError)
+	}
 	if info.OutputHeld {
 		row("output held", "not read until the supervisor's journal can be written (disk full? see its log); the job waits on its output")
 	}

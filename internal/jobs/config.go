@@ -59,6 +59,10 @@ type Config struct {
 	// never (a pacer holds a job as a stopped reader holds a pipe's
 	// writer).
 	PaceStallLimit time.Duration
+	// OutputDisk says which jobs keep their output on disk when their
+	// spawn does not say (see WithOutputLog): OutputDiskServices (""
+	// too), OutputDiskAll or OutputDiskNone.
+	OutputDisk string
 }
 
 // DefaultConfig returns the documented defaults.
@@ -79,6 +83,7 @@ func DefaultConfig() Config {
 		MaxFinished:         100000,
 		MaxFinishedOutput:   1 << 30,
 		MaxFinishedServices: 500,
+		OutputDisk:          OutputDiskServices,
 	}
 }
 

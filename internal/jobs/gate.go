@@ -21,7 +21,7 @@ const (
 // left to read then is bounded: the pipes' contents and what the group
 // writes before it is cleared).
 func (j *Job) gatedLocked() bool {
-	return !j.life.LeaderExited && (j.journalHeldLocked() || j.pacedLocked())
+	return !j.life.LeaderExited && (j.journalHeldLocked() || j.pacedLocked() || j.diskBehindLocked())
 }
 
 // journalHeldLocked says whether output must wait for the journal: a

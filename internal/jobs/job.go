@@ -10,6 +10,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
+	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -70,8 +71,13 @@ type Job struct {
 	// its group is terminated (journaled: see Snapshot.LeaderExit).
 	leaderWS *syscall.WaitStatus
 
-	seq     uint64
-	out     *ring
+	seq uint64
+	out *ring
+	// disk writes the job's output to its files (nil: memory only; set
+	// before the job is visible, never changed); diskErr is why it could
+	// not be opened.
+	disk    *outlog.Writer
+	diskErr string
 	offset  int64 // combined output offset of the next byte
 	streamN [2]int64
 	pending [2][]byte

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
+	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
 	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -70,6 +71,8 @@ type Manager struct {
 	limitsHelper string
 	// forkAround runs each fork and exec (WithForkAround), when set.
 	forkAround func(fork func())
+	// outlog keeps jobs' output on disk (WithOutputLog; nil: none does).
+	outlog *outlog.Store
 
 	// Subreaper state: reapMu excludes the reaper while a leader is being
 	// started; leaders are the job processes their waiters will reap.
@@ -304,6 +307,11 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	// A queued spawn waits behind the jobs queued before it, even when a
 	// slot is free (the runner gives it to the first of them).
 	queued := args.Queue && (m.active >= m.cfg.MaxJobs || len(m.queue) > 0)
+	if m.wantsDisk(&j.spec) {
+		// (before the job is visible: j.disk never changes after; a
+		// fresh writer does no I/O here)
+		j.disk, j.diskErr = j.newDisk(true)
+	}
 	m.createN++
 	j.createN = m.createN
 	m.jobs[j.id] = j
@@ -342,6 +350,7 @@ func (m *Manager) changed() {
 
 // jobDone counts j finished. j.mu is held (its output is final).
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
+	j.diskFinishedLocked()
 	m.mu.Lock()
 	if j.slot {
 		j.slot = false
@@ -518,6 +527,12 @@ func (m *Manager) Remove(id string) error {
 	m.mu.Unlock()
 	j.mu.Unlock()
 	m.changed()
+	if j.disk != nil {
+		// Removing a job forgets its output on disk too.
+		if err := j.disk.Remove(); err != nil {
+			m.log.Warn("remove job output files", "job", j.id, "err", err)
+		}
+	}
 	return nil
 }
 

@@ -97,6 +97,9 @@ func (m *Manager) releaseNameLocked(j *Job, endedMs int64) {
 func (m *Manager) forgetLocked(j *Job) {
 	if m.jobs[j.id] == j {
 		delete(m.jobs, j.id)
+		if j.disk != nil {
+			j.disk.Release() // (its files stay, for the age sweep)
+		}
 	}
 	name := j.name()
 	if name == "" {

@@ -175,7 +175,7 @@ func (j *Job) flushLocked(i int) {
 	}
 	// The ring's chunk aliases the payload's tail: the only copy kept.
 	stored := ev.Payload[len(ev.Payload)-n:]
-	j.out.add(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload, attempt: ev.Attempt})
+	j.storeLocked(chunk{Chunk: protocol.Chunk{Seq: ev.Seq, Stream: streams[i], Offset: j.offset, Data: stored}, ts: ev.Ts, payload: ev.Payload, attempt: ev.Attempt})
 	j.offset += int64(n)
 	j.flushedAt[i] = now
 	j.checkReserveLocked()

@@ -332,7 +332,7 @@ func (m *Manager) Journaled(snaps []Snapshot) {
 // Restore adds a finished job recovered from persistence, visible to
 // status, list and poll until retention expires. s.Info must describe a
 // finished job (State exited, Reason set).
-func (m *Manager) Restore(s Snapshot) error {
+func (m *Manager) Restore(s Snapshot) (err error) {
 	info := s.Info
 	if info.State != protocol.StateExited || info.Reason == "" {
 		return fmt.Errorf("restore %s: not a finished job (state %q, reason %q)", info.JobID, info.State, info.Reason)
@@ -365,6 +365,16 @@ func (m *Manager) Restore(s Snapshot) error {
 		life:  lifecycle.Life{State: Exited, Reason: info.Reason, LeaderExited: true, GroupGone: true, Killing: true},
 		isPTY: info.Pty,
 		rows:  min(info.Rows, protocol.MaxTermSize), cols: min(info.Cols, protocol.MaxTermSize), // (the journal is input)
+	}
+	if m.outlog != nil && (info.OutputDisk || info.OutputDiskError != "") {
+		// (its files go on: what it republishes, skips, a resumed
+		// service's later runs)
+		j.disk, j.diskErr = j.newDisk(false)
+		defer func() {
+			if err != nil && j.disk != nil {
+				j.disk.Release()
+			}
+		}()
 	}
 	j.createdAt, j.startedAt, j.endedAt = fromMs(info.CreatedAt), fromMs(info.StartedAt), fromMs(info.EndedAt)
 	j.lastOutputAt, j.updatedAt = fromMs(info.LastOutputAt), m.now()
@@ -460,7 +470,7 @@ func (m *Manager) Restore(s Snapshot) error {
 					p.Attempt = 0 // (as for the tail's chunks)
 				}
 				j.seq++
-				j.out.add(chunk{Chunk: protocol.Chunk{Seq: j.seq, Stream: p.Stream, Offset: j.offset, Data: p.Data}, ts: info.LastOutputAt, attempt: p.Attempt})
+				j.storeLocked(chunk{Chunk: protocol.Chunk{Seq: j.seq, Stream: p.Stream, Offset: j.offset, Data: p.Data}, ts: info.LastOutputAt, attempt: p.Attempt})
 				j.offset += int64(len(p.Data))
 			}
 		}
@@ -472,7 +482,7 @@ func (m *Manager) Restore(s Snapshot) error {
 		// a poll cursor or delivered end a client got from it stays
 		// within the output (those offsets hold nothing now: what the
 		// client missed of them is in the missing seqs).
-		j.out.skipTo(info.OutputEnd + offsetReserve)
+		j.skipOutputLocked(info.OutputEnd + offsetReserve)
 		j.offset = j.out.end
 	}
 	if s.Interrupted || j.seq == 0 || j.seq == s.TailSeq {
@@ -529,10 +539,11 @@ func (m *Manager) Restore(s Snapshot) error {
 			// past all of it, so that no offset a client read is used
 			// again for other bytes (a poll cursor would skip them, a
 			// follower drop them as delivered).
-			j.out.skipTo(info.OutputEnd + offsetReserve)
+			j.skipOutputLocked(info.OutputEnd + offsetReserve)
 			j.offset = j.out.end
 		}
 	}
+	j.diskFinishedLocked() // (j is not visible yet: no lock needed)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, dup := m.jobs[j.id]; dup {

@@ -28,6 +28,7 @@ func (j *Job) infoLocked() protocol.JobInfo {
 	if j.life.State == Exited {
 		info.Reason = j.life.Reason
 	}
+	j.diskInfoLocked(&info)
 	j.serviceInfoLocked(&info)
 	return info
 }
@@ -42,6 +43,17 @@ func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
 	if cursor > j.offset {
 		return protocol.PollResult{}, errorf(ErrInvalid,
 			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.offset)
+	}
+	if w, from := j.disk, j.out.from(); w != nil && cursor < from {
+		// Evicted from the ring: from the job's files, if they have it
+		// (read without the job's lock: its output goes on meanwhile).
+		info := j.infoLocked()
+		j.mu.Unlock()
+		res, ok, err := j.pollDisk(w, cursor, from, maxBytes, info)
+		j.mu.Lock()
+		if ok || err != nil {
+			return res, err
+		}
 	}
 	res := j.out.poll(cursor, maxBytes)
 	res.Job = j.infoLocked()

@@ -120,6 +120,10 @@ type Record struct {
 	// Cgroup is the directory of the job's cgroup while it runs (cgroups
 	// are reused, so finished jobs have none).
 	Cgroup string `json:"cgroup,omitempty"`
+	// OutputDisk: the job's output is (or was, until it failed) also in
+	// files of the output directory, which the next supervisor appends to
+	// and reads back.
+	OutputDisk bool `json:"outputDisk,omitempty"`
 	// Service is set for jobs spawned with a restart policy.
 	Service *Service `json:"service,omitempty"`
 	// PendingEnd is why a job in state exiting was being ended when the

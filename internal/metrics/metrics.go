@@ -43,6 +43,9 @@ type Metrics struct {
 	OwnershipEscapes prometheus.Counter
 	OutputHeld       prometheus.Gauge
 	PaceStalls       prometheus.Counter
+	// OutputDiskErrors and OutputDiskBytes: jobs' output on disk.
+	OutputDiskErrors prometheus.Counter
+	OutputDiskBytes  prometheus.Counter
 }
 
 // Gauges are read at scrape time from the running supervisor.
@@ -88,6 +91,8 @@ func New(g Gauges) *Metrics {
 	m.OutputHeld = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "jobs_output_held",
 		Help: "Jobs whose output is not read because the journal has not been written for too long (disk full?): they block on their output until a write lands."})
 	m.PaceStalls = c("pace_stalls_total", "Pacers let go for holding a job longer than --pace-stall-limit while taking none of its output (their follower then misses what leaves the ring: a gap).")
+	m.OutputDiskErrors = c("output_disk_errors_total", "Jobs whose output on disk failed (a full disk, a write error, writes stalled) or could not be opened: each goes on with its output in memory only.")
+	m.OutputDiskBytes = c("output_disk_bytes_total", "Bytes of jobs' output written to their files (framing included).")
 	m.SubDisconnects = c("subscriber_disconnects_total", "Event subscribers gone, for any reason (cut off as too slow, closed, network).")
 	m.ConnRejected = cv("connections_rejected_total", "Connections refused or cut off by the hardened transport (or by the /metrics listener: metrics-too-many-connections), by reason.", "reason")
 	m.RequestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -103,7 +108,7 @@ func New(g Gauges) *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.Spawned, m.Restarts, m.Finished, m.Timeouts, m.CleanupKills, m.OutputBytes, m.EventsPublished,
-		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected, m.SubDisconnects, m.OwnershipEscapes, m.OutputHeld, m.PaceStalls,
+		m.BackfillReqs, m.BackfillEvents, m.Requests, m.RequestSeconds, m.ConnRejected, m.SubDisconnects, m.OwnershipEscapes, m.OutputHeld, m.PaceStalls, m.OutputDiskErrors, m.OutputDiskBytes,
 		gf("jobs_active", "Jobs not yet exited.", g.ActiveJobs),
 		gf("jobs_known", "Jobs known (running or finished within retention).", g.KnownJobs),
 		gf("ring_buffer_bytes", "Memory held by all jobs' ring buffers: retained output, its event headers and ~128 bytes per event.", g.RingBytes),

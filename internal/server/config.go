@@ -117,8 +117,23 @@ type Config struct {
 	// wait for its next request; 0 means 5 s. Not an operator setting
 	// (tests lower it).
 	MetricsIdleTimeout time.Duration
-	// Jobs configures the job manager.
+	// Jobs configures the job manager (Jobs.OutputDisk: which jobs keep
+	// their output on disk by default).
 	Jobs jobs.Config
+	// OutputDir holds jobs' output on disk; empty means <StateDir>/output.
+	// OutputSegmentBytes and OutputMaxBytes size a job's segment files
+	// and bound them together; OutputMaxAge removes the files of jobs no
+	// longer in memory that long after their last write (0: never).
+	OutputDir          string
+	OutputSegmentBytes int64
+	OutputMaxBytes     int64
+	OutputMaxAge       time.Duration
+	// OutputSweepInterval is the period of the age sweep (0: a eighth of
+	// OutputMaxAge, at most 10 min); OutputStallLimit how long a job's
+	// disk writes may lag before it is given up (0: 10 s). Not operator
+	// settings (tests lower them).
+	OutputSweepInterval time.Duration
+	OutputStallLimit    time.Duration
 	// EventHWM bounds the queue of events waiting for the event socket.
 	EventHWM int
 	// EventsQueuedOnly sends every event through that queue, even when
@@ -163,6 +178,9 @@ func DefaultConfig() Config {
 		MetricsAddr:          "127.0.0.1:18792",
 		MetricsMaxConns:      64,
 		Jobs:                 jobs.DefaultConfig(),
+		OutputSegmentBytes:   8 << 20,
+		OutputMaxBytes:       64 << 20,
+		OutputMaxAge:         7 * 24 * time.Hour,
 		EventHWM:             1000,
 		HeartbeatInterval:    time.Second,
 		MaxRequestBytes:      protocol.MaxRequestBytes,
@@ -237,6 +255,11 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Jobs.MaxFinishedServices, "max-finished-services", c.Jobs.MaxFinishedServices, "most services kept once their supervision ended (restart-limit, stopped, killed...), which retention does not forget; past it those that ended longest ago are forgotten")
 	fs.Int64Var(&c.Jobs.MaxFinishedOutput, "max-finished-output", c.Jobs.MaxFinishedOutput, "most bytes retained by finished jobs: their output and their argv, shell, cwd, labels and errors; past it the oldest jobs are forgotten before --finished-job-retention ends")
 	fs.DurationVar(&c.Jobs.PaceStallLimit, "pace-stall-limit", c.Jobs.PaceStallLimit, "a client pacing a job (spawn --follow, the pace op) that takes none of its output for this long while the job waits for it is let go: the job runs on (0: never)")
+	fs.StringVar(&c.OutputDir, "output-dir", c.OutputDir, "directory for jobs' output on disk, one directory per job (default: <state-dir>/output; made 0700)")
+	fs.StringVar(&c.Jobs.OutputDisk, "output-disk", c.Jobs.OutputDisk, "which jobs keep their output on disk when their spawn does not say (output: disk|memory): services (jobs with a restart policy), all, none")
+	fs.Int64Var(&c.OutputSegmentBytes, "output-segment-bytes", c.OutputSegmentBytes, "size of a job's output segment files; a full one is closed and a new one started")
+	fs.Int64Var(&c.OutputMaxBytes, "output-max-bytes", c.OutputMaxBytes, "bound on a job's output files together: the oldest segments are deleted to stay under it (at least 2 x --output-segment-bytes)")
+	fs.DurationVar(&c.OutputMaxAge, "output-max-age", c.OutputMaxAge, "remove the output files of jobs no longer in memory this long after their last write (0: never); remove deletes them at once")
 	fs.IntVar(&c.EventHWM, "event-hwm", c.EventHWM, "events queued toward the event socket before the oldest are dropped (with job.gap events)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "period of supervisor.heartbeat events")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest control request accepted")
@@ -334,6 +357,10 @@ func (c *Config) Validate() error {
 		{c.JournalMaxBytes >= 64<<10 && c.JournalMaxBytes <= journal.MaxFileBytes/2, "--journal-max-bytes", fmt.Sprintf("must be 65536..%d (half of what a journal may be when read back)", journal.MaxFileBytes/2)},
 		{c.JournalFlushInterval >= 10*time.Millisecond && c.JournalFlushInterval <= time.Hour, "--journal-flush-interval", "must be 10ms..1h"},
 		{c.ShutdownMode == "terminate" || c.ShutdownMode == "wait", "--shutdown", "must be terminate or wait"},
+		{c.Jobs.OutputDisk == "" || c.Jobs.OutputDisk == jobs.OutputDiskServices || c.Jobs.OutputDisk == jobs.OutputDiskAll || c.Jobs.OutputDisk == jobs.OutputDiskNone, "--output-disk", "must be services, all or none"},
+		{c.OutputSegmentBytes >= 64<<10 && c.OutputSegmentBytes <= 1<<30, "--output-segment-bytes", "must be 65536..1073741824"},
+		{c.OutputMaxBytes >= 2*c.OutputSegmentBytes && c.OutputMaxBytes <= 1<<40, "--output-max-bytes", "must be at least twice --output-segment-bytes (and at most 1 TiB)"},
+		{c.OutputMaxAge >= 0, "--output-max-age", "must be >= 0 (0: never)"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
@@ -370,6 +397,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--journal %q is a directory; give a file path", c.Journal)
 	}
 	return nil
+}
+
+// OutputPath returns the effective directory of jobs' output on disk.
+func (c *Config) OutputPath() string {
+	if c.OutputDir != "" {
+		return c.OutputDir
+	}
+	return filepath.Join(c.StateDir, "output")
 }
 
 // JournalPath returns the effective journal path.

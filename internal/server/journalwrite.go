@@ -25,7 +25,7 @@ func (w *journalWriter) record(sn jobs.Snapshot) journal.Record {
 		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: w.instanceID,
 		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
 		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
-		Pty: i.Pty, Rows: i.Rows, Cols: i.Cols, Cgroup: i.Cgroup,
+		Pty: i.Pty, Rows: i.Rows, Cols: i.Cols, Cgroup: i.Cgroup, OutputDisk: i.OutputDisk || i.OutputDiskError != "",
 	}
 	if sn.TailEnd != i.OutputEnd && len(sn.Tail) > 0 {
 		r.OutputTailEnd = sn.TailEnd

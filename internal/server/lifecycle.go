@@ -97,9 +97,14 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if moved != "" {
 		s.log.Error("state mark unusable; moved aside and a new one made: processes an earlier run left running are not found by their mark", "movedTo", moved)
 	}
+	if s.out, err = s.openOutlog(); err != nil {
+		s.lock.Release()
+		s.cancel()
+		return &ConfigError{fmt.Errorf("--output-dir: %w", err)}
+	}
 	checkFDBudget(s.cfg, s.log)
 	s.cpu = cpuhome.New(s.cfg.CPUHome, s.cfg.CPUHomeTuning, s.log)
-	jopts := []jobs.Option{jobs.WithNotifyDir(notifyDir), jobs.WithMark(s.mark), jobs.WithForkAround(s.cpu.Fork)}
+	jopts := []jobs.Option{jobs.WithNotifyDir(notifyDir), jobs.WithMark(s.mark), jobs.WithForkAround(s.cpu.Fork), jobs.WithOutputLog(s.out)}
 	if s.cfg.LimitsHelper != "" {
 		jopts = append(jopts, jobs.WithLimitsHelper(s.cfg.LimitsHelper))
 	}
@@ -145,9 +150,11 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		PaceStalled: s.metrics.PaceStalls.Inc,
 	}))...)
 	s.jw.jobs, s.jw.cgroups = s.jobs, s.cgroupBase != nil
+	s.out.StartSweeper()
 	defer func() {
 		if err != nil {
 			_ = s.jobs.Close(context.Background())
+			s.closeOutlog(context.Background())
 			s.lock.Release()
 			s.cancel()
 			if s.ctl != nil {
@@ -403,6 +410,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if jerr != nil {
 		s.log.Error("jobs did not all finish in time", "err", jerr)
 	}
+	s.closeOutlog(ctx)
 	// Let in-flight requests finish and their replies go out.
 	s.reqMu.Lock()
 	s.reqStopped = true

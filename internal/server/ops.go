@@ -144,7 +144,7 @@ func (s *Server) opCancel(p *zmqx.Peer, _ *protocol.Request, a *protocol.CancelA
 func (s *Server) opPoll(_ *zmqx.Peer, _ *protocol.Request, a *protocol.PollArgs) (any, error) {
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
-		return nil, err
+		return s.pollFromDisk(a, err)
 	}
 	res, err := j.Poll(a.Cursor, a.MaxBytes)
 	res.InstanceID = s.instanceID
@@ -207,7 +207,9 @@ func (s *Server) opRemove(_ *zmqx.Peer, _ *protocol.Request, a *protocol.JobArgs
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
 	}
 	if err := s.jobs.Remove(a.JobID); err != nil {
-		return nil, err
+		if err = s.removeFromDisk(a.JobID, err); err != nil {
+			return nil, err
+		}
 	}
 	return protocol.RemoveResult{JobID: a.JobID}, nil
 }

@@ -387,7 +387,7 @@ func snapshotOf(r journal.Record) jobs.Snapshot {
 			Reason: protocol.Reason(r.Reason), ExitCode: r.ExitCode, Signal: r.Signal, Error: r.Error,
 			TimeoutMs: r.TimeoutMs, NoOutputTimeoutMs: r.NoOutputMs,
 			StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, OutputEnd: r.OutputEnd, LastSeq: r.LastSeq,
-			Pty: r.Pty, Rows: r.Rows, Cols: r.Cols,
+			Pty: r.Pty, Rows: r.Rows, Cols: r.Cols, OutputDisk: r.OutputDisk,
 		},
 		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq, TailEnd: r.OutputTailEnd, TailChunks: tailChunks(r),
 		Unpublished: unpublishedOf(r), Service: serviceOf(r.Service), OutputSkips: offsetRanges(r.OutputSkips),

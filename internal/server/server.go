@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,6 +51,10 @@ type Server struct {
 	// cgroupBase is where job cgroups go (nil: none); cgroupNote says why not.
 	cgroupBase *cgroups.Base
 	cgroupNote string
+	// out keeps jobs' output on disk (outlog.go); diskErrs rate-limits
+	// the log lines of its failures.
+	out      *outlog.Store
+	diskErrs diskErrLog
 	// cpu keeps this process's threads on one CPU while it is quiet.
 	cpu *cpuhome.Home
 	// mark is the state directory's mark, in every job's environment

@@ -9,6 +9,7 @@ import (
 	"errors"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -29,6 +30,8 @@ var codes = []struct {
 	{jobs.ErrNoInput, protocol.CodeInvalidArgument},
 	{jobs.ErrNoStdin, protocol.CodeInvalidArgument},
 	{jobs.ErrInvalid, protocol.CodeInvalidArgument},
+	{outlog.ErrNoOutput, protocol.CodeNotFound},
+	{outlog.ErrCursor, protocol.CodeInvalidArgument},
 }
 
 // Of returns err as a wire error: a *protocol.Error in its chain as it is

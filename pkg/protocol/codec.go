@@ -390,6 +390,8 @@ func (a *SpawnArgs) Validate() error {
 	switch {
 	case len(a.Argv) == 0 && a.Shell == "":
 		return Errorf(CodeInvalidArgument, "spawn needs argv or shell; both are empty")
+	case a.Output != "" && a.Output != OutputDisk && a.Output != OutputMemory:
+		return Errorf(CodeInvalidArgument, "output %.32q: want %q or %q (or leave it out for the supervisor's default)", a.Output, OutputDisk, OutputMemory)
 	case a.Queue && a.Restart != nil && a.Restart.Policy != "" && a.Restart.Policy != RestartNever:
 		return Errorf(CodeInvalidArgument, "queue is for one-shot jobs: a service (restart %s) is not queued", a.Restart.Policy)
 	case len(a.Argv) > 0 && a.Shell != "":

@@ -180,6 +180,7 @@ func appendSpawnArgs(b []byte, a *SpawnArgs) ([]byte, bool) {
 	w.int("waitMs", a.WaitMs, true)
 	w.bool("pace", a.Pace, true)
 	w.bool("queue", a.Queue, true)
+	w.str("output", a.Output, true)
 	return w.end(), true
 }
 
@@ -221,6 +222,8 @@ func appendJobInfo(b []byte, i *JobInfo) ([]byte, bool) {
 	w.bool("stdinOpen", i.StdinOpen, true)
 	w.bool("outputHeld", i.OutputHeld, true)
 	w.bool("outputPaced", i.OutputPaced, true)
+	w.bool("outputDisk", i.OutputDisk, true)
+	w.str("outputDiskError", i.OutputDiskError, true)
 	w.str("ownership", i.Ownership, true)
 	w.str("cgroup", i.Cgroup, true)
 	if i.Usage != nil {
@@ -598,6 +601,8 @@ func fastSpawnArgs(b []byte, a *SpawnArgs) bool {
 			ok = m.boolTo(&a.Pace)
 		case "queue":
 			ok = m.boolTo(&a.Queue)
+		case "output":
+			ok = m.strTo(&a.Output)
 		case "pty", "restart", "limits":
 			return false // nested: the generic decoder
 		default:
@@ -690,6 +695,10 @@ func fastJobInfo(m *mp, i *JobInfo) bool {
 			ok = m.boolTo(&i.OutputHeld)
 		case "outputPaced":
 			ok = m.boolTo(&i.OutputPaced)
+		case "outputDisk":
+			ok = m.boolTo(&i.OutputDisk)
+		case "outputDiskError":
+			ok = m.strTo(&i.OutputDiskError)
 		case "ownership":
 			ok = m.strTo(&i.Ownership)
 		case "cgroup":

@@ -107,7 +107,19 @@ type SpawnArgs struct {
 	// process; a kill ends it unstarted; its timeouts count from its
 	// start.
 	Queue bool `msgpack:"queue,omitempty" json:"queue,omitempty"`
+	// Output says where the job's output is kept besides the ring buffer:
+	// OutputDisk ("disk": also appended to files, readable by poll after
+	// it left the ring or the job left memory, and after a supervisor
+	// restart) or OutputMemory ("memory": the ring buffer only). Empty:
+	// the supervisor's default (--output-disk: services, by default).
+	Output string `msgpack:"output,omitempty" json:"output,omitempty"`
 }
+
+// Values of SpawnArgs.Output.
+const (
+	OutputDisk   = "disk"
+	OutputMemory = "memory"
+)
 
 // PtyArgs sizes a job's terminal: Rows and Cols 1..10000, zero meaning
 // 24x80 (ints, not uint16: a value out of range is refused, where a
@@ -366,6 +378,11 @@ type JobInfo struct {
 	// OutputPaced is set while the job's output is not read because a
 	// client pacing it (spawn's pace, the pace op) has not taken it yet.
 	OutputPaced bool `msgpack:"outputPaced,omitempty" json:"outputPaced,omitempty"`
+	// OutputDisk is set while the job's output is also written to files
+	// (spawn's output); OutputDiskError says why that stopped (a full
+	// disk: the job's output is in memory only from then on).
+	OutputDisk      bool   `msgpack:"outputDisk,omitempty" json:"outputDisk,omitempty"`
+	OutputDiskError string `msgpack:"outputDiskError,omitempty" json:"outputDiskError,omitempty"`
 	// Ownership is how the job's processes are tracked: "cgroup" (a cgroup
 	// of its own) or "pgid" (its process group, or session for PTY jobs).
 	Ownership string `msgpack:"ownership,omitempty" json:"ownership,omitempty"`

@@ -1,0 +1,128 @@
+package jobs
+
+import (
+	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Output on disk: a job whose output goes to disk (spawn's output, or
+// Config.OutputDisk's default) has a Writer of the Manager's output
+// store (WithOutputLog). Every output event is handed to it as it is
+// made (flushLocked), never waited for: the writer queues it and writes
+// it on a goroutine of its own. Its queue is bounded: past its
+// high-water mark the job's output is not read (gatedLocked, as under a
+// lagging journal) until the writer catches up, or gives up (a stalled
+// or failing disk: the job goes on in memory only, OutputDiskError).
+// Poll reads output the ring evicted from the writer.
+
+// Values of Config.OutputDisk: which jobs write their output to disk
+// when their spawn does not say.
+const (
+	OutputDiskServices = "services" // jobs with a restart policy (the default)
+	OutputDiskAll      = "all"
+	OutputDiskNone     = "none"
+)
+
+// WithOutputLog gives the Manager the store for jobs' output on disk
+// (without it no job writes to disk, whatever it asks).
+func WithOutputLog(s *outlog.Store) Option { return func(m *Manager) { m.outlog = s } }
+
+// wantsDisk says whether a job of spec keeps its output on disk.
+func (m *Manager) wantsDisk(spec *protocol.SpawnArgs) bool {
+	if m.outlog == nil {
+		return false
+	}
+	switch spec.Output {
+	case protocol.OutputDisk:
+		return true
+	case protocol.OutputMemory:
+		return false
+	}
+	switch m.cfg.OutputDisk {
+	case OutputDiskAll:
+		return true
+	case OutputDiskNone:
+		return false
+	}
+	return spec.Restart.Enabled()
+}
+
+// newDisk returns the writer of a new job (fresh: files of an earlier
+// job of its id are replaced) or of a restored one (appending to its
+// files). A failure leaves the job in memory only: the error is
+// reported and returned as text. Called before the job is visible.
+func (j *Job) newDisk(fresh bool) (*outlog.Writer, string) {
+	w, err := j.m.outlog.Open(j.id, fresh, j.diskRoom)
+	if err != nil {
+		j.m.outlog.NoteError(j.id, err)
+		return nil, err.Error()
+	}
+	return w, ""
+}
+
+// diskRoom is called by the writer when its queue drained below its
+// low-water mark (or it gave up): held output may be read again.
+func (j *Job) diskRoom() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.openGateLocked()
+}
+
+// diskBehindLocked says whether the job's output must wait for its
+// writer (see gatedLocked).
+func (j *Job) diskBehindLocked() bool { return j.disk != nil && j.disk.Behind() }
+
+// storeLocked retains c in the ring and hands it to the writer.
+func (j *Job) storeLocked(c chunk) {
+	j.out.add(c)
+	if j.disk != nil {
+		j.disk.Append(c.Stream, c.Seq, c.Offset, c.Data)
+	}
+}
+
+// skipOutputLocked moves the output's end to off without output (see
+// ring.skipTo), on disk too.
+func (j *Job) skipOutputLocked(off int64) {
+	j.out.skipTo(off)
+	if j.disk != nil {
+		j.disk.Skip(off)
+	}
+}
+
+// diskInfoLocked fills the JobInfo fields of output on disk.
+func (j *Job) diskInfoLocked(info *protocol.JobInfo) {
+	if j.disk == nil {
+		info.OutputDiskError = j.diskErr
+		return
+	}
+	if err := j.disk.Err(); err != nil {
+		info.OutputDiskError = err.Error()
+		return
+	}
+	info.OutputDisk = true
+}
+
+// diskFinishedLocked records the job's end with its files.
+func (j *Job) diskFinishedLocked() {
+	if j.disk != nil {
+		j.disk.Finish(j.infoLocked())
+	}
+}
+
+// pollDisk answers a poll from cursor below from (the oldest byte the
+// ring retains) out of the job's files, when they hold something there;
+// ok false: they do not (the ring answers). j.mu is not held.
+func (j *Job) pollDisk(w *outlog.Writer, cursor, from, maxBytes int64, info protocol.JobInfo) (protocol.PollResult, bool, error) {
+	r, err := w.Read(cursor, from, maxBytes)
+	if err != nil {
+		j.m.log.Warn("read job output from disk; answering from memory", "job", j.id, "err", err)
+		return protocol.PollResult{}, false, nil
+	}
+	if !r.Found || (len(r.Chunks) == 0 && !r.CrashGap) {
+		return protocol.PollResult{}, false, nil
+	}
+	return protocol.PollResult{
+		Job: info, Chunks: r.Chunks, Next: r.Next, More: r.More || r.Next < info.OutputEnd,
+		Truncated: r.Lost > 0 || r.CrashGap, LostBytes: r.Lost, CrashGap: r.CrashGap,
+	}, true, nil
+}

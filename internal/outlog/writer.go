@@ -1,0 +1,543 @@
+package outlog
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Queue marks: past highWater queued bytes a Writer is Behind (the
+// engine stops reading the job's output), below lowWater it is not any
+// more (OnRoom is called).
+const (
+	highWater = 8 << 20
+	lowWater  = 2 << 20
+	batchMax  = 1 << 20 // bytes written per write(2)
+)
+
+// infoFile holds the job's JobInfo as last recorded (JSON), for polls of
+// a job no longer in memory.
+const infoFile = "info.json"
+
+// seg is one segment file: its first offset and its size on disk (what
+// is committed: written whole).
+type seg struct {
+	start int64
+	size  int64
+}
+
+// Writer appends one job's output to its directory. Its methods never
+// block on the disk: frames are queued and written by a goroutine of its
+// own (owned by the Store), while readers see the queue too.
+type Writer struct {
+	s     *Store
+	id    string
+	dir   string
+	fresh bool // files of an earlier job of the id are removed first
+	// onRoom is called (without locks) when the queue fell below
+	// lowWater after being Behind, or the writer failed while Behind.
+	onRoom func()
+
+	mu      sync.Mutex
+	ready   bool // the directory exists (made, or found at resume)
+	segs    []seg
+	total   int64    // sum of segs' sizes
+	f       *os.File // current (last) segment, open for writing; nil: closed
+	end     int64    // offset past the last frame written or queued
+	queue   []frame
+	queued  int64 // bytes of queue on disk
+	running bool  // the goroutine runs
+	err     error // the failure that ended disk output (sticky)
+	behind  bool
+	stallT  *time.Timer
+	info    *protocol.JobInfo // to record when the queue is written
+	// idleClose: close the file once the queue is written (the job
+	// finished or was forgotten; a later Append opens it again).
+	idleClose bool
+	removed   bool
+}
+
+// Open returns the Writer of job id, a job in memory until Release or
+// Remove. fresh: a new job (files an earlier job of that id left are
+// replaced); else a job recovered after a restart, whose files are
+// appended to. onRoom: see Writer. A fresh Writer does no I/O here.
+func (s *Store) Open(id string, fresh bool, onRoom func()) (*Writer, error) {
+	dir, err := s.jobDir(id)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{s: s, id: id, dir: dir, fresh: fresh, onRoom: onRoom}
+	if !fresh {
+		if err := w.resume(); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, ErrClosed
+	}
+	if o := s.open[id]; o != nil && o != w {
+		return nil, fmt.Errorf("output of %s: already open", id)
+	}
+	s.open[id] = w
+	return w, nil
+}
+
+// resume reads the segments of an existing directory: their sizes, the
+// end of the output, a torn last frame cut off. No directory: nothing
+// written yet.
+func (w *Writer) resume() error {
+	segs, err := listSegs(w.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	w.ready = true
+	if len(segs) == 0 {
+		return nil
+	}
+	last := &segs[len(segs)-1]
+	valid, end, err := scanEnd(filepath.Join(w.dir, segName(last.start)))
+	if err != nil {
+		return err
+	}
+	if valid < last.size {
+		// (a write cut short by a crash or a full disk)
+		if f, err := openNoFollow(filepath.Join(w.dir, segName(last.start)), os.O_WRONLY, 0); err == nil {
+			_ = f.Truncate(valid)
+			f.Close()
+		}
+		last.size = valid
+	}
+	w.end = max(end, last.start)
+	w.segs = segs
+	for _, sg := range segs {
+		w.total += sg.size
+	}
+	return nil
+}
+
+// listSegs lists dir's segments, oldest first (a directory that is a
+// symlink, or not ours, is refused).
+func listSegs(dir string) ([]seg, error) {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		// (a symlink or a file where a job's directory goes: never
+		// followed; a writer replaces it)
+		return nil, fmt.Errorf("output %s is not a directory: %w", dir, os.ErrNotExist)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var segs []seg
+	for _, e := range ents {
+		start, ok := parseSegName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		i, err := e.Info()
+		if err != nil {
+			continue
+		}
+		segs = append(segs, seg{start: start, size: i.Size()})
+	}
+	sort.Slice(segs, func(a, b int) bool { return segs[a].start < segs[b].start })
+	return segs, nil
+}
+
+// scanEnd returns how much of segment file path is whole frames, and
+// the offset past its last frame.
+func scanEnd(path string) (valid, end int64, err error) {
+	f, err := openNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := scanner{r: bufio.NewReaderSize(f, 256<<10)}
+	for {
+		fr, err := sc.next()
+		if err == io.EOF || errors.Is(err, errTorn) {
+			return sc.pos, end, nil
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		end = fr.end()
+	}
+}
+
+func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
+}
+
+// Append queues output of stream at offset off (seq: its event's).
+// Bytes below what was already written (output a crashed supervisor
+// wrote before its successor published it again) are dropped. data must
+// not change afterwards. Nothing happens once the writer failed.
+func (w *Writer) Append(stream protocol.Stream, seq uint64, off int64, data []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil || w.removed || len(data) == 0 {
+		return
+	}
+	if e := off + int64(len(data)); e <= w.end {
+		return
+	}
+	if off < w.end {
+		data, off = data[w.end-off:], w.end
+	}
+	w.pushLocked(frame{kind: kindOf(stream), seq: seq, off: off, data: data})
+}
+
+// Skip records that the offsets from the end of the output to off never
+// held output (see frame).
+func (w *Writer) Skip(off int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil || w.removed || off <= w.end {
+		return
+	}
+	w.pushLocked(frame{kind: kindSkip, off: w.end, span: off - w.end})
+}
+
+func (w *Writer) pushLocked(f frame) {
+	w.queue = append(w.queue, f)
+	w.queued += f.size()
+	w.end = f.end()
+	if w.queued > highWater && !w.behind {
+		w.behind = true
+		w.stallT = time.AfterFunc(w.s.cfg.StallLimit, func() {
+			w.fail(fmt.Errorf("%w: %d bytes of output queued for over %v", ErrStalled, w.Queued(), w.s.cfg.StallLimit))
+		})
+	}
+	w.kickLocked()
+}
+
+func (w *Writer) kickLocked() {
+	if w.running {
+		return
+	}
+	if !w.s.goWrite(w.run) {
+		// (the store closed: nothing more is written)
+		w.queue, w.queued = nil, 0
+		return
+	}
+	w.running = true
+}
+
+// Queued returns the bytes queued, not yet written.
+func (w *Writer) Queued() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.queued
+}
+
+// Behind reports whether more than the high-water mark is queued: the
+// caller should stop producing until OnRoom.
+func (w *Writer) Behind() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.behind
+}
+
+// Err returns the failure that ended the job's disk output (nil: none).
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Finish records info (the job's, as it ended) once what is queued is
+// written, and closes the current segment (a later Append opens it again).
+func (w *Writer) Finish(info protocol.JobInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removed {
+		return
+	}
+	w.info = &info
+	w.idleClose = true
+	w.kickLocked()
+}
+
+// Release says the job left memory (forgotten by retention): the writer
+// closes its file once its queue is written, and the job's files are
+// the age sweep's from then on.
+func (w *Writer) Release() {
+	w.mu.Lock()
+	w.idleClose = true
+	if !w.running && w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+	w.mu.Unlock()
+	w.unregister()
+}
+
+// Remove deletes the job's files (the job was removed) and drops what is
+// queued.
+func (w *Writer) Remove() error {
+	w.mu.Lock()
+	w.removed = true
+	w.queue, w.queued = nil, 0
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+	w.segs, w.total = nil, 0
+	err := os.RemoveAll(w.dir)
+	room := w.clearBehindLocked()
+	w.mu.Unlock()
+	w.unregister()
+	if room && w.onRoom != nil {
+		w.onRoom()
+	}
+	if err != nil {
+		return fmt.Errorf("remove output of %s: %w", w.id, err)
+	}
+	return nil
+}
+
+func (w *Writer) unregister() {
+	w.s.mu.Lock()
+	if w.s.open[w.id] == w {
+		delete(w.s.open, w.id)
+	}
+	w.s.mu.Unlock()
+}
+
+// clearBehindLocked ends the Behind state, reporting whether it was on.
+func (w *Writer) clearBehindLocked() bool {
+	if !w.behind {
+		return false
+	}
+	w.behind = false
+	if w.stallT != nil {
+		w.stallT.Stop()
+		w.stallT = nil
+	}
+	return true
+}
+
+// fail ends the job's disk output with err: what is queued is dropped
+// (the ring still has it), the file closed.
+func (w *Writer) fail(err error) {
+	w.mu.Lock()
+	if w.err != nil || w.removed {
+		w.mu.Unlock()
+		return
+	}
+	w.err = err
+	w.queue, w.queued = nil, 0
+	if w.f != nil && !w.running {
+		w.f.Close()
+		w.f = nil
+	}
+	room := w.clearBehindLocked()
+	w.mu.Unlock()
+	w.s.NoteError(w.id, err)
+	if room && w.onRoom != nil {
+		w.onRoom()
+	}
+}
+
+// run writes the queue until it is empty, then the info, then exits.
+func (w *Writer) run() {
+	buf := make([]byte, 0, batchMax+headerLen)
+	for {
+		w.mu.Lock()
+		if w.err != nil || w.removed || len(w.queue) == 0 {
+			info := w.info
+			w.info = nil
+			if w.err == nil && !w.removed && info != nil {
+				w.mu.Unlock()
+				err := w.writeInfo(info)
+				w.mu.Lock()
+				if err != nil && w.err == nil && !w.removed {
+					w.mu.Unlock()
+					w.fail(err)
+					w.mu.Lock()
+				}
+				if w.info != nil || len(w.queue) > 0 {
+					w.mu.Unlock()
+					continue // (more came meanwhile)
+				}
+			}
+			if w.f != nil && (w.idleClose || w.err != nil || w.removed) {
+				w.f.Close()
+				w.f = nil
+				w.idleClose = false
+			}
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		// One batch: the frames that fit in the current segment (at least
+		// one), at most batchMax bytes.
+		if err := w.prepareLocked(&w.queue[0]); err != nil {
+			w.mu.Unlock()
+			w.fail(err)
+			continue
+		}
+		f, room := w.f, w.s.cfg.SegmentBytes-w.segs[len(w.segs)-1].size
+		buf = buf[:0]
+		n := 0
+		for n < len(w.queue) {
+			fr := &w.queue[n]
+			if n > 0 && (int64(len(buf))+fr.size() > room || len(buf)+int(fr.size()) > batchMax) {
+				break
+			}
+			buf = appendFrame(buf, fr)
+			n++
+		}
+		w.mu.Unlock()
+		_, err := f.Write(buf)
+		w.mu.Lock()
+		if w.err != nil || w.removed {
+			w.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			// (a partial frame would end the segment for readers: cut it)
+			_ = f.Truncate(w.segs[len(w.segs)-1].size)
+			w.mu.Unlock()
+			w.fail(fmt.Errorf("write output of %s: %w", w.id, err))
+			continue
+		}
+		w.segs[len(w.segs)-1].size += int64(len(buf))
+		w.total += int64(len(buf))
+		var written int64
+		for _, fr := range w.queue[:n] {
+			written += fr.size()
+		}
+		w.queue = slices.Delete(w.queue, 0, n)
+		if len(w.queue) == 0 {
+			w.queue = nil // (let the payloads go)
+		}
+		w.queued -= written
+		room2 := w.queued < lowWater && w.clearBehindLocked()
+		w.mu.Unlock()
+		w.s.noteBytes(len(buf))
+		if room2 && w.onRoom != nil {
+			w.onRoom()
+		}
+	}
+}
+
+// prepareLocked makes sure the current segment can take fr: the
+// directory exists, a segment is open, a full one replaced by a new one
+// (the oldest deleted to stay under MaxBytes).
+func (w *Writer) prepareLocked(fr *frame) error {
+	if !w.ready {
+		if err := w.prepareDirLocked(); err != nil {
+			return err
+		}
+	}
+	if n := len(w.segs); n > 0 && (w.segs[n-1].size == 0 || w.segs[n-1].size+fr.size() <= w.s.cfg.SegmentBytes) {
+		if w.f == nil {
+			f, err := openNoFollow(filepath.Join(w.dir, segName(w.segs[n-1].start)), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return fmt.Errorf("open output of %s: %w", w.id, err)
+			}
+			w.f = f
+		}
+		return nil
+	}
+	// A new segment, starting at fr.
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+	for len(w.segs) > 0 && w.total+w.s.cfg.SegmentBytes > w.s.cfg.MaxBytes {
+		old := w.segs[0]
+		if err := os.Remove(filepath.Join(w.dir, segName(old.start))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rotate output of %s: %w", w.id, err)
+		}
+		w.segs = w.segs[1:]
+		w.total -= old.size
+	}
+	f, err := openNoFollow(filepath.Join(w.dir, segName(fr.off)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("create output segment of %s: %w", w.id, err)
+	}
+	w.f = f
+	w.segs = append(w.segs, seg{start: fr.off})
+	return nil
+}
+
+// writeInfo records info in the job's directory (temp file, rename).
+func (w *Writer) writeInfo(info *protocol.JobInfo) error {
+	data, err := json.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("record output info of %s: %w", w.id, err)
+	}
+	w.mu.Lock()
+	if !w.ready {
+		if err := w.prepareDirLocked(); err != nil {
+			w.mu.Unlock()
+			return err
+		}
+	}
+	w.mu.Unlock()
+	tmp := filepath.Join(w.dir, "."+infoFile+".tmp")
+	_ = os.Remove(tmp)
+	f, err := openNoFollow(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("record output info of %s: %w", w.id, err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(w.dir, infoFile))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("record output info of %s: %w", w.id, err)
+	}
+	return nil
+}
+
+// prepareDirLocked makes the job's directory (see prepareLocked).
+func (w *Writer) prepareDirLocked() error {
+	if w.fresh {
+		if err := os.RemoveAll(w.dir); err != nil {
+			return fmt.Errorf("replace output of an earlier job %s: %w", w.id, err)
+		}
+	}
+	err := os.Mkdir(w.dir, 0o700)
+	if errors.Is(err, os.ErrExist) {
+		if fi, lerr := os.Lstat(w.dir); lerr == nil && !fi.IsDir() {
+			// (a symlink or file in its place: removed, not followed)
+			if err = os.Remove(w.dir); err == nil {
+				err = os.Mkdir(w.dir, 0o700)
+			}
+		} else if lerr == nil {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create output directory of %s: %w", w.id, err)
+	}
+	w.ready = true
+	return nil
+}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
+	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
+)
+
+// Jobs' output on disk (internal/outlog): the store is opened at start,
+// given to the engine, and serves polls and removes of jobs no longer in
+// memory (forgotten by retention, or finished before a restart and not
+// in the journal any more).
+
+// openOutlog opens the store of jobs' output on disk.
+func (s *Server) openOutlog() (*outlog.Store, error) {
+	return outlog.Open(outlog.Config{
+		Dir: s.cfg.OutputPath(), SegmentBytes: s.cfg.OutputSegmentBytes, MaxBytes: s.cfg.OutputMaxBytes,
+		MaxAge: s.cfg.OutputMaxAge, SweepInterval: s.cfg.OutputSweepInterval, StallLimit: s.cfg.OutputStallLimit,
+		OnError: s.outputDiskError,
+		OnBytes: func(n int) { s.metrics.OutputDiskBytes.Add(float64(n)) },
+	})
+}
+
+// diskErrLog rate-limits the log lines of disk output failures: a full
+// disk fails every job writing to it at once.
+type diskErrLog struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// outputDiskError counts a job's failed disk output and logs it (at
+// most one line per 10 s, counting the ones left out).
+func (s *Server) outputDiskError(jobID string, err error) {
+	s.metrics.OutputDiskErrors.Inc()
+	l := &s.diskErrs
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < 10*time.Second {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	l.last = now
+	n := l.suppressed
+	l.suppressed = 0
+	l.mu.Unlock()
+	s.log.Warn("job output on disk given up: the job goes on with its output in memory only (ring buffer)",
+		"job", jobID, "err", err, "dir", s.cfg.OutputPath(), "othersSinceLastLogged", n)
+}
+
+// pollFromDisk answers a poll of a job not in memory from its files
+// (nil result: it has none, and the original not-found stands).
+func (s *Server) pollFromDisk(a *protocol.PollArgs, notFound error) (any, error) {
+	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
+		return nil, notFound
+	}
+	res, err := s.out.Poll(a.JobID, a.Cursor, a.MaxBytes)
+	if errors.Is(err, outlog.ErrNoOutput) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.InstanceID = s.instanceID
+	res.Job.Error = strings.ToValidUTF8(res.Job.Error, "\uFFFD")
+	return res, nil
+}
+
+// removeFromDisk deletes the files of a job not in memory (remove of a
+// job forgotten by retention).
+func (s *Server) removeFromDisk(id string, notFound error) error {
+	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
+		return notFound
+	}
+	if err := s.out.Remove(id); errors.Is(err, outlog.ErrNoOutput) {
+		return notFound
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// closeOutlog waits (bounded by ctx) for the last output to be written.
+func (s *Server) closeOutlog(ctx context.Context) {
+	if s.out == nil {
+		return
+	}
+	if err := s.out.Close(ctx); err != nil {
+		s.log.Warn("jobs' output not all written to disk at shutdown", "err", err)
+	}
+}
