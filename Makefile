@@ -48,7 +48,7 @@ bench: BENCH ?= .
 bench:
 	@set -o pipefail; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; status=0; \
 	{ set -x; \
-	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/ ./internal/zmqx/ ./cmd/exec-supervisor/ ./pkg/protocol/ && \
+	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 2s -count 1 ./internal/jobs/ ./internal/server/ ./internal/zmtp/ ./cmd/exec-supervisor/ ./pkg/protocol/ && \
 	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 5x -count 1 ./pkg/client/; \
 	} 2>&1 | tee "$$out" || status=$$?; \
 	echo; echo '---- for docs/benchmarks.md ----'; echo; \

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -102,14 +102,14 @@ func TestPoolOfThreeOverCurve(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
 	serverKey := filepath.Join(root, "server.key")
-	if _, _, err := zmqx.LoadOrCreateCurveKey(serverKey); err != nil {
+	if _, _, err := zmtp.LoadOrCreateCurveKey(serverKey); err != nil {
 		t.Fatal(err)
 	}
-	serverPub, err := zmqx.ReadCurvePublicFile(zmqx.CurvePublicPath(serverKey))
+	serverPub, err := zmtp.ReadCurvePublicFile(zmtp.CurvePublicPath(serverKey))
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, err := zmqx.NewCurveKeyPair()
+	kp, err := zmtp.NewCurveKeyPair()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -42,7 +42,7 @@ func TestRestartOnSameTCPPortsAtOnce(t *testing.T) {
 	for round := range 3 {
 		s := e.start(t)
 		ctx := ctxFor(t, 20*time.Second)
-		sub, err := zmqx.DialClient(ctx, "SUB", e.evt, 5*time.Second, "")
+		sub, err := zmtp.DialClient(ctx, "SUB", e.evt, 5*time.Second, "")
 		if err != nil {
 			t.Fatalf("round %d: subscriber: %v", round, err)
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 )
 
@@ -73,7 +73,7 @@ func (g *globals) connect() error {
 		if ep.v == "" {
 			continue
 		}
-		if _, _, err := zmqx.Split(ep.v); err != nil {
+		if _, _, err := zmtp.Split(ep.v); err != nil {
 			return &usageError{msg: fmt.Sprintf("%s: %v", ep.flag, err), hint: "an endpoint is ipc:///path/to.sock or tcp://host:port"}
 		}
 	}
@@ -82,7 +82,7 @@ func (g *globals) connect() error {
 	}
 	token := os.Getenv("EXEC_SUPERVISOR_TOKEN")
 	if g.tokenFile != "" {
-		t, err := zmqx.ReadToken(g.tokenFile)
+		t, err := zmtp.ReadToken(g.tokenFile)
 		if err != nil {
 			return &usageError{msg: fmt.Sprintf("--token-file: %v", err)}
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/limits"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -827,8 +827,8 @@ func TestConnectionLimitHint(t *testing.T) {
 		c.MaxConns = 2
 		c.IdleEvictAfter = -1 // (never: every connection counts as busy)
 	})
-	for i := 0; i < 2+zmqx.DefaultOwnReserve; i++ { // (the limit, and the slots kept for our uid)
-		c, err := zmqx.DialClient(context.Background(), "DEALER", s.control, time.Second, "")
+	for i := 0; i < 2+zmtp.DefaultOwnReserve; i++ { // (the limit, and the slots kept for our uid)
+		c, err := zmtp.DialClient(context.Background(), "DEALER", s.control, time.Second, "")
 		if err != nil {
 			t.Fatal(err)
 		}

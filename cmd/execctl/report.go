@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -97,9 +97,9 @@ func explain(g *globals, name string, err error) cliError {
 	var ue *usageError
 	var ce *client.ConnectError
 	var pe *protocol.Error
-	var me *zmqx.MechanismError
-	var re *zmqx.RefusedError
-	var upe *zmqx.UnsafePathError
+	var me *zmtp.MechanismError
+	var re *zmtp.RefusedError
+	var upe *zmtp.UnsafePathError
 	e := cliError{Code: codeUnreachable, Message: err.Error(), ExitCode: exitUnreachable, Command: name}
 	const tokenHint = "pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)"
 	switch {
@@ -113,9 +113,9 @@ func explain(g *globals, name string, err error) cliError {
 			g.client.Options().ControlAddress)
 		e.Hint = "drop --token-file / EXEC_SUPERVISOR_TOKEN for this supervisor, or make sure it is the one you mean (it was started with --insecure-tcp-no-auth)"
 	case errors.As(err, &me):
-	case errors.As(err, &ce) && errors.As(err, &re) && re.Reason == zmqx.AuthFailed:
+	case errors.As(err, &ce) && errors.As(err, &re) && re.Reason == zmtp.AuthFailed:
 		e.Message, e.Hint = "the supervisor refused our token (authentication failed)", tokenHint
-	case errors.As(err, &ce) && errors.As(err, &re) && strings.HasPrefix(re.Reason, zmqx.TooManyConnections):
+	case errors.As(err, &ce) && errors.As(err, &re) && strings.HasPrefix(re.Reason, zmtp.TooManyConnections):
 		e.Hint = "the supervisor is running but at its connection limit (exec-supervisor --max-connections), with no idle connection to give up: a client may be holding many connections open; exec_supervisor_connections_rejected_total{reason=\"too-many-connections\"} counts refusals"
 	case errors.As(err, &ce) && !ce.Lost && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)):
 		// Something accepted the connection and closed it at once: a
@@ -134,7 +134,7 @@ func explain(g *globals, name string, err error) cliError {
 		e.Hint = fmt.Sprintf("a supervisor's socket is there but not open to this user (uid %d): its owner can let you in with exec-supervisor --allow-uid %d (or --allow-gid); or use your own supervisor with --control/--event",
 			os.Geteuid(), os.Geteuid())
 	case errors.As(err, &ce) && errors.As(err, &upe):
-		// (a directory on the way that is not safe: see zmqx.CheckPeerDir)
+		// (a directory on the way that is not safe: see zmtp.CheckPeerDir)
 		e.Hint = "execctl will not talk through a socket directory another user controls (they could stand in for the supervisor): remove or fix that directory, or point --control/--event at a supervisor's private directory (default: $XDG_RUNTIME_DIR/exec-supervisor)"
 	case errors.As(err, &ce):
 		e.Hint = fmt.Sprintf("is the supervisor running? start one with: exec-supervisor --control %s --event %s",

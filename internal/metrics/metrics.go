@@ -5,7 +5,7 @@
 package metrics
 
 import (
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"net/http"
 	"time"
 
@@ -146,7 +146,7 @@ func New(g Gauges) *Metrics {
 	m.Timeouts.WithLabelValues("no_output")
 	m.CleanupKills.WithLabelValues("pgid")
 	m.CleanupKills.WithLabelValues("cgroup")
-	for _, r := range append(zmqx.RejectReasons(), RejectMetricsConns) {
+	for _, r := range append(zmtp.RejectReasons(), RejectMetricsConns) {
 		m.ConnRejected.WithLabelValues(r)
 	}
 	return m

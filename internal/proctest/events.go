@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -15,7 +15,7 @@ import (
 // for a benchmark: when each job's first output and its terminal event
 // were received. Close stops it.
 type EventWatch struct {
-	sub  *zmqx.Client
+	sub  *zmtp.Client
 	done chan struct{}
 	mu   sync.Mutex
 	seen map[watchKey]*sighting
@@ -36,7 +36,7 @@ type sighting struct {
 // ending).
 func WatchEvents(b *testing.B, c *client.Client, eventAddr string) *EventWatch {
 	ctx := context.Background()
-	sub, err := zmqx.DialClient(ctx, "SUB", eventAddr, time.Second, "")
+	sub, err := zmtp.DialClient(ctx, "SUB", eventAddr, time.Second, "")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/cpuhome"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -64,7 +64,7 @@ type Config struct {
 	CurveClientsFile string
 	// TCPLoopbackUID admits tcp clients on loopback that run as our uid
 	// or one of AllowUIDs without the token, told by the kernel from
-	// their socket (zmqx.Policy.LoopbackUIDs); false requires the token
+	// their socket (zmtp.Policy.LoopbackUIDs); false requires the token
 	// from every tcp client.
 	TCPLoopbackUID bool
 	// AllowUIDs and AllowGIDs may connect to ipc endpoints besides our uid.
@@ -172,8 +172,8 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Control:              zmqx.DefaultControl(),
-		Event:                zmqx.DefaultEvent(),
+		Control:              zmtp.DefaultControl(),
+		Event:                zmtp.DefaultEvent(),
 		StateDir:             defaultStateDir(),
 		MetricsAddr:          "127.0.0.1:18792",
 		MetricsMaxConns:      64,
@@ -204,7 +204,7 @@ func DefaultConfig() Config {
 	}
 }
 
-func defaultStateDir() string { return zmqx.DefaultStateDir() }
+func defaultStateDir() string { return zmtp.DefaultStateDir() }
 
 // TokenPath returns the effective token file path.
 func (c *Config) TokenPath() string {
@@ -294,8 +294,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 // sameEndpoint reports whether endpoints a and b name one socket (ipc
 // paths compared cleaned: ipc:///x//c.sock is ipc:///x/c.sock).
 func sameEndpoint(a, b string) bool {
-	sa, pa, errA := zmqx.Split(a)
-	sb, pb, errB := zmqx.Split(b)
+	sa, pa, errA := zmtp.Split(a)
+	sb, pb, errB := zmtp.Split(b)
 	if errA != nil || errB != nil || sa != sb {
 		return a == b
 	}
@@ -307,10 +307,10 @@ func sameEndpoint(a, b string) bool {
 
 // Validate checks every option and names the flag of the first bad one.
 func (c *Config) Validate() error {
-	if _, _, err := zmqx.Split(c.Control); err != nil {
+	if _, _, err := zmtp.Split(c.Control); err != nil {
 		return fmt.Errorf("--control: %w", err)
 	}
-	if _, _, err := zmqx.Split(c.Event); err != nil {
+	if _, _, err := zmtp.Split(c.Event); err != nil {
 		return fmt.Errorf("--event: %w", err)
 	}
 	if sameEndpoint(c.Control, c.Event) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -38,7 +38,7 @@ func TestIdleConnectionsEvictedAtLimit(t *testing.T) {
 	// A leaking client fills the rest: 4 more connections (with ts.client
 	// and the holder, 6 tried: the last one already evicts).
 	for i := 0; i < 4; i++ {
-		c, err := zmqx.DialClient(context.Background(), "DEALER", cfg.Control, 2*time.Second, "")
+		c, err := zmtp.DialClient(context.Background(), "DEALER", cfg.Control, 2*time.Second, "")
 		if err != nil {
 			t.Fatalf("leaked connection %d: %v", i, err)
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/openclaw"
 	"github.com/exec-supervisor/exec-supervisor/internal/wireerr"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -32,7 +32,7 @@ func (s *Server) recvLoop() {
 // body] (REQ, or DEALER speaking the REQ envelope) or [identity, body]
 // (bare DEALER); replies use the same envelope. It reports false when the
 // server is stopping.
-func (s *Server) incoming(msg zmqx.Incoming) bool {
+func (s *Server) incoming(msg zmtp.Incoming) bool {
 	p := msg.Peer
 	if len(msg.Frames) < 1 || p.Closed() {
 		p.Release() // nobody left to answer
@@ -145,7 +145,7 @@ func (s *Server) hand(task func()) {
 // the server's own op handling, on behalf of the dialect's peer.
 type dialectNative struct {
 	s *Server
-	p *zmqx.Peer
+	p *zmtp.Peer
 }
 
 func (d dialectNative) Do(req *protocol.Request) []byte {
@@ -182,7 +182,7 @@ func (s *Server) worker(task func()) {
 
 // reply queues the reply for the peer's own writer: it never waits for a
 // slow peer (one whose queue overflows is disconnected).
-func (s *Server) reply(p *zmqx.Peer, env [][]byte, body []byte) {
+func (s *Server) reply(p *zmtp.Peer, env [][]byte, body []byte) {
 	frames := append(env[:len(env):len(env)], body)
 	if err := s.ctl.Send(p, frames); err != nil && s.ctx.Err() == nil {
 		s.log.Debug("control reply not queued", "err", err)
@@ -191,7 +191,7 @@ func (s *Server) reply(p *zmqx.Peer, env [][]byte, body []byte) {
 
 // spawnOptions takes a spawn's pace (a property of the request, not of
 // the job) out of a: the asking peer p paces the job from its first byte.
-func (s *Server) spawnOptions(p *zmqx.Peer, a *protocol.SpawnArgs) (protocol.SpawnArgs, jobs.SpawnOptions) {
+func (s *Server) spawnOptions(p *zmtp.Peer, a *protocol.SpawnArgs) (protocol.SpawnArgs, jobs.SpawnOptions) {
 	var o jobs.SpawnOptions
 	if a.Pace {
 		o = jobs.SpawnOptions{Pacer: p, PaceWatch: paceWatch(p)}
@@ -202,7 +202,7 @@ func (s *Server) spawnOptions(p *zmqx.Peer, a *protocol.SpawnArgs) (protocol.Spa
 
 // paceWatch releases a pace of peer p when p goes away. While it paces a
 // job, p is not idle (never evicted as such: its job would run unpaced).
-func paceWatch(p *zmqx.Peer) func(release func()) func() bool {
+func paceWatch(p *zmtp.Peer) func(release func()) func() bool {
 	return func(release func()) func() bool {
 		p.Hold()
 		stop := p.OnGone(release)
@@ -229,7 +229,7 @@ func quickOp(op protocol.Op) bool {
 // decoding error err) and returns the encoded reply, or
 // the wait the reply is held for (see holdReply). It never panics on bad
 // input; a panic in an op is turned into an internal error.
-func (s *Server) handle(p *zmqx.Peer, req *protocol.Request, err error, start time.Time) (out []byte, w *heldReply) {
+func (s *Server) handle(p *zmtp.Peer, req *protocol.Request, err error, start time.Time) (out []byte, w *heldReply) {
 	id, op := "", protocol.Op("")
 	if req != nil {
 		id, op = req.ID, req.Op

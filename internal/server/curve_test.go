@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -18,12 +18,12 @@ import (
 // curveServer starts a supervisor on tcp with --curve (and
 // --tcp-loopback-uid=false: our own uid must use CURVE too) whose
 // allow-list holds the returned client key pair.
-func curveServer(t *testing.T) (*testServer, zmqx.CurveKeyPair, zmqx.CurveKey) {
+func curveServer(t *testing.T) (*testServer, zmtp.CurveKeyPair, zmtp.CurveKey) {
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.Control, cfg.Event = tcpPair(t)
 	cfg.Curve, cfg.TCPLoopbackUID = true, false
-	kp, err := zmqx.NewCurveKeyPair()
+	kp, err := zmtp.NewCurveKeyPair()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func curveServer(t *testing.T) (*testServer, zmqx.CurveKeyPair, zmqx.CurveKey) {
 		t.Fatal(err)
 	}
 	ts := startServer(t, cfg)
-	pub, err := zmqx.ReadCurvePublicFile(filepath.Join(cfg.StateDir, "curve.pub"))
+	pub, err := zmtp.ReadCurvePublicFile(filepath.Join(cfg.StateDir, "curve.pub"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestCurveGoClient(t *testing.T) {
 		t.Fatalf("follow: %v, output %q", err, out.String())
 	}
 
-	other, _ := zmqx.NewCurveKeyPair()
+	other, _ := zmtp.NewCurveKeyPair()
 	for _, tc := range []struct {
 		name       string
 		server     string
@@ -88,13 +88,13 @@ func TestCurveGoClient(t *testing.T) {
 			CurveServerKey: tc.server, CurveSecretKey: tc.secret})
 		_, err := bad.Health(ctx)
 		bad.Close()
-		var re *zmqx.RefusedError
+		var re *zmtp.RefusedError
 		switch {
 		case err == nil:
 			t.Fatalf("%s: served", tc.name)
-		case tc.wantServer && !errors.Is(err, zmqx.ErrCurveServerKey):
+		case tc.wantServer && !errors.Is(err, zmtp.ErrCurveServerKey):
 			t.Fatalf("%s: %v", tc.name, err)
-		case !tc.wantServer && (!errors.As(err, &re) || re.Reason != zmqx.CurveClientRefused):
+		case !tc.wantServer && (!errors.As(err, &re) || re.Reason != zmtp.CurveClientRefused):
 			t.Fatalf("%s: %v", tc.name, err)
 		case time.Since(start) > 5*time.Second:
 			t.Fatalf("%s: took %v (retried?)", tc.name, time.Since(start))
@@ -135,7 +135,7 @@ func TestCurvePythonClient(t *testing.T) {
 		t.Fatalf("pyclient over CURVE: %v\n%s", err, out)
 	}
 	// A libzmq client whose key is not allowed gets no reply.
-	other, _ := zmqx.NewCurveKeyPair()
+	other, _ := zmtp.NewCurveKeyPair()
 	cmd = exec.CommandContext(ctx, py, script, ts.cfg.Control, ts.cfg.Event, "", "--expect-refused")
 	cmd.Env = append(os.Environ(), "PYCLIENT_CURVE_SERVER_KEY="+pub.String(),
 		"PYCLIENT_CURVE_PUBLIC_KEY="+other.Public.String(), "PYCLIENT_CURVE_SECRET_KEY="+other.Secret.String())

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -32,7 +32,7 @@ func BenchmarkCurveVsPlain(b *testing.B) {
 		cfg.Jobs.RingBytes, cfg.SubscriberQueueBytes = 64<<20, 64<<20
 		o := client.Options{ControlAddress: cfg.Control, EventAddress: cfg.Event, RequestTimeout: 30 * time.Second}
 		if mech == "curve" {
-			kp, _ := zmqx.NewCurveKeyPair()
+			kp, _ := zmtp.NewCurveKeyPair()
 			cfg.Curve = true
 			cfg.CurveClientsFile = filepath.Join(filepath.Dir(cfg.StateDir), "curve-clients")
 			if err := os.WriteFile(cfg.CurveClientsFile, []byte(kp.Public.String()+"\n"), 0o600); err != nil {

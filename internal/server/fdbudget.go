@@ -16,13 +16,13 @@ const (
 	fdsPerJob = 9
 	// fdsBase covers the rest: the pool of idle cgroups (up to 32), the
 	// connections each socket keeps past --max-connections for our own
-	// uid (zmqx.DefaultOwnReserve), and an idle supervisor's own (~15:
+	// uid (zmtp.DefaultOwnReserve), and an idle supervisor's own (~15:
 	// listeners, metrics server, journal, intents, lock, /dev/null, the
 	// runtime's), with room to spare.
 	fdsBase = 96
 	// connsPerSlot is what one --max-connections slot can take on a
 	// socket: an established connection, and as many in the handshake
-	// (zmqx.Policy.MaxHandshakes defaults to MaxConns).
+	// (zmtp.Policy.MaxHandshakes defaults to MaxConns).
 	connsPerSlot = 2
 )
 

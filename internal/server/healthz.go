@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 )
 
 // healthzTimeout bounds the control socket's answer to a /healthz probe.
@@ -29,7 +29,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 	}
-	var c *zmqx.Client
+	var c *zmtp.Client
 	err := s.selfCheck(&c, healthzTimeout)
 	if c != nil {
 		c.Close()

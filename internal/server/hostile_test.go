@@ -15,7 +15,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -64,7 +64,7 @@ func survived(t *testing.T, ts *testServer, id string, n int) {
 
 func dialRaw(t *testing.T, endpoint string) net.Conn {
 	t.Helper()
-	scheme, addr, err := zmqx.Split(endpoint)
+	scheme, addr, err := zmtp.Split(endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestSilentAndManyConnections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			scheme, addr, _ := zmqx.Split(cfg.Control)
+			scheme, addr, _ := zmtp.Split(cfg.Control)
 			_ = scheme
 			c, err := net.DialTimeout("unix", addr, 2*time.Second)
 			if err == nil {
@@ -315,10 +315,10 @@ func TestPlainAuthGoClient(t *testing.T) {
 	id := witness(t, ts, 50)
 	for _, tok := range []string{"", "wrong", ts.token + "x"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s, err := zmqx.DialToken(ctx, zmqx.Dealer, cfg.Control, time.Second, tok)
+		s, err := zmtp.DialToken(ctx, zmtp.Dealer, cfg.Control, time.Second, tok)
 		if err == nil {
 			body, _ := protocol.EncodeRequest("x", protocol.OpHealth, nil)
-			_ = s.Send(zmqx.NewMsg(nil, body))
+			_ = s.Send(zmtp.NewMsg(nil, body))
 			got := make(chan struct{})
 			go func() {
 				if _, err := s.Recv(); err == nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
 	"github.com/exec-supervisor/exec-supervisor/internal/openclaw"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -35,7 +35,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	// What is read back from it (journal: jobs to resume and processes to
 	// terminate; token) must be ours alone: a directory another user made,
 	// or can write to, is refused.
-	if err := zmqx.CheckDir(s.cfg.StateDir, false); err != nil {
+	if err := zmtp.CheckDir(s.cfg.StateDir, false); err != nil {
 		return &ConfigError{fmt.Errorf("--state-dir: %w", err)}
 	}
 	if jd := filepath.Dir(s.cfg.JournalPath()); jd != filepath.Clean(s.cfg.StateDir) {
@@ -46,7 +46,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// makes none through a name someone else took (see
 		// internal/journal/files.go); the files themselves are checked
 		// below.
-		if err := zmqx.CheckDir(jd, true); errors.Is(err, os.ErrNotExist) {
+		if err := zmtp.CheckDir(jd, true); errors.Is(err, os.ErrNotExist) {
 			return &ConfigError{fmt.Errorf("--journal %s: directory %s does not exist (create it, mode 0700, or leave --journal out for <state-dir>/journal.json)", s.cfg.Journal, jd)}
 		} else if err != nil {
 			return &ConfigError{fmt.Errorf("--journal: %w", err)}
@@ -196,7 +196,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.evt, err = s.listenEvents(); err != nil {
 		return fmt.Errorf("--event: %w", err)
 	}
-	if s.ctl, err = zmqx.ListenRouter(s.ctx, s.cfg.Control, s.policy(s.cfg.Control, uint64(s.cfg.MaxRequestBytes)+64<<10), 0); err != nil {
+	if s.ctl, err = zmtp.ListenRouter(s.ctx, s.cfg.Control, s.policy(s.cfg.Control, uint64(s.cfg.MaxRequestBytes)+64<<10), 0); err != nil {
 		return fmt.Errorf("--control: %w", err)
 	}
 	if s.cfg.MetricsAddr != "" {
@@ -233,7 +233,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	go s.recvLoop()
 	// From now on each peer's reader hands its requests over itself (one
 	// goroutine handoff less per request than going through recvLoop).
-	s.ctl.SetHandler(func(m zmqx.Incoming) { s.incoming(m) })
+	s.ctl.SetHandler(func(m zmtp.Incoming) { s.incoming(m) })
 	go s.heartbeatLoop()
 	if s.cpu.Enabled() {
 		s.wg.Add(1)
@@ -300,9 +300,9 @@ func (e eventSink) SendParts(topic []byte, parts ...[]byte) error {
 
 // listenEvents opens the event socket, counting the subscriptions to
 // OpenClaw's dialect topics (see publishDialect).
-func (s *Server) listenEvents() (*zmqx.Publisher, error) {
-	evt, err := zmqx.ListenPub(s.ctx, s.cfg.Event, s.policy(s.cfg.Event, 64<<10), s.cfg.SubscriberQueueBytes,
-		zmqx.CountPrefix(openclaw.TopicPrefix))
+func (s *Server) listenEvents() (*zmtp.Publisher, error) {
+	evt, err := zmtp.ListenPub(s.ctx, s.cfg.Event, s.policy(s.cfg.Event, 64<<10), s.cfg.SubscriberQueueBytes,
+		zmtp.CountPrefix(openclaw.TopicPrefix))
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +330,7 @@ func (s *Server) publishDialect(ev *protocol.Event) {
 const subscriptionSyncMax = 100 * time.Millisecond
 
 // syncSubscriptions puts in force the subscriptions the event socket's
-// subscribers sent before now (zmqx.Publisher.SyncSubscriptions): a
+// subscribers sent before now (zmtp.Publisher.SyncSubscriptions): a
 // gateway subscribed to exec:<jobId> before sending the spawn gets the
 // job's first event, though it came on another connection.
 func (s *Server) syncSubscriptions() {
@@ -343,7 +343,7 @@ func (s *Server) syncSubscriptions() {
 
 // dialectSink sends dialect events to the subscribers of their topic
 // under the dialect's prefix (no native subscription gets them).
-type dialectSink struct{ evt *zmqx.Publisher }
+type dialectSink struct{ evt *zmtp.Publisher }
 
 func (d dialectSink) Offer(topic []byte, body func() []byte) {
 	d.evt.SendScoped(d.evt.Scope(openclaw.TopicPrefix), topic, body)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -28,7 +28,7 @@ func TestUnauthenticatedHandshakesNoLockout(t *testing.T) {
 	cfg.Control, cfg.Event = tcpPair(t)
 	cfg.HandshakeTimeout = time.Second // (cut sooner: the attacker reopens more often)
 	ts := startServer(t, cfg)
-	_, addr, _ := zmqx.Split(cfg.Control)
+	_, addr, _ := zmtp.Split(cfg.Control)
 
 	const held = 1100
 	stop := make(chan struct{})

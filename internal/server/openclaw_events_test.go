@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/openclaw"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -74,7 +74,7 @@ func (c *jsonClient) eventsUntilEnd(id string, d time.Duration) []map[string]any
 func TestOpenClawEvents(t *testing.T) {
 	ts, c := newJSONServer(t, nil) // (a merge window of 20 ms: the sleeps below split the output)
 	// A native subscriber of everything, live once it hears a heartbeat.
-	all, err := zmqx.DialClient(context.Background(), "SUB", ts.cfg.Event, 5*time.Second, ts.token)
+	all, err := zmtp.DialClient(context.Background(), "SUB", ts.cfg.Event, 5*time.Second, ts.token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // handler answers one op on connection p.
-type handler func(s *Server, p *zmqx.Peer, req *protocol.Request) (any, error)
+type handler func(s *Server, p *zmtp.Peer, req *protocol.Request) (any, error)
 
 // handlers is the op table: one handler per op (read only).
 var handlers = map[protocol.Op]handler{
@@ -24,11 +24,11 @@ var handlers = map[protocol.Op]handler{
 	protocol.OpSubscribe: withArgs((*Server).opSubscribe),
 	protocol.OpWrite:     withArgs((*Server).opWrite),
 	protocol.OpResize:    withArgs((*Server).opResize),
-	protocol.OpKill: withArgs(func(s *Server, _ *zmqx.Peer, _ *protocol.Request, a *protocol.KillArgs) (any, error) {
+	protocol.OpKill: withArgs(func(s *Server, _ *zmtp.Peer, _ *protocol.Request, a *protocol.KillArgs) (any, error) {
 		return s.kill(*a)
 	}),
 	protocol.OpStatus: withArgs((*Server).opStatus),
-	protocol.OpListJobs: withArgs(func(s *Server, _ *zmqx.Peer, _ *protocol.Request, a *protocol.ListJobsArgs) (any, error) {
+	protocol.OpListJobs: withArgs(func(s *Server, _ *zmtp.Peer, _ *protocol.Request, a *protocol.ListJobsArgs) (any, error) {
 		return s.listJobs(*a)
 	}),
 	protocol.OpStart:   withArgs((*Server).serviceOp),
@@ -41,8 +41,8 @@ var handlers = map[protocol.Op]handler{
 // withArgs is a handler that decodes the request's arguments into an A
 // (checked as every op's are, none included), resolves the job they name
 // (jobRef), and hands them to f.
-func withArgs[A any](f func(s *Server, p *zmqx.Peer, req *protocol.Request, a *A) (any, error)) handler {
-	return func(s *Server, p *zmqx.Peer, req *protocol.Request) (any, error) {
+func withArgs[A any](f func(s *Server, p *zmtp.Peer, req *protocol.Request, a *A) (any, error)) handler {
+	return func(s *Server, p *zmtp.Peer, req *protocol.Request) (any, error) {
 		a := new(A)
 		if err := protocol.DecodeArgs(req, a); err != nil {
 			return nil, err
@@ -86,7 +86,7 @@ func jobRef(a any) *string {
 // noArgs are the arguments of an op that takes none.
 type noArgs struct{}
 
-func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
+func (s *Server) dispatch(p *zmtp.Peer, req *protocol.Request) (any, error) {
 	h, ok := handlers[req.Op]
 	if !ok {
 		return nil, protocol.Errorf(protocol.CodeUnknownOp, "unknown op %q", req.Op)
@@ -94,7 +94,7 @@ func (s *Server) dispatch(p *zmqx.Peer, req *protocol.Request) (any, error) {
 	return h(s, p, req)
 }
 
-func (s *Server) opHealth(_ *zmqx.Peer, _ *protocol.Request, _ *noArgs) (any, error) {
+func (s *Server) opHealth(_ *zmtp.Peer, _ *protocol.Request, _ *noArgs) (any, error) {
 	active, total := s.jobs.Counts()
 	draining := false
 	select {
@@ -112,7 +112,7 @@ func (s *Server) opHealth(_ *zmqx.Peer, _ *protocol.Request, _ *noArgs) (any, er
 	}, nil
 }
 
-func (s *Server) opSpawn(p *zmqx.Peer, req *protocol.Request, a *protocol.SpawnArgs) (any, error) {
+func (s *Server) opSpawn(p *zmtp.Peer, req *protocol.Request, a *protocol.SpawnArgs) (any, error) {
 	if a.WaitMs > 0 {
 		return s.spawnAndWait(p, req.ID, *a)
 	}
@@ -123,7 +123,7 @@ func (s *Server) opSpawn(p *zmqx.Peer, req *protocol.Request, a *protocol.SpawnA
 	return protocol.SpawnResult{JobID: info.JobID, Job: info}, nil
 }
 
-func (s *Server) opPace(p *zmqx.Peer, _ *protocol.Request, a *protocol.PaceArgs) (any, error) {
+func (s *Server) opPace(p *zmtp.Peer, _ *protocol.Request, a *protocol.PaceArgs) (any, error) {
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
 		return nil, err
@@ -136,12 +136,12 @@ func (s *Server) opPace(p *zmqx.Peer, _ *protocol.Request, a *protocol.PaceArgs)
 	return protocol.PaceResult{WindowBytes: s.jobs.PaceWindow(), Job: j.Info()}, nil
 }
 
-func (s *Server) opCancel(p *zmqx.Peer, _ *protocol.Request, a *protocol.CancelArgs) (any, error) {
+func (s *Server) opCancel(p *zmtp.Peer, _ *protocol.Request, a *protocol.CancelArgs) (any, error) {
 	ok, job := s.cancelHeld(p, a.RequestID)
 	return protocol.CancelResult{Cancelled: ok, JobID: job}, nil
 }
 
-func (s *Server) opPoll(_ *zmqx.Peer, _ *protocol.Request, a *protocol.PollArgs) (any, error) {
+func (s *Server) opPoll(_ *zmtp.Peer, _ *protocol.Request, a *protocol.PollArgs) (any, error) {
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
 		return s.pollFromDisk(a, err)
@@ -151,7 +151,7 @@ func (s *Server) opPoll(_ *zmqx.Peer, _ *protocol.Request, a *protocol.PollArgs)
 	return res, err
 }
 
-func (s *Server) opSubscribe(_ *zmqx.Peer, _ *protocol.Request, a *protocol.SubscribeArgs) (any, error) {
+func (s *Server) opSubscribe(_ *zmtp.Peer, _ *protocol.Request, a *protocol.SubscribeArgs) (any, error) {
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
 		return nil, err
@@ -166,7 +166,7 @@ func (s *Server) opSubscribe(_ *zmqx.Peer, _ *protocol.Request, a *protocol.Subs
 	return res, err
 }
 
-func (s *Server) opWrite(_ *zmqx.Peer, _ *protocol.Request, a *protocol.WriteArgs) (any, error) {
+func (s *Server) opWrite(_ *zmtp.Peer, _ *protocol.Request, a *protocol.WriteArgs) (any, error) {
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
 		return nil, err
@@ -178,7 +178,7 @@ func (s *Server) opWrite(_ *zmqx.Peer, _ *protocol.Request, a *protocol.WriteArg
 	return protocol.WriteResult{Written: n, Job: j.Info()}, nil
 }
 
-func (s *Server) opResize(_ *zmqx.Peer, _ *protocol.Request, a *protocol.ResizeArgs) (any, error) {
+func (s *Server) opResize(_ *zmtp.Peer, _ *protocol.Request, a *protocol.ResizeArgs) (any, error) {
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
 		return nil, err
@@ -190,7 +190,7 @@ func (s *Server) opResize(_ *zmqx.Peer, _ *protocol.Request, a *protocol.ResizeA
 	return protocol.StatusResult{Job: &info}, nil
 }
 
-func (s *Server) opStatus(_ *zmqx.Peer, _ *protocol.Request, a *protocol.JobArgs) (any, error) {
+func (s *Server) opStatus(_ *zmtp.Peer, _ *protocol.Request, a *protocol.JobArgs) (any, error) {
 	if a.JobID == "" {
 		return s.statusAll()
 	}
@@ -202,7 +202,7 @@ func (s *Server) opStatus(_ *zmqx.Peer, _ *protocol.Request, a *protocol.JobArgs
 	return protocol.StatusResult{Job: &info}, nil
 }
 
-func (s *Server) opRemove(_ *zmqx.Peer, _ *protocol.Request, a *protocol.JobArgs) (any, error) {
+func (s *Server) opRemove(_ *zmtp.Peer, _ *protocol.Request, a *protocol.JobArgs) (any, error) {
 	if a.JobID == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
 	}
@@ -258,7 +258,7 @@ func (s *Server) listJobs(a protocol.ListJobsArgs) (protocol.ListJobsResult, err
 }
 
 // serviceOp answers start, restart, stop and history.
-func (s *Server) serviceOp(_ *zmqx.Peer, req *protocol.Request, a *protocol.JobArgs) (any, error) {
+func (s *Server) serviceOp(_ *zmtp.Peer, req *protocol.Request, a *protocol.JobArgs) (any, error) {
 	if a.JobID == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
 	}

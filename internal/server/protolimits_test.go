@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -41,7 +41,7 @@ func envelope(t *testing.T, kv ...any) []byte {
 func dealerCalls(t *testing.T, ts *testServer, bodies ...[]byte) map[string]*protocol.Reply {
 	t.Helper()
 	ctx := ctxT(t, 20*time.Second)
-	c, err := zmqx.DialClient(ctx, "DEALER", ts.cfg.Control, time.Second, ts.Server.token)
+	c, err := zmtp.DialClient(ctx, "DEALER", ts.cfg.Control, time.Second, ts.Server.token)
 	if err != nil {
 		t.Fatal(err)
 	}

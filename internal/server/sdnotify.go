@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -55,7 +55,7 @@ func (s *Server) watchdogLoop() {
 	every := s.cfg.WatchdogInterval / 2
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var c *zmqx.Client
+	var c *zmtp.Client
 	defer func() {
 		if c != nil {
 			c.Close()
@@ -89,16 +89,16 @@ func (s *Server) watchdogLoop() {
 
 // selfCheck sends a health request on *c (dialled if nil) and waits up to
 // d for its reply.
-func (s *Server) selfCheck(c **zmqx.Client, d time.Duration) error {
+func (s *Server) selfCheck(c **zmtp.Client, d time.Duration) error {
 	if *c == nil {
-		o := zmqx.DialOptions{Timeout: d}
+		o := zmtp.DialOptions{Timeout: d}
 		if strings.HasPrefix(s.cfg.Control, "tcp://") {
 			o.Token = s.token
 			if s.curve != nil { // (the server's own key is always admitted)
-				o.Curve = &zmqx.CurveClient{Server: s.curve.Key.Public, Key: s.curve.Key}
+				o.Curve = &zmtp.CurveClient{Server: s.curve.Key.Public, Key: s.curve.Key}
 			}
 		}
-		cl, err := zmqx.DialClientWith(s.ctx, "DEALER", s.cfg.Control, o)
+		cl, err := zmtp.DialClientWith(s.ctx, "DEALER", s.cfg.Control, o)
 		if err != nil {
 			return err
 		}

@@ -13,13 +13,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 )
 
 // loadOrCreateToken returns the tcp token, creating the token file (0600,
 // never through a symlink) with 32 random bytes when it does not exist.
 func loadOrCreateToken(path string) (tok string, created bool, err error) {
-	tok, err = zmqx.ReadToken(path)
+	tok, err = zmtp.ReadToken(path)
 	if err == nil {
 		return tok, false, nil
 	}
@@ -51,8 +51,8 @@ func loadOrCreateToken(path string) (tok string, created bool, err error) {
 
 // policy returns the transport policy of one endpoint: tcp requires the
 // token (unless explicitly insecure); ipc checks peer credentials.
-func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
-	p := &zmqx.Policy{
+func (s *Server) policy(endpoint string, maxFrame uint64) *zmtp.Policy {
+	p := &zmtp.Policy{
 		AllowUIDs: s.cfg.AllowUIDs, AllowGIDs: s.cfg.AllowGIDs,
 		HandshakeTimeout: s.cfg.HandshakeTimeout, WriteTimeout: s.cfg.WriteTimeout,
 		MaxFrameBytes: maxFrame, MaxConns: s.cfg.MaxConns,
@@ -75,21 +75,21 @@ func (s *Server) policy(endpoint string, maxFrame uint64) *zmqx.Policy {
 // setupCurve loads the CURVE key pair (created on first start) and the
 // allow-list of client keys, and says where they are.
 func (s *Server) setupCurve() error {
-	kp, created, err := zmqx.LoadOrCreateCurveKey(s.cfg.CurveKeyPath())
+	kp, created, err := zmtp.LoadOrCreateCurveKey(s.cfg.CurveKeyPath())
 	if err != nil {
 		return fmt.Errorf("--curve-key-file: %w", err)
 	}
-	clients := zmqx.NewCurveAllowList(s.cfg.CurveClientsPath())
-	_, _, _, lerr := clients.Lookup(zmqx.CurveKey{})
+	clients := zmtp.NewCurveAllowList(s.cfg.CurveClientsPath())
+	_, _, _, lerr := clients.Lookup(zmtp.CurveKey{})
 	switch {
 	case lerr != nil:
 		return fmt.Errorf("--curve-clients: %w", lerr)
 	case clients.Len() == 0:
 		s.log.Warn("no CURVE client key is allowed yet: tcp clients are refused until their public keys are in the allow-list (read again when it changes)", "curveClients", clients.Path())
 	}
-	s.curve = &zmqx.CurveServer{Key: kp, Clients: clients}
+	s.curve = &zmtp.CurveServer{Key: kp, Clients: clients}
 	s.log.Info("tcp clients must use CURVE (ZMTP RFC 26) with the supervisor's public key and an allowed key of their own",
-		"publicKey", kp.Public.String(), "publicKeyFile", zmqx.CurvePublicPath(s.cfg.CurveKeyPath()), "created", created,
+		"publicKey", kp.Public.String(), "publicKeyFile", zmtp.CurvePublicPath(s.cfg.CurveKeyPath()), "created", created,
 		"curveClients", clients.Path(), "allowedKeys", clients.Len())
 	return nil
 }

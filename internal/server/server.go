@@ -31,7 +31,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
 	"github.com/exec-supervisor/exec-supervisor/internal/openclaw"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -47,7 +47,7 @@ type Server struct {
 
 	token string // tcp password; empty when no tcp endpoint or insecure
 	// curve is tcp's CURVE side (--curve), nil without.
-	curve *zmqx.CurveServer
+	curve *zmtp.CurveServer
 	// cgroupBase is where job cgroups go (nil: none); cgroupNote says why not.
 	cgroupBase *cgroups.Base
 	cgroupNote string
@@ -71,15 +71,15 @@ type Server struct {
 	// dialectScope (the event socket's count of exec: subscriptions).
 	dialect       *openclaw.Handler
 	dialectEvents *openclaw.Events
-	dialectScope  atomic.Pointer[zmqx.Scope]
+	dialectScope  atomic.Pointer[zmtp.Scope]
 	// started counts the jobs (and service runs) started since the
 	// supervisor started (the dialect's health totalJobsProcessed).
 	started atomic.Uint64
 
 	ctx    context.Context // cancelled by Close: ends the sockets
 	cancel context.CancelFunc
-	ctl    *zmqx.Router
-	evt    *zmqx.Publisher
+	ctl    *zmtp.Router
+	evt    *zmtp.Publisher
 	httpL  net.Listener
 	httpS  *http.Server
 

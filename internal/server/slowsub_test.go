@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -22,12 +22,12 @@ func TestSlowSubscriberIsCutOff(t *testing.T) {
 	ts := startServer(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	slow, err := zmqx.Dial(ctx, zmqx.Sub, cfg.Event, time.Second)
+	slow, err := zmtp.Dial(ctx, zmtp.Sub, cfg.Event, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	if err := slow.SetOption(zmqx.OptionSubscribe, ""); err != nil {
+	if err := slow.SetOption(zmtp.OptionSubscribe, ""); err != nil {
 		t.Fatal(err)
 	}
 	runtime.GC()

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -34,7 +34,7 @@ type heldReply struct {
 type heldCounts struct {
 	mu    sync.Mutex
 	total int
-	peers map[*zmqx.Peer]int
+	peers map[*zmtp.Peer]int
 	byID  map[heldKey][]*heldEntry
 	// pending are the requests that may be held (spawn, wait) handed to a
 	// worker and neither answered nor held yet. Requests on a connection
@@ -138,7 +138,7 @@ func (s *Server) pendingJob(k heldKey, jobID string) (cancelled bool) {
 }
 
 type heldKey struct {
-	p  *zmqx.Peer
+	p  *zmtp.Peer
 	id string
 }
 
@@ -184,7 +184,7 @@ func (s *Server) unindexHeld(k heldKey, e *heldEntry) {
 // cancelHeld gives up the replies held for request id of peer p (its own
 // only): they are never sent. It reports whether one was held, and for
 // which job.
-func (s *Server) cancelHeld(p *zmqx.Peer, id string) (bool, string) {
+func (s *Server) cancelHeld(p *zmtp.Peer, id string) (bool, string) {
 	k := heldKey{p, id}
 	s.held.mu.Lock()
 	pr := s.held.pending[k]
@@ -220,7 +220,7 @@ func (s *Server) cancelHeld(p *zmqx.Peer, id string) (bool, string) {
 }
 
 // reserveHeld counts one more held reply for p, or says why not.
-func (s *Server) reserveHeld(p *zmqx.Peer) error {
+func (s *Server) reserveHeld(p *zmtp.Peer) error {
 	all, one := s.cfg.MaxHeldReplies, s.cfg.MaxPeerHeldReplies
 	if all <= 0 {
 		all = defaultMaxHeldReplies
@@ -238,7 +238,7 @@ func (s *Server) reserveHeld(p *zmqx.Peer) error {
 		return protocol.Errorf(protocol.CodeTooManyWaits, "this connection holds %d waits already (the limit); wait again later or follow the job's events", one)
 	}
 	if h.peers == nil {
-		h.peers = map[*zmqx.Peer]int{}
+		h.peers = map[*zmtp.Peer]int{}
 	}
 	h.total++
 	h.peers[p]++
@@ -253,7 +253,7 @@ func (s *Server) heldWaits() int {
 	return s.held.total
 }
 
-func (s *Server) releaseHeld(p *zmqx.Peer) {
+func (s *Server) releaseHeld(p *zmtp.Peer) {
 	h := &s.held
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -267,7 +267,7 @@ func (s *Server) releaseHeld(p *zmqx.Peer) {
 // spawnAndWait spawns a job (args.WaitMs > 0) and holds the reply until
 // it has finished. The held reply is reserved first: a spawn that could
 // not be waited for is refused before it starts anything.
-func (s *Server) spawnAndWait(p *zmqx.Peer, id string, a protocol.SpawnArgs) (_ any, err error) {
+func (s *Server) spawnAndWait(p *zmtp.Peer, id string, a protocol.SpawnArgs) (_ any, err error) {
 	cancelled, started := s.startingPending(heldKey{p, id})
 	if cancelled {
 		return nil, protocol.Errorf(protocol.CodeCancelled, "cancelled before it was handled: nothing was started")
@@ -295,7 +295,7 @@ func (s *Server) spawnAndWait(p *zmqx.Peer, id string, a protocol.SpawnArgs) (_ 
 }
 
 // wait serves OpWait.
-func (s *Server) wait(p *zmqx.Peer, req *protocol.Request, a *protocol.WaitArgs) (any, error) {
+func (s *Server) wait(p *zmtp.Peer, req *protocol.Request, a *protocol.WaitArgs) (any, error) {
 	switch {
 	case a.JobID == "":
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "wait needs jobId")
@@ -332,7 +332,7 @@ func (s *Server) wait(p *zmqx.Peer, req *protocol.Request, a *protocol.WaitArgs)
 // server's context; jobs are ended before the server stops, so waits are
 // answered then). Called from a request task, which holds reqWG: it grows
 // here until the reply is settled.
-func (s *Server) holdReply(p *zmqx.Peer, env [][]byte, w *heldReply) {
+func (s *Server) holdReply(p *zmtp.Peer, env [][]byte, w *heldReply) {
 	s.reqWG.Add(1)
 	env = cloneFrames(env) // (it outlives the request's buffers)
 	var (

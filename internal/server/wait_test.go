@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -297,7 +297,7 @@ func TestSlowRequestDoesNotHoldItsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ts.client.Kill(context.Background(), j.JobID, "SIGKILL")
-	c, err := zmqx.DialClient(ctx, "DEALER", ts.cfg.Control, time.Second, ts.Server.token)
+	c, err := zmtp.DialClient(ctx, "DEALER", ts.cfg.Control, time.Second, ts.Server.token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,15 +436,15 @@ func TestCancelHeldWait(t *testing.T) {
 	}
 
 	// The op itself, on raw connections.
-	dial := func() *zmqx.Client {
-		d, err := zmqx.DialClient(ctx, "DEALER", cfg.Control, time.Second, "")
+	dial := func() *zmtp.Client {
+		d, err := zmtp.DialClient(ctx, "DEALER", cfg.Control, time.Second, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
 		return d
 	}
-	call := func(d *zmqx.Client, id string, op protocol.Op, args any) {
+	call := func(d *zmtp.Client, id string, op protocol.Op, args any) {
 		body, _ := protocol.EncodeRequest(id, op, args)
 		if err := d.Send(body); err != nil {
 			t.Fatal(err)
@@ -454,7 +454,7 @@ func TestCancelHeldWait(t *testing.T) {
 	call(a, "w1", protocol.OpWait, &protocol.WaitArgs{JobID: info.JobID, WaitMs: 3_600_000})
 	eventually(t, 10*time.Second, "the wait held", func() bool { return ts.Server.heldWaits() == 1 })
 	for _, tc := range []struct {
-		d    *zmqx.Client
+		d    *zmtp.Client
 		id   string
 		want bool
 	}{{b, "w1", false}, {a, "other", false}, {a, "w1", true}, {a, "w1", false}} {
@@ -495,7 +495,7 @@ func TestCancelOvertakingWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ts.client.Kill(context.Background(), info.JobID, "SIGKILL")
-	d, err := zmqx.DialClient(ctx, "DEALER", cfg.Control, time.Second, "")
+	d, err := zmtp.DialClient(ctx, "DEALER", cfg.Control, time.Second, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +545,7 @@ func TestCancelOvertakingWait(t *testing.T) {
 }
 
 // recvReply reads the next reply off a raw DEALER connection.
-func recvReply(t *testing.T, d *zmqx.Client) *protocol.Reply {
+func recvReply(t *testing.T, d *zmtp.Client) *protocol.Reply {
 	t.Helper()
 	fr, err := d.Recv()
 	if err != nil {

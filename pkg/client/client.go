@@ -24,7 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -89,10 +89,10 @@ const maxConcurrentBackfills = 8
 
 // conn is one control socket and its reader goroutine.
 type conn struct {
-	sock *zmqx.Client
+	sock *zmtp.Client
 	done chan struct{}
 	// evicted is set (before done is closed) when the supervisor gave the
-	// connection up as idle (zmqx.IdleEvicted): it handled nothing sent
+	// connection up as idle (zmtp.IdleEvicted): it handled nothing sent
 	// on it after its last reply.
 	evicted atomic.Bool
 }
@@ -199,9 +199,9 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 		}
 		// (the caller's ctx bounds the dial; the connection outlives it)
 		dopts, err := c.opts.dialOptions(c.opts.ControlAddress)
-		var sock *zmqx.Client
+		var sock *zmtp.Client
 		if err == nil {
-			sock, err = zmqx.DialClientWith(dctx, "DEALER", c.opts.ControlAddress, dopts)
+			sock, err = zmtp.DialClientWith(dctx, "DEALER", c.opts.ControlAddress, dopts)
 		}
 		if err != nil {
 			if c.life.Err() != nil {
@@ -315,8 +315,8 @@ func (c *Client) readLoop(cn *conn) {
 	for {
 		frames, err := cn.sock.Recv()
 		if err != nil {
-			var re *zmqx.RefusedError
-			cn.evicted.Store(errors.As(err, &re) && re.Reason == zmqx.IdleEvicted)
+			var re *zmtp.RefusedError
+			cn.evicted.Store(errors.As(err, &re) && re.Reason == zmtp.IdleEvicted)
 			return
 		}
 		if len(frames) == 0 {
@@ -381,7 +381,7 @@ func (c *Client) call(parent context.Context, op protocol.Op, args any, held tim
 
 // errEvicted marks a ConnectError of a connection the supervisor gave up
 // as idle (see conn.evicted).
-var errEvicted = errors.New(zmqx.IdleEvicted)
+var errEvicted = errors.New(zmtp.IdleEvicted)
 
 func (c *Client) callOnce(parent context.Context, op protocol.Op, args any, held time.Duration) (*protocol.Reply, error) {
 	ctx, cancel := context.WithTimeout(parent, c.opts.RequestTimeout+held)

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/local"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -432,7 +432,7 @@ func TestClientAuditFindings(t *testing.T) {
 		}
 		defer os.RemoveAll(dir)
 		ep := "ipc://" + filepath.Join(dir, "h.sock")
-		r, err := zmqx.ListenRouter(ctx, ep, nil, 0)
+		r, err := zmtp.ListenRouter(ctx, ep, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

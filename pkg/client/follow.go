@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -228,9 +228,9 @@ func (s *subscription) connect(ctx context.Context) {
 	s.live = false
 	s.mu.Unlock()
 	dopts, err := s.c.opts.dialOptions(s.c.opts.EventAddress)
-	var sub *zmqx.Client
+	var sub *zmtp.Client
 	if err == nil {
-		sub, err = zmqx.DialClientWith(sctx, "SUB", s.c.opts.EventAddress, dopts)
+		sub, err = zmtp.DialClientWith(sctx, "SUB", s.c.opts.EventAddress, dopts)
 	}
 	if err == nil {
 		for _, t := range s.topics {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 )
 
 // Options configure a Client. Zero values mean the documented defaults.
@@ -50,7 +50,7 @@ type Options struct {
 	// (RFC 26: encrypted, both ends authenticated by key) instead of
 	// Token: the supervisor's public key in Z85 (40 characters, as in its
 	// curve.pub), pinned: a supervisor without its secret key is refused
-	// (an error wrapping zmqx.ErrCurveServerKey, not retried).
+	// (an error wrapping zmtp.ErrCurveServerKey, not retried).
 	CurveServerKey string
 	// CurveServerKeyFile is CurveServerKey read from a file (one Z85 key,
 	// # comments; ours or root's, writable by nobody else). The value
@@ -70,7 +70,7 @@ type Options struct {
 	tokenFound bool
 	// curve is the CURVE setup read by fill (nil without), curveErr why
 	// it could not be read (every call fails with it).
-	curve    *zmqx.CurveClient
+	curve    *zmtp.CurveClient
 	curveErr error
 }
 
@@ -85,8 +85,8 @@ const (
 
 // dialOptions are how to connect to endpoint: the token or CURVE only
 // for tcp.
-func (o *Options) dialOptions(endpoint string) (zmqx.DialOptions, error) {
-	d := zmqx.DialOptions{Timeout: o.DialTimeout}
+func (o *Options) dialOptions(endpoint string) (zmtp.DialOptions, error) {
+	d := zmtp.DialOptions{Timeout: o.DialTimeout}
 	if strings.HasPrefix(endpoint, "tcp://") {
 		if o.curveErr != nil {
 			return d, o.curveErr
@@ -97,19 +97,19 @@ func (o *Options) dialOptions(endpoint string) (zmqx.DialOptions, error) {
 }
 
 // curveSetup reads the CURVE options (see CurveServerKey); nil without.
-func (o *Options) curveSetup() (*zmqx.CurveClient, error) {
+func (o *Options) curveSetup() (*zmtp.CurveClient, error) {
 	if o.CurveServerKey == "" && o.CurveServerKeyFile == "" && o.CurveSecretKey == "" && o.CurveKeyFile == "" {
 		return nil, nil
 	}
-	var cc zmqx.CurveClient
+	var cc zmtp.CurveClient
 	var err error
 	switch {
 	case o.CurveServerKey != "":
-		if cc.Server, err = zmqx.ParseCurveKey(o.CurveServerKey); err != nil {
+		if cc.Server, err = zmtp.ParseCurveKey(o.CurveServerKey); err != nil {
 			return nil, fmt.Errorf("CURVE server key: %w", err)
 		}
 	case o.CurveServerKeyFile != "":
-		if cc.Server, err = zmqx.ReadCurvePublicFile(o.CurveServerKeyFile); err != nil {
+		if cc.Server, err = zmtp.ReadCurvePublicFile(o.CurveServerKeyFile); err != nil {
 			return nil, err
 		}
 	default:
@@ -117,15 +117,15 @@ func (o *Options) curveSetup() (*zmqx.CurveClient, error) {
 	}
 	switch {
 	case o.CurveSecretKey != "":
-		sec, err := zmqx.ParseCurveKey(o.CurveSecretKey)
+		sec, err := zmtp.ParseCurveKey(o.CurveSecretKey)
 		if err != nil {
 			return nil, fmt.Errorf("CURVE secret key: %w", err)
 		}
-		if cc.Key, err = zmqx.CurveKeyPairFromSecret(sec); err != nil {
+		if cc.Key, err = zmtp.CurveKeyPairFromSecret(sec); err != nil {
 			return nil, err
 		}
 	case o.CurveKeyFile != "":
-		if cc.Key, err = zmqx.ReadCurveSecretFile(o.CurveKeyFile); err != nil {
+		if cc.Key, err = zmtp.ReadCurveSecretFile(o.CurveKeyFile); err != nil {
 			return nil, err
 		}
 	default:
@@ -136,10 +136,10 @@ func (o *Options) curveSetup() (*zmqx.CurveClient, error) {
 
 func (o *Options) fill() {
 	if o.ControlAddress == "" {
-		o.ControlAddress = zmqx.DefaultControl()
+		o.ControlAddress = zmtp.DefaultControl()
 	}
 	if o.EventAddress == "" {
-		o.EventAddress = zmqx.DefaultEvent()
+		o.EventAddress = zmtp.DefaultEvent()
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 30 * time.Second
@@ -163,7 +163,7 @@ func (o *Options) fill() {
 		o.curveErr = &CurveConfigError{Err: o.curveErr}
 	}
 	if o.Token == "" && o.curve == nil && (strings.HasPrefix(o.ControlAddress, "tcp://") || strings.HasPrefix(o.EventAddress, "tcp://")) {
-		if tok, err := zmqx.ReadToken(zmqx.DefaultTokenFile()); err == nil {
+		if tok, err := zmtp.ReadToken(zmtp.DefaultTokenFile()); err == nil {
 			o.Token, o.tokenFound = tok, true
 		}
 	}
@@ -182,7 +182,7 @@ func (e *CurveConfigError) Unwrap() error { return e.Err }
 // one whose key was pinned, or it refuses our key.
 func permanentDialError(err error) bool {
 	var ce *CurveConfigError
-	var re *zmqx.RefusedError
-	return errors.As(err, &ce) || errors.Is(err, zmqx.ErrCurveServerKey) ||
-		errors.As(err, &re) && re.Reason == zmqx.CurveClientRefused
+	var re *zmtp.RefusedError
+	return errors.As(err, &ce) || errors.Is(err, zmtp.ErrCurveServerKey) ||
+		errors.As(err, &re) && re.Reason == zmtp.CurveClientRefused
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -32,12 +32,12 @@ func TestOverlappingReplaysNeverDuplicate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	in, err := zmqx.Dial(ctx, zmqx.Sub, s.cfg.Event, time.Second)
+	in, err := zmtp.Dial(ctx, zmtp.Sub, s.cfg.Event, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	if err := in.SetOption(zmqx.OptionSubscribe, ""); err != nil {
+	if err := in.SetOption(zmtp.OptionSubscribe, ""); err != nil {
 		t.Fatal(err)
 	}
 	relayAddr := "ipc://" + filepath.Join(t.TempDir(), "relay.sock")

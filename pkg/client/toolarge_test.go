@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmqx"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -63,12 +63,12 @@ func TestTooLargeRequests(t *testing.T) {
 // could not read it) goes to the one request in flight.
 func TestTooLargeWithoutID(t *testing.T) {
 	endpoint := "ipc://" + filepath.Join(t.TempDir(), "c.sock")
-	r, err := zmqx.ListenRouter(context.Background(), endpoint, nil, 0)
+	r, err := zmtp.ListenRouter(context.Background(), endpoint, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	r.SetHandler(func(in zmqx.Incoming) {
+	r.SetHandler(func(in zmtp.Incoming) {
 		defer in.Peer.Release()
 		env := in.Frames[:len(in.Frames)-1]
 		_ = r.Send(in.Peer, append(env[:len(env):len(env)], protocol.ErrorReply("", protocol.Errorf(protocol.CodeTooLarge, "request is too large"))))
