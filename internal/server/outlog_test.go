@@ -325,9 +325,12 @@ func TestOutputOnDiskFull(t *testing.T) {
 	if err != nil || !fin {
 		t.Fatalf("spawn: finished %v, %v", fin, err)
 	}
-	if info.OutputDisk || !strings.Contains(info.OutputDiskError, "no space") {
-		t.Fatalf("job info after a full disk: outputDisk %v, error %q", info.OutputDisk, info.OutputDiskError)
-	}
+	// (the files are written behind the job: the writer may meet the
+	// full disk after the job has ended)
+	eventually(t, 20*time.Second, "the full disk in the job's info", func() bool {
+		info, err = ts.client.Status(ctxT(t, 10*time.Second), info.JobID)
+		return err == nil && !info.OutputDisk && strings.Contains(info.OutputDiskError, "no space")
+	})
 	if info.Reason != protocol.ReasonExit || info.OutputEnd != int64(len(want)) {
 		t.Fatalf("job did not run to its end: %s, %d bytes", info.Reason, info.OutputEnd)
 	}
