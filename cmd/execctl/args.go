@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 )
@@ -82,7 +83,7 @@ func (g *globals) connect() error {
 	}
 	token := os.Getenv("EXEC_SUPERVISOR_TOKEN")
 	if g.tokenFile != "" {
-		t, err := zmtp.ReadToken(g.tokenFile)
+		t, err := statedir.ReadToken(g.tokenFile)
 		if err != nil {
 			return &usageError{msg: fmt.Sprintf("--token-file: %v", err)}
 		}

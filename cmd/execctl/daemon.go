@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/keeper"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 )
 
 // DaemonCommand runs a supervisor kept alive without a service manager:
@@ -27,7 +27,7 @@ func (*DaemonCommand) Synopsis() string {
 // Run implements command.
 func (*DaemonCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
 	fs := newFlags("daemon", g)
-	dir := fs.String("state-dir", zmtp.DefaultStateDir(), "the supervisor's state directory (keeper.json, crash.log, keeper.log)")
+	dir := fs.String("state-dir", statedir.Default(), "the supervisor's state directory (keeper.json, crash.log, keeper.log)")
 	bin := fs.String("supervisor", "", "the exec-supervisor binary (default: next to execctl, else in PATH)")
 	crashes := fs.Int("crashes", 5, "status: how many of the latest crashes to show (0: all)")
 	if err := g.parse(fs, args); err != nil {

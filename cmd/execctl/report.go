@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -99,7 +100,7 @@ func explain(g *globals, name string, err error) cliError {
 	var pe *protocol.Error
 	var me *zmtp.MechanismError
 	var re *zmtp.RefusedError
-	var upe *zmtp.UnsafePathError
+	var upe *statedir.UnsafePathError
 	e := cliError{Code: codeUnreachable, Message: err.Error(), ExitCode: exitUnreachable, Command: name}
 	const tokenHint = "pass the supervisor's token with --token-file PATH or EXEC_SUPERVISOR_TOKEN (its path is in the supervisor's startup log)"
 	switch {
@@ -134,7 +135,7 @@ func explain(g *globals, name string, err error) cliError {
 		e.Hint = fmt.Sprintf("a supervisor's socket is there but not open to this user (uid %d): its owner can let you in with exec-supervisor --allow-uid %d (or --allow-gid); or use your own supervisor with --control/--event",
 			os.Geteuid(), os.Geteuid())
 	case errors.As(err, &ce) && errors.As(err, &upe):
-		// (a directory on the way that is not safe: see zmtp.CheckPeerDir)
+		// (a directory on the way that is not safe: see statedir.CheckPeer)
 		e.Hint = "execctl will not talk through a socket directory another user controls (they could stand in for the supervisor): remove or fix that directory, or point --control/--event at a supervisor's private directory (default: $XDG_RUNTIME_DIR/exec-supervisor)"
 	case errors.As(err, &ce):
 		e.Hint = fmt.Sprintf("is the supervisor running? start one with: exec-supervisor --control %s --event %s",

@@ -13,6 +13,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/cpuhome"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs"
 	"github.com/exec-supervisor/exec-supervisor/internal/journal"
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -204,7 +205,7 @@ func DefaultConfig() Config {
 	}
 }
 
-func defaultStateDir() string { return zmtp.DefaultStateDir() }
+func defaultStateDir() string { return statedir.Default() }
 
 // TokenPath returns the effective token file path.
 func (c *Config) TokenPath() string {

@@ -19,6 +19,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/metrics"
 	"github.com/exec-supervisor/exec-supervisor/internal/notify"
 	"github.com/exec-supervisor/exec-supervisor/internal/openclaw"
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -35,7 +36,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	// What is read back from it (journal: jobs to resume and processes to
 	// terminate; token) must be ours alone: a directory another user made,
 	// or can write to, is refused.
-	if err := zmtp.CheckDir(s.cfg.StateDir, false); err != nil {
+	if err := statedir.Check(s.cfg.StateDir, false); err != nil {
 		return &ConfigError{fmt.Errorf("--state-dir: %w", err)}
 	}
 	if jd := filepath.Dir(s.cfg.JournalPath()); jd != filepath.Clean(s.cfg.StateDir) {
@@ -46,7 +47,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// makes none through a name someone else took (see
 		// internal/journal/files.go); the files themselves are checked
 		// below.
-		if err := zmtp.CheckDir(jd, true); errors.Is(err, os.ErrNotExist) {
+		if err := statedir.Check(jd, true); errors.Is(err, os.ErrNotExist) {
 			return &ConfigError{fmt.Errorf("--journal %s: directory %s does not exist (create it, mode 0700, or leave --journal out for <state-dir>/journal.json)", s.cfg.Journal, jd)}
 		} else if err != nil {
 			return &ConfigError{fmt.Errorf("--journal: %w", err)}

@@ -13,13 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 )
 
 // loadOrCreateToken returns the tcp token, creating the token file (0600,
 // never through a symlink) with 32 random bytes when it does not exist.
 func loadOrCreateToken(path string) (tok string, created bool, err error) {
-	tok, err = zmtp.ReadToken(path)
+	tok, err = statedir.ReadToken(path)
 	if err == nil {
 		return tok, false, nil
 	}

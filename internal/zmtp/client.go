@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"github.com/go-zeromq/zmq4"
 )
 
@@ -93,10 +94,10 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 		// the socket.
 		dir := filepath.Dir(addr)
 		var derr error
-		if dir == DefaultRuntimeDir() {
-			derr = checkPrivate(dir)
+		if dir == statedir.RuntimeDir() {
+			derr = statedir.CheckPrivate(dir)
 		} else {
-			derr = CheckPeerDir(dir)
+			derr = statedir.CheckPeer(dir)
 		}
 		if derr != nil && !errors.Is(derr, os.ErrNotExist) {
 			return nil, fmt.Errorf("connect to %s: %w", endpoint, derr)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 )
 
 // CurveAllowList is the file of client public keys a CURVE server admits
@@ -128,10 +130,10 @@ func openTrustedList(path string) ([]byte, error) {
 		return nil, fmt.Errorf("inspect %s: %w", path, err)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && st.Uid != 0 {
-		return nil, unsafePath(path, "is owned by uid %d, not by us (uid %d) or root: refusing to trust it", st.Uid, os.Geteuid())
+		return nil, statedir.Unsafe(path, "is owned by uid %d, not by us (uid %d) or root: refusing to trust it", st.Uid, os.Geteuid())
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 {
-		return nil, unsafePath(path, "is not a regular file writable by its owner only (mode %o): refusing to trust it (chmod go-w %s)", fi.Mode().Perm(), path)
+		return nil, statedir.Unsafe(path, "is not a regular file writable by its owner only (mode %o): refusing to trust it (chmod go-w %s)", fi.Mode().Perm(), path)
 	}
 	b := make([]byte, 0, min(fi.Size()+1, maxAllowListBytes+1))
 	buf := bytes.NewBuffer(b)

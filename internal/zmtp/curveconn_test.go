@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 )
 
 // curveSetup makes a server key pair, a client key pair and an allow-list
@@ -352,7 +354,7 @@ func TestCurveKeyFiles(t *testing.T) {
 	if err := os.Chmod(path, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	var ue *UnsafePathError
+	var ue *statedir.UnsafePathError
 	if _, _, err := LoadOrCreateCurveKey(path); !errors.As(err, &ue) {
 		t.Fatalf("group-readable secret key: %v", err)
 	}

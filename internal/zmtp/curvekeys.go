@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
 )
@@ -97,16 +98,16 @@ func openTrusted(path string, secret, rootOK bool) ([]byte, error) {
 		return nil, fmt.Errorf("inspect %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, unsafePath(path, "is not a regular file: refusing to use it")
+		return nil, statedir.Unsafe(path, "is not a regular file: refusing to use it")
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && !(rootOK && st.Uid == 0) {
-		return nil, unsafePath(path, "is owned by uid %d, not by us (uid %d): refusing to trust it", st.Uid, os.Geteuid())
+		return nil, statedir.Unsafe(path, "is owned by uid %d, not by us (uid %d): refusing to trust it", st.Uid, os.Geteuid())
 	}
 	if secret && fi.Mode().Perm()&0o077 != 0 {
-		return nil, unsafePath(path, "has mode %o; a secret key must not be accessible to others (chmod 600 %s)", fi.Mode().Perm(), path)
+		return nil, statedir.Unsafe(path, "has mode %o; a secret key must not be accessible to others (chmod 600 %s)", fi.Mode().Perm(), path)
 	}
 	if fi.Mode().Perm()&0o022 != 0 {
-		return nil, unsafePath(path, "has mode %o: others could change it (chmod go-w %s)", fi.Mode().Perm(), path)
+		return nil, statedir.Unsafe(path, "has mode %o: others could change it (chmod go-w %s)", fi.Mode().Perm(), path)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 )
 
 // nobody is a uid other than ours for files made another user's (chown
@@ -41,11 +43,11 @@ func TestOthersFilesAreRefused(t *testing.T) {
 		if err := os.WriteFile(p, []byte("known-to-them\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ReadToken(p); err != nil {
+		if _, err := statedir.ReadToken(p); err != nil {
 			t.Fatalf("our own token: %v", err)
 		}
 		asOther(t, p)
-		if _, err := ReadToken(p); err == nil || !strings.Contains(err.Error(), "owned by uid") {
+		if _, err := statedir.ReadToken(p); err == nil || !strings.Contains(err.Error(), "owned by uid") {
 			t.Fatalf("another user's token was read: %v", err)
 		}
 	})
@@ -92,8 +94,8 @@ func TestOthersFilesAreRefused(t *testing.T) {
 		}
 		t.Cleanup(func() { os.RemoveAll(rt) })
 		t.Setenv("XDG_RUNTIME_DIR", rt)
-		dir := DefaultRuntimeDir()
-		if err := EnsurePrivateDir(dir); err != nil {
+		dir := statedir.RuntimeDir()
+		if err := statedir.EnsurePrivate(dir); err != nil {
 			t.Fatal(err)
 		}
 		r, err := ListenRouter(context.Background(), DefaultControl(), nil, 0)
@@ -250,7 +252,7 @@ func TestSharedSocket(t *testing.T) {
 		// Under a sticky one (as /tmp): no warning (when the way above it
 		// is clean: a TMPDIR in someone else's directory is not).
 		for d := filepath.Dir(open); ; d = filepath.Dir(d) {
-			if err := CheckDir(d, true); err != nil {
+			if err := statedir.Check(d, true); err != nil {
 				t.Skipf("the way to the test's directory is not clean: %v", err)
 			}
 			if d == filepath.Dir(d) {
@@ -369,7 +371,7 @@ func TestClientTrustsSupervisorDirectory(t *testing.T) {
 		}
 		return dir
 	}
-	if err := CheckPeerDir(mk(0o755, 0o711)); err != nil {
+	if err := statedir.CheckPeer(mk(0o755, 0o711)); err != nil {
 		t.Fatalf("a supervisor's directory under a root-owned parent: %v", err)
 	}
 	// A root-owned parent in a directory anyone can rename things in.
@@ -383,7 +385,7 @@ func TestClientTrustsSupervisorDirectory(t *testing.T) {
 		"parent world-writable":            mk(0o777, 0o711),
 		"directory writable by others":     mk(0o755, 0o777),
 	} {
-		if err := CheckPeerDir(dir); err == nil {
+		if err := statedir.CheckPeer(dir); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"github.com/go-zeromq/zmq4"
 )
 
@@ -105,16 +106,16 @@ func listenHardened(endpoint string, p *Policy, peerTypes []string) (*hardenedLi
 		if err := removeStaleSocket(addr); err != nil {
 			return nil, nil, err
 		}
-		if dir := filepath.Dir(addr); dir == DefaultRuntimeDir() {
+		if dir := filepath.Dir(addr); dir == statedir.RuntimeDir() {
 			if shared {
 				return nil, nil, fmt.Errorf("%s: other users (allowed uids/gids) cannot reach a socket in the default runtime directory %s, which stays private (0700); give an ipc path in a directory of its own, e.g. ipc:///run/exec-supervisor/control.sock", endpoint, dir)
 			}
-			if err := EnsurePrivateDir(dir); err != nil {
+			if err := statedir.EnsurePrivate(dir); err != nil {
 				return nil, nil, err
 			}
 		} else if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, nil, fmt.Errorf("create directory of %s: %w", endpoint, err)
-		} else if err := CheckDir(dir, true); err != nil {
+		} else if err := statedir.Check(dir, true); err != nil {
 			// (another user could move our socket away and bind theirs)
 			return nil, nil, fmt.Errorf("directory of %s: %w", endpoint, err)
 		}
@@ -502,7 +503,7 @@ func unshareDir(dir string, p *Policy) {
 	f.Close()
 	orig, err := strconv.ParseUint(strings.TrimSpace(string(b)), 8, 32)
 	di, serr := os.Stat(dir)
-	if err != nil || serr != nil || CheckDir(dir, true) != nil {
+	if err != nil || serr != nil || statedir.Check(dir, true) != nil {
 		return
 	}
 	perm := di.Mode().Perm()
@@ -532,7 +533,7 @@ func warnOpenWay(dir string, p *Policy) {
 		return
 	}
 	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
-		if err := CheckDir(d, true); err != nil {
+		if err := statedir.Check(d, true); err != nil {
 			p.Log("others could replace the socket directory (clients would then refuse to connect); keep sockets under directories only root or this user can write", "dir", real, "err", err)
 			return
 		}
@@ -561,7 +562,7 @@ func shareSocket(addr string, p *Policy) error {
 		return fmt.Errorf("resolve the socket's directory: %w", err)
 	}
 	for d := real; ; d = filepath.Dir(d) {
-		if err := CheckDir(d, true); err != nil {
+		if err := statedir.Check(d, true); err != nil {
 			return fmt.Errorf("other users could change the way to the socket, so it is not opened to them (--allow-uid/--allow-gid): %w; put it in a directory under root-owned ones, e.g. /run/exec-supervisor", err)
 		}
 		if d == filepath.Dir(d) {

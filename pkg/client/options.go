@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 )
 
@@ -163,7 +164,7 @@ func (o *Options) fill() {
 		o.curveErr = &CurveConfigError{Err: o.curveErr}
 	}
 	if o.Token == "" && o.curve == nil && (strings.HasPrefix(o.ControlAddress, "tcp://") || strings.HasPrefix(o.EventAddress, "tcp://")) {
-		if tok, err := zmtp.ReadToken(zmtp.DefaultTokenFile()); err == nil {
+		if tok, err := statedir.ReadToken(statedir.TokenFile()); err == nil {
 			o.Token, o.tokenFound = tok, true
 		}
 	}
