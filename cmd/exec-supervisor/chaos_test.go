@@ -1533,10 +1533,12 @@ func sameOutput(a, b protocol.Event) bool {
 // that saw seq N never gets a different event under a seq it already has.
 // (They reused the journal's stale seqs: a poll-mode follower dropped them
 // as duplicates.) Its output offsets are past every offset the previous
-// supervisor may have published too.
+// supervisor may have published too. (Output on disk, by default for
+// services, would give back what the dead supervisor read past the
+// journal: here the journal alone is what a successor numbers from.)
 func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 	e := newEnv(t)
-	s := e.start(t, "--journal-flush-interval", "30s")
+	s := e.start(t, "--journal-flush-interval", "30s", "--output-disk", "none")
 	ctx := ctxFor(t, 60*time.Second)
 	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{
 		Shell:   "i=0; while true; do echo line$i; i=$((i+1)); sleep 0.02; done",
@@ -1588,7 +1590,7 @@ func TestKill9KeepsSeqsOfResumedService(t *testing.T) {
 	s.kill9()
 	pgid := j.Pgid
 	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
-	s2 := e.start(t, "--journal-flush-interval", "30s")
+	s2 := e.start(t, "--journal-flush-interval", "30s", "--output-disk", "none")
 	var res protocol.SubscribeResult
 	deadline = time.Now().Add(20 * time.Second)
 	for {
