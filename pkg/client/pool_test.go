@@ -61,7 +61,22 @@ func TestPoolPlacesOwnsAndAggregates(t *testing.T) {
 	if len(used) != 3 {
 		t.Errorf("%d sessions used %d members, want 3", sessions, len(used))
 	}
-	// Without a session: spread by load.
+	// Without a session: spread by load. (The pool counts each spawn
+	// up until the next health check, which says the session jobs, all
+	// "true", have ended: until then its loads are stale by them.)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		settled := true
+		for _, m := range p.Members() {
+			settled = settled && m.Up && m.ActiveJobs == 0
+		}
+		if settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the members' health never showed the session jobs ended: %+v", p.Members())
+		}
+		time.Sleep(20 * time.Millisecond) // (health checks have no event to wait on)
+	}
 	free := map[string]int{}
 	for i := 0; i < 6; i++ {
 		j, err := p.Spawn(ctx, protocol.SpawnArgs{Argv: []string{"sleep", "30"}})
