@@ -3015,3 +3015,80 @@ func TestKill9WithQueuedJob(t *testing.T) {
 		t.Fatalf("the queued job after the crash: %+v, %v", info, err)
 	}
 }
+
+// TestKill9ServiceOutputOnDisk: a service (output on disk by default)
+// prints faster than the journal is written; the supervisor is SIGKILLed
+// and restarted. Polled from 0, the output comes back byte for byte as
+// far as the previous supervisor published it (the files have what the
+// journal had not recorded), then a poll reports the crash gap, then the
+// resumed run's output follows from its first line.
+func TestKill9ServiceOutputOnDisk(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, "--journal-flush-interval", "30s")
+	ctx := ctxFor(t, 60*time.Second)
+	j, err := s.client.Spawn(ctx, protocol.SpawnArgs{
+		Shell:   "i=0; while true; do echo line$i; i=$((i+1)); sleep 0.02; done",
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways},
+	})
+	if err != nil || !j.OutputDisk {
+		t.Fatalf("spawn: %+v, %v", j, err)
+	}
+	var before protocol.SubscribeResult
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if before, err = s.client.Subscribe(ctx, j.JobID, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		if len(before.Events) > 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the service published %d events", len(before.Events))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's progress
+	}
+	// What the previous supervisor published, as the output it makes.
+	var published []byte
+	for _, ev := range before.Events {
+		if o, err := ev.Output(); err == nil && o.Offset == int64(len(published)) {
+			published = append(published, o.Data...)
+		}
+	}
+	s.kill9()
+	pgid := j.Pgid
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
+	s2 := e.start(t, "--journal-flush-interval", "30s")
+	var got []byte
+	gapAt := int64(-1)
+	for cursor, deadline := int64(0), time.Now().Add(20*time.Second); ; {
+		r, err := s2.client.Poll(ctx, j.JobID, cursor, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.CrashGap && gapAt < 0 {
+			gapAt = cursor
+		}
+		t.Logf("poll %d: %d chunks, next %d, truncated %v crashGap %v more %v", cursor, len(r.Chunks), r.Next, r.Truncated, r.CrashGap, r.More)
+		for _, c := range r.Chunks {
+			if gapAt < 0 {
+				got = append(got, c.Data...)
+			} else {
+				// the first chunk after the gap: the resumed run's
+				if !bytes.HasPrefix(c.Data, []byte("line0\n")) {
+					t.Fatalf("after the crash gap: %q, want the resumed run's first line", c.Data)
+				}
+				if !bytes.HasPrefix(got, published) {
+					t.Fatalf("before the gap: %d bytes, not the %d the previous supervisor published", len(got), len(published))
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("polled to %d: gap at %d, %d bytes before it", cursor, gapAt, len(got))
+		}
+		if r.More {
+			cursor = r.Next
+			continue
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the resumed run's output
+	}
+}

@@ -44,9 +44,17 @@ func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
 		return protocol.PollResult{}, errorf(ErrInvalid,
 			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.offset)
 	}
-	if w, from := j.disk, j.out.from(); w != nil && cursor < from {
-		// Evicted from the ring: from the job's files, if they have it
-		// (read without the job's lock: its output goes on meanwhile).
+	from := j.out.from()
+	if end, skipped := j.out.skipAt(cursor); skipped && cursor >= from {
+		// Offsets the ring skipped after a supervisor crash: the dead
+		// supervisor may have written what it published there to the
+		// files (its record in the journal ended before).
+		from = end
+	}
+	if w := j.disk; w != nil && cursor < from {
+		// Evicted from the ring, or past the journal's record of a dead
+		// supervisor: from the job's files, if they have it (read
+		// without the job's lock: its output goes on meanwhile).
 		info := j.infoLocked()
 		j.mu.Unlock()
 		res, ok, err := j.pollDisk(w, cursor, from, maxBytes, info)

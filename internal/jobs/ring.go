@@ -90,6 +90,17 @@ func (r *ring) span(a, b int64) int64 {
 	return max(n, 0)
 }
 
+// skipAt returns the end of the skipped offsets off lies in (false: it
+// lies in none).
+func (r *ring) skipAt(off int64) (end int64, ok bool) {
+	for _, s := range r.skips {
+		if off >= s.At && off < s.At+s.N {
+			return s.At + s.N, true
+		}
+	}
+	return 0, false
+}
+
 // skipsIn reports whether skipped offsets lie in [a, b).
 func (r *ring) skipsIn(a, b int64) bool {
 	for _, s := range r.skips {
