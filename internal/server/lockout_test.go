@@ -178,7 +178,13 @@ sys.stdin.read()
 	if _, err := operator.Health(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatalf("our own user's health with every slot busy: %v", err)
 	}
-	if v := value(scrape2(t, ts), "exec_supervisor_connections_rejected_total", "reason", "too-many-connections"); v < float64(tries-(cfg.MaxConns-1)) {
-		t.Fatalf("refusals of the busy client counted: %v", v)
-	}
+	// Every connection past the slots was turned away and counted: at
+	// the cap, or (when the server was slow to finish handshakes and more
+	// than the handshake bound waited at once) displaced in its handshake.
+	eventually(t, 10*time.Second, "the busy client's extra connections counted", func() bool {
+		m := scrape2(t, ts)
+		refused := value(m, "exec_supervisor_connections_rejected_total", "reason", "too-many-connections")
+		displaced := value(m, "exec_supervisor_connections_rejected_total", "reason", "handshake-displaced")
+		return refused+displaced >= float64(tries-(cfg.MaxConns-1))
+	})
 }
