@@ -9,7 +9,7 @@ import (
 // BenchmarkCurveEcho: one DEALER round trip of a 100-byte message with
 // our ROUTER over tcp loopback, PLAIN and CURVE.
 func BenchmarkCurveEcho(b *testing.B) {
-	s := &curveSetup{rejects: &rejectCounter{n: map[string]int{}}}
+	s := &curveSetup{rejects: newRejections()}
 	s.server, _ = NewCurveKeyPair()
 	s.client, _ = NewCurveKeyPair()
 	for _, mech := range []string{"plain", "curve"} {

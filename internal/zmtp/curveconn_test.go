@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,29 +21,12 @@ import (
 type curveSetup struct {
 	server, client CurveKeyPair
 	allow          string
-	rejects        *rejectCounter
-}
-
-type rejectCounter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (r *rejectCounter) add(reason string) {
-	r.mu.Lock()
-	r.n[reason]++
-	r.mu.Unlock()
-}
-
-func (r *rejectCounter) get(reason string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n[reason]
+	rejects        *rejections
 }
 
 func newCurveSetup(t *testing.T) *curveSetup {
 	t.Helper()
-	s := &curveSetup{rejects: &rejectCounter{n: map[string]int{}}}
+	s := &curveSetup{rejects: newRejections()}
 	s.server, _ = NewCurveKeyPair()
 	s.client, _ = NewCurveKeyPair()
 	s.allow = filepath.Join(t.TempDir(), "curve-clients")
@@ -195,8 +177,8 @@ func TestCurveRefusals(t *testing.T) {
 	}
 	c.Close()
 	for _, r := range []string{"curve-unknown-client", "curve-hello", "wrong-mechanism"} {
-		if s.rejects.get(r) < 1 {
-			t.Errorf("%s not counted: %v", r, s.rejects.n)
+		if s.rejects.count(r) < 1 {
+			t.Errorf("%s not counted: %v", r, s.rejects.snapshot())
 		}
 	}
 	assertCurveServes(t, s, ep)
@@ -279,8 +261,8 @@ func TestCurveHostilePeers(t *testing.T) {
 	_, _ = c.conn.Write(encodeFrame(0, []byte("plain text after CURVE")))
 	waitClosed(t, c)
 	for _, r := range []string{"curve-replay", "curve-bad-box", "curve-protocol"} {
-		if s.rejects.get(r) < 1 {
-			t.Errorf("%s not counted: %v", r, s.rejects.n)
+		if s.rejects.count(r) < 1 {
+			t.Errorf("%s not counted: %v", r, s.rejects.snapshot())
 		}
 	}
 
@@ -321,8 +303,8 @@ func TestCurveHostilePeers(t *testing.T) {
 	if _, err := io.Copy(io.Discard, conn); err != nil {
 		t.Fatalf("stalled handshake not cut: %v", err)
 	}
-	if s.rejects.get("handshake-timeout-or-eof") < 1 {
-		t.Errorf("stall not counted: %v", s.rejects.n)
+	if s.rejects.count("handshake-timeout-or-eof") < 1 {
+		t.Errorf("stall not counted: %v", s.rejects.snapshot())
 	}
 	assertCurveServes(t, s, ep)
 }

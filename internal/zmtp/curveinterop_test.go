@@ -104,8 +104,8 @@ for name, (server, pub, sec) in {"stranger": (spub, stranger_pub, stranger_sec),
 			t.Fatalf("got %q, want %q", got, want)
 		}
 	}
-	if s.rejects.get("curve-unknown-client") < 1 || s.rejects.get("curve-hello") < 1 {
-		t.Errorf("refusals not counted: %v", s.rejects.n)
+	if s.rejects.count("curve-unknown-client") < 1 || s.rejects.count("curve-hello") < 1 {
+		t.Errorf("refusals not counted: %v", s.rejects.snapshot())
 	}
 }
 

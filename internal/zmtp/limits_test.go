@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -36,6 +37,14 @@ func (r *rejections) add(reason string) {
 	case r.got <- reason:
 	default:
 	}
+}
+
+// snapshot is a copy of the counts (for messages: the map itself is
+// written by the server's goroutines).
+func (r *rejections) snapshot() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.n)
 }
 
 func (r *rejections) count(reason string) int {
@@ -73,7 +82,7 @@ func (r *rejections) waitFor(t *testing.T, want int, d time.Duration, reasons ..
 		case <-timeout:
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			t.Fatalf("saw %d of %d rejections %v within %v; all: %v", seen, want, reasons, d, r.n)
+			t.Fatalf("saw %d of %d rejections %v within %v; all: %v", seen, want, reasons, d, r.snapshot())
 		}
 	}
 }
@@ -150,7 +159,7 @@ func TestReplyQueueTotal(t *testing.T) {
 		}
 		got, err := reader.Recv()
 		if err != nil {
-			t.Fatalf("reader cut off at reply %d: %v (rejections %v)", i, err, rej.n)
+			t.Fatalf("reader cut off at reply %d: %v (reply-queue-total rejections: %d)", i, err, rej.count("reply-queue-total"))
 		}
 		if len(got) != 1 || len(got[0]) != size {
 			t.Fatalf("reply %d: %d frames", i, len(got))
@@ -514,7 +523,7 @@ func TestBigReplyThenMore(t *testing.T) {
 	for _, n := range []int{6 << 20, 100} {
 		got, err := c.Recv()
 		if err != nil || len(got) != 1 || len(got[0]) != n {
-			t.Fatalf("reply of %d: %v (rejections %v)", n, err, rej.n)
+			t.Fatalf("reply of %d: %v (rejections %v)", n, err, rej.snapshot())
 		}
 	}
 }
@@ -555,7 +564,7 @@ func TestBudgetCutsWhoStoppedReading(t *testing.T) {
 	}
 	got, err := reader.Recv()
 	if err != nil || len(got) != 1 || len(got[0]) != 8<<20 {
-		t.Fatalf("the reader was cut off: %v (rejections %v)", err, rej.n)
+		t.Fatalf("the reader was cut off: %v (rejections %v)", err, rej.snapshot())
 	}
 	rej.waitFor(t, 1, 10*time.Second, "reply-queue-total")
 }

@@ -268,12 +268,22 @@ type replyBudget struct {
 	max    int64
 	reason string
 	total  atomic.Int64
+	// mu makes one enforcer decide at a time: two at once both read the
+	// total past the budget, and the second, scanning after the first
+	// cut its victim, cut a peer that was in nobody's way (a reader
+	// with one reply).
+	mu sync.Mutex
 	// queues lists the queues sharing the budget.
 	queues func() []*outQueue
 }
 
 // enforce cuts off the largest queues while the total exceeds the budget.
 func (b *replyBudget) enforce() {
+	if b.total.Load() <= b.max {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for b.total.Load() > b.max {
 		var victim *outQueue
 		var most, behind int64
@@ -285,6 +295,9 @@ func (b *replyBudget) enforce() {
 		}
 		if victim == nil {
 			return // only bytes being queued right now: nobody to cut off
+		}
+		if b.total.Load() <= b.max {
+			return // (room made meanwhile: a peer gone, writes done)
 		}
 		victim.c.l.policy.reject(b.reason, victim.c.peer(),
 			fmt.Errorf("replies waiting for all connections exceed %d bytes; this one had the most (%d bytes)", b.max, most))
