@@ -139,6 +139,17 @@ func DialClientWith(ctx context.Context, socketType, endpoint string, o DialOpti
 	return c, nil
 }
 
+// exchangeGreeting sends our greeting for mechanism m (as the client) and
+// returns the mechanism the server's greeting names.
+func (c *Client) exchangeGreeting(m mech) (string, error) {
+	g := greeting(m)
+	g[32] = 0 // (as-server: we are the client)
+	if _, err := c.conn.Write(g); err != nil {
+		return "", fmt.Errorf("send greeting: %w", err)
+	}
+	return c.readGreeting()
+}
+
 // readGreeting reads the server's greeting and returns its mechanism.
 func (c *Client) readGreeting() (string, error) {
 	var peer [greetingLen]byte
@@ -210,12 +221,7 @@ func (c *Client) handshake(socketType, token string, found, tcp bool) error {
 	if token != "" {
 		m = mechPlain
 	}
-	g := greeting(m)
-	g[32] = 0 // (as-server: we are the client)
-	if _, err := c.conn.Write(g); err != nil {
-		return fmt.Errorf("send greeting: %w", err)
-	}
-	pm, err := c.readGreeting()
+	pm, err := c.exchangeGreeting(m)
 	if err != nil {
 		return err
 	}

@@ -5,14 +5,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 )
 
 // CurveAllowList is the file of client public keys a CURVE server admits
@@ -89,7 +86,7 @@ func stampOf(path string) fileStamp {
 
 // readAllowList parses the allow-list file.
 func readAllowList(path string) (map[CurveKey]string, error) {
-	b, err := openTrustedList(path)
+	b, err := openTrusted(path, false, true, maxAllowListBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -118,30 +115,3 @@ func readAllowList(path string) (map[CurveKey]string, error) {
 
 // maxAllowListBytes bounds the allow-list file (some 20,000 keys).
 const maxAllowListBytes = 1 << 20
-
-func openTrustedList(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("inspect %s: %w", path, err)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && st.Uid != 0 {
-		return nil, statedir.Unsafe(path, "is owned by uid %d, not by us (uid %d) or root: refusing to trust it", st.Uid, os.Geteuid())
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 {
-		return nil, statedir.Unsafe(path, "is not a regular file writable by its owner only (mode %o): refusing to trust it (chmod go-w %s)", fi.Mode().Perm(), path)
-	}
-	b := make([]byte, 0, min(fi.Size()+1, maxAllowListBytes+1))
-	buf := bytes.NewBuffer(b)
-	if _, err := buf.ReadFrom(io.LimitReader(f, maxAllowListBytes+1)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if buf.Len() > maxAllowListBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxAllowListBytes)
-	}
-	return buf.Bytes(), nil
-}

@@ -19,12 +19,7 @@ func (c *Client) curveHandshake(socketType string, cc *CurveClient) error {
 	if err != nil {
 		return err
 	}
-	g := greeting(mechCurve)
-	g[32] = 0 // (as-server: we are the client)
-	if _, err := c.conn.Write(g); err != nil {
-		return fmt.Errorf("send greeting: %w", err)
-	}
-	pm, err := c.readGreeting()
+	pm, err := c.exchangeGreeting(mechCurve)
 	if err != nil {
 		return err
 	}

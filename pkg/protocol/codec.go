@@ -270,7 +270,7 @@ func EncodeRequest(id string, op Op, args any) ([]byte, error) {
 // OKReply encodes a successful reply carrying result.
 func OKReply(id string, result any) ([]byte, error) {
 	id = validUTF8(id) // (a request's is: DecodeRequest)
-	w := newMW(make([]byte, 0, 512+jobsSizeHint(result)))
+	w := newMW(make([]byte, 0, 512))
 	w.int("v", Version, false)
 	w.str("id", id, false)
 	w.bool("ok", true, false)
