@@ -91,40 +91,37 @@ func newEnv(t *testing.T) env {
 func (e env) start(t *testing.T, extra ...string) *sup {
 	t.Helper()
 	s := e.launch(t, extra...)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		hctx, hcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		_, err := s.client.Health(hctx)
-		hcancel()
-		if err == nil {
-			return s
-		}
-		select {
-		case <-s.done:
-			t.Fatalf("supervisor exited during start (%v):\n%s", s.exitErr, s.log)
-		case <-ctx.Done():
-			t.Fatalf("supervisor did not answer health within 20 s:\n%s", s.log)
-		case <-time.After(20 * time.Millisecond): // retry period while the process starts
-		}
-	}
+	s.awaitHealth(t, 20*time.Second)
+	return s
 }
 
 func (e env) launch(t *testing.T, extra ...string) *sup {
 	t.Helper()
 	args := append([]string{"--control", e.ctl, "--event", e.evt, "--state-dir", e.state, "--metrics-addr", "",
 		"--log-level", "debug", "--grace", "500ms", "--chunk-merge-interval", "20ms"}, extra...)
-	s := &sup{t: t, log: &proctest.Buffer{}, dir: e.state, ctl: e.ctl, evt: e.evt, done: make(chan struct{})}
-	s.cmd = exec.Command(binary, args...)
+	cmd := exec.Command(binary, args...)
 	if len(e.wrap) > 0 {
-		s.cmd = exec.Command(e.wrap[0], append(append(e.wrap[1:len(e.wrap):len(e.wrap)], binary), args...)...)
+		cmd = exec.Command(e.wrap[0], append(append(e.wrap[1:len(e.wrap):len(e.wrap)], binary), args...)...)
 	}
+	s := runSup(t, cmd, client.Options{ControlAddress: e.ctl, EventAddress: e.evt})
+	s.dir = e.state
+	return s
+}
+
+// runSup starts the supervisor cmd runs, with a client of opts (its
+// request timeout and reconnects set here); the process is stopped
+// (SIGTERM, then SIGKILL after 20 s) and its log shown on failure when
+// the test ends.
+func runSup(t *testing.T, cmd *exec.Cmd, opts client.Options) *sup {
+	t.Helper()
+	s := &sup{t: t, log: &proctest.Buffer{}, ctl: opts.ControlAddress, evt: opts.EventAddress, done: make(chan struct{}), cmd: cmd}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { s.exitErr = s.cmd.Wait(); close(s.done) }()
-	s.client = client.New(client.Options{ControlAddress: e.ctl, EventAddress: e.evt, RequestTimeout: 10 * time.Second, MaxReconnectAttempts: 1})
+	opts.RequestTimeout, opts.MaxReconnectAttempts = 10*time.Second, 1
+	s.client = client.New(opts)
 	t.Cleanup(func() {
 		s.client.Close()
 		select {
@@ -139,10 +136,32 @@ func (e env) launch(t *testing.T, extra ...string) *sup {
 			}
 		}
 		if t.Failed() {
-			t.Logf("supervisor log:\n%s", s.log)
+			t.Logf("supervisor %s log:\n%s", s.ctl, s.log)
 		}
 	})
 	return s
+}
+
+// awaitHealth waits until s answers health, at most d.
+func (s *sup) awaitHealth(t *testing.T, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		_, err := s.client.Health(hctx)
+		hcancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("supervisor %s exited during start (%v):\n%s", s.ctl, s.exitErr, s.log)
+		case <-ctx.Done():
+			t.Fatalf("supervisor %s did not answer health within %v: %v\n%s", s.ctl, d, err, s.log)
+		case <-time.After(20 * time.Millisecond): // retry period while the process starts
+		}
+	}
 }
 
 func (s *sup) kill9() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -10,11 +9,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -42,48 +39,10 @@ func freePort(t *testing.T, ip string) int {
 // (over CURVE, with opts).
 func launchHost(t *testing.T, h poolHost, opts client.Options) *sup {
 	t.Helper()
-	s := &sup{t: t, log: &proctest.Buffer{}, ctl: h.ctl, evt: h.evt, done: make(chan struct{})}
-	s.cmd = exec.Command(binary, h.args...)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.exitErr = s.cmd.Wait(); close(s.done) }()
-	opts.ControlAddress, opts.EventAddress, opts.RequestTimeout, opts.MaxReconnectAttempts = h.ctl, h.evt, 10*time.Second, 1
-	s.client = client.New(opts)
-	t.Cleanup(func() {
-		s.client.Close()
-		select {
-		case <-s.done:
-		default:
-			s.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-s.done:
-			case <-time.After(20 * time.Second):
-				s.cmd.Process.Kill()
-				<-s.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("supervisor %s log:\n%s", h.ctl, s.log)
-		}
-	})
-	ctx := ctxFor(t, 30*time.Second)
-	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := s.client.Health(hctx)
-		cancel()
-		if err == nil {
-			return s
-		}
-		select {
-		case <-s.done:
-			t.Fatalf("supervisor %s exited during start (%v):\n%s", h.ctl, s.exitErr, s.log)
-		case <-ctx.Done():
-			t.Fatalf("supervisor %s did not answer health within 30 s: %v\n%s", h.ctl, err, s.log)
-		case <-time.After(20 * time.Millisecond): // retry period while the process starts
-		}
-	}
+	opts.ControlAddress, opts.EventAddress = h.ctl, h.evt
+	s := runSup(t, exec.Command(binary, h.args...), opts)
+	s.awaitHealth(t, 30*time.Second)
+	return s
 }
 
 // TestPoolOfThreeOverCurve is issue 31's bar: three supervisors on

@@ -271,8 +271,7 @@ func TestKillSeveral(t *testing.T) {
 	s := startSupervisor(t)
 	var ids []string
 	for range 3 {
-		// (each ignores SIGTERM for 1 s: killed one after another, three
-		// grace periods would pass)
+		// (each ignores SIGTERM: only the SIGKILL asked for ends it)
 		spawned := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--grace", "60s", "--shell", "trap '' TERM; sleep 60 & wait"))
 		ids = append(ids, spawned["jobId"].(string))
 	}

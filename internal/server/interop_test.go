@@ -77,25 +77,32 @@ func TestPythonClientInterop(t *testing.T) {
 	})
 }
 
+// nodeModules returns the node binary and testdata/node, skipping t when
+// either node or one of the modules is missing.
+func nodeModules(t *testing.T, modules ...string) (node, dir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("no node on PATH; install Node.js (Debian: nodejs npm) to run the zeromq.js clients")
+	}
+	if dir, err = filepath.Abs(filepath.Join("testdata", "node")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range modules {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", m, "package.json")); err != nil {
+			t.Skipf("zeromq.js modules not installed (%s missing); install them with: npm install --prefix %s (.ci/run does)", m, dir)
+		}
+	}
+	return node, dir
+}
+
 // TestNodeClientInterop runs testdata/node/nodeclient.mjs, a client
 // written from docs/protocol.md alone on zeromq.js (libzmq) and
 // @msgpack/msgpack, as a TypeScript gateway would be, against a server on
 // ipc and on tcp (PLAIN) endpoints. Its modules come from
 // `npm install --prefix internal/server/testdata/node` (.ci/run does it).
 func TestNodeClientInterop(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("no node on PATH; install Node.js (Debian: nodejs npm) to run the zeromq.js interop test")
-	}
-	dir, err := filepath.Abs(filepath.Join("testdata", "node"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []string{"zeromq", "@msgpack/msgpack"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", m, "package.json")); err != nil {
-			t.Skipf("zeromq.js modules not installed (%s missing); install them with: npm install --prefix %s (.ci/run does)", m, dir)
-		}
-	}
+	node, dir := nodeModules(t, "zeromq", "@msgpack/msgpack")
 	eachTransport(t, func(t *testing.T, cfg Config, ts *testServer) {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,17 +17,7 @@ import (
 // `npm install --prefix internal/server/testdata/node` (.ci/run does it,
 // for TestNodeClientInterop).
 func TestOpenClawNodeClient(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("no node on PATH; install Node.js (Debian: nodejs npm) to run the zeromq.js OpenClaw client")
-	}
-	dir, err := filepath.Abs(filepath.Join("testdata", "node"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "zeromq", "package.json")); err != nil {
-		t.Skipf("zeromq.js not installed (%v); install it with: npm install --prefix %s (.ci/run does)", err, dir)
-	}
+	node, dir := nodeModules(t, "zeromq")
 	for _, transport := range []string{"ipc", "tcp loopback"} {
 		t.Run(transport, func(t *testing.T) {
 			cfg := testConfig(t)
