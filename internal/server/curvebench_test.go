@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,6 +52,7 @@ func BenchmarkCurveVsPlain(b *testing.B) {
 	ctx := context.Background()
 	rtt := map[string][]time.Duration{}
 	tput := map[string]time.Duration{}
+	cpu := map[string]time.Duration{}
 	for _, c := range clients {
 		if _, err := c.Health(ctx); err != nil {
 			b.Fatal(err)
@@ -69,6 +71,8 @@ func BenchmarkCurveVsPlain(b *testing.B) {
 				rtt[mech] = append(rtt[mech], time.Since(t0))
 			}
 			t0 := time.Now()
+			var ru0, ru1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 			j, err := c.Start(ctx, protocol.SpawnArgs{Shell: cmd}, 32<<20)
 			if err != nil {
 				b.Fatal(err)
@@ -79,6 +83,8 @@ func BenchmarkCurveVsPlain(b *testing.B) {
 			}
 			j.Close()
 			tput[mech] += time.Since(t0)
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			cpu[mech] += time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 		}
 	}
 	b.StopTimer()
@@ -95,4 +101,6 @@ func BenchmarkCurveVsPlain(b *testing.B) {
 	b.ReportMetric(pt, "plain-MB/s")
 	b.ReportMetric(ct, "curve-MB/s")
 	b.ReportMetric(ct/pt, "tput-ratio")
+	b.ReportMetric(cpu["plain"].Seconds()/tput["plain"].Seconds(), "plain-cores")
+	b.ReportMetric(cpu["curve"].Seconds()/tput["curve"].Seconds(), "curve-cores")
 }

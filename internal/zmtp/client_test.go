@@ -105,17 +105,7 @@ func TestClientSubAgainstPub(t *testing.T) {
 // receives only that topic's messages, in order.
 func expectTopicFiltered(t *testing.T, p *Publisher, c *Client) {
 	t.Helper()
-	if err := c.Subscribe("job/a/"); err != nil {
-		t.Fatal(err)
-	}
-	// The subscription travels asynchronously: wait until it shows.
-	deadline := time.Now().Add(5 * time.Second)
-	for !p.subscribed("job/a/") {
-		if time.Now().After(deadline) {
-			t.Fatal("subscription never arrived")
-		}
-		time.Sleep(time.Millisecond) // no notification for a processed subscription
-	}
+	subscribeAndWait(t, p, c, "job/a/")
 	for i := 0; i < 3; i++ {
 		_ = p.SendParts([]byte("job/b/"), []byte("other"))
 		_ = p.SendParts([]byte("job/a/"), []byte{byte(i)}, bytes.Repeat([]byte("z"), 1000))
@@ -128,6 +118,22 @@ func expectTopicFiltered(t *testing.T, p *Publisher, c *Client) {
 		if len(m) != 2 || string(m[0]) != "job/a/" || m[1][0] != byte(i) || len(m[1]) != 1001 {
 			t.Fatalf("message %d: %q", i, m[0])
 		}
+	}
+}
+
+// subscribeAndWait subscribes c to topic and waits until p applied it
+// (the subscription travels asynchronously).
+func subscribeAndWait(t *testing.T, p *Publisher, c *Client, topic string) {
+	t.Helper()
+	if err := c.Subscribe(topic); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !p.subscribed(topic) {
+		if time.Now().After(deadline) {
+			t.Fatal("subscription never arrived")
+		}
+		time.Sleep(time.Millisecond) // no notification for a processed subscription
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 
 	"golang.org/x/crypto/nacl/box"
@@ -28,6 +29,7 @@ type curveCodec struct {
 	sendNonce  uint64 // the next to send
 	recvNonce  uint64 // the last received
 	scratch    []byte // a frame's plaintext being sealed
+	rbuf       []byte // the last boxed frame read (see readBox)
 }
 
 const (
@@ -108,26 +110,16 @@ func (c *curveCodec) keepScratch(pt []byte) {
 
 // sealWire boxes every frame of an encoded message (see encodeMessage,
 // Publisher.SendParts: frame headers and bodies, a body possibly in
-// several buffers), returning the boxed message and its size. The buffers
-// of wire are only read.
+// several buffers), returning the boxed message and its size (what
+// curveSealedSize said). The buffers of wire are only read.
 func (c *curveCodec) sealWire(wire net.Buffers) (net.Buffers, int, error) {
 	cur := bufCursor{bufs: wire}
 	var out net.Buffers
 	size := 0
 	for !cur.done() {
-		var hdr [9]byte
-		if !cur.read(hdr[:2]) {
-			return nil, 0, errors.New("curve: truncated frame header")
-		}
-		n := uint64(hdr[1])
-		if hdr[0]&flagLong != 0 {
-			if !cur.read(hdr[2:9]) {
-				return nil, 0, errors.New("curve: truncated frame header")
-			}
-			n = binary.BigEndian.Uint64(hdr[1:9])
-		}
-		if n > uint64(cur.left()) {
-			return nil, 0, fmt.Errorf("curve: frame of %d bytes, %d left", n, cur.left())
+		flags, n, err := nextFrame(&cur)
+		if err != nil {
+			return nil, 0, err
 		}
 		pt := c.scratch[:0]
 		if uint64(cap(pt)) < 1+n {
@@ -135,10 +127,10 @@ func (c *curveCodec) sealWire(wire net.Buffers) (net.Buffers, int, error) {
 		}
 		pt = pt[:1+n]
 		pt[0] = 0
-		if hdr[0]&flagMore != 0 {
+		if flags&flagMore != 0 {
 			pt[0] |= curveMsgMore
 		}
-		if hdr[0]&flagCommand != 0 {
+		if flags&flagCommand != 0 {
 			pt[0] |= curveMsgCommand
 		}
 		cur.read(pt[1:])
@@ -148,6 +140,58 @@ func (c *curveCodec) sealWire(wire net.Buffers) (net.Buffers, int, error) {
 		size += len(f)
 	}
 	return out, size, nil
+}
+
+// curveSealedSize is the size sealWire makes of wire, or why it cannot
+// box it.
+func curveSealedSize(wire net.Buffers) (int, error) {
+	cur := bufCursor{bufs: wire}
+	size := 0
+	for !cur.done() {
+		_, n, err := nextFrame(&cur)
+		if err != nil {
+			return 0, err
+		}
+		cur.skip(int(n))
+		body := uint64(curveMsgOverhead) + n
+		if body > 255 {
+			size += 9 + int(body)
+		} else {
+			size += 2 + int(body)
+		}
+	}
+	return size, nil
+}
+
+// nextFrame reads a frame's header from cur: its flags and body size,
+// which cur holds.
+func nextFrame(cur *bufCursor) (byte, uint64, error) {
+	var hdr [9]byte
+	if !cur.read(hdr[:2]) {
+		return 0, 0, errors.New("curve: truncated frame header")
+	}
+	n := uint64(hdr[1])
+	if hdr[0]&flagLong != 0 {
+		if !cur.read(hdr[2:9]) {
+			return 0, 0, errors.New("curve: truncated frame header")
+		}
+		n = binary.BigEndian.Uint64(hdr[1:9])
+	}
+	if n > uint64(cur.left()) {
+		return 0, 0, fmt.Errorf("curve: frame of %d bytes, %d left", n, cur.left())
+	}
+	return hdr[0], n, nil
+}
+
+// readBox reads the next frame of r (at most max bytes) into the codec's
+// buffer, reused frame after frame: open copies what it unboxes out of
+// it. The body is good until the next readBox.
+func (c *curveCodec) readBox(r io.Reader, max uint64) (byte, []byte, error) {
+	flags, body, err := readFrameInto(r, max, c.rbuf)
+	if err == nil && cap(body) <= 256<<10 {
+		c.rbuf = body[:0]
+	}
+	return flags, body, err
 }
 
 // open unboxes the body of a MESSAGE frame: the frame's ZMTP flags
@@ -196,6 +240,15 @@ func (c *bufCursor) left() int {
 		n += len(c.bufs[j])
 	}
 	return n - c.off
+}
+
+// skip moves n bytes on (n <= left()).
+func (c *bufCursor) skip(n int) {
+	for n > 0 && !c.done() {
+		k := min(n, len(c.bufs[c.i])-c.off)
+		c.off += k
+		n -= k
+	}
 }
 
 // read fills dst; it reports false when the stream ends first.

@@ -1,6 +1,7 @@
 package zmtp
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -83,12 +84,15 @@ func (c *Client) handshakeCommand(want string) ([]byte, error) {
 // giving us up, once the connection is idle (only its end can be forged
 // that way, which an attacker on the path can always bring about).
 func (c *Client) readFrame() (byte, []byte, error) {
-	flags, body, err := readFrame(c.r, clientMaxFrame)
-	if err != nil || c.curve == nil {
+	if c.curve == nil {
+		return readFrame(c.r, clientMaxFrame)
+	}
+	flags, body, err := c.curve.readBox(c.r, clientMaxFrame)
+	if err != nil {
 		return flags, body, err
 	}
 	if name, _ := cmdName(body); name == zmq4.CmdError {
-		return flags | flagCommand, body, nil
+		return flags | flagCommand, bytes.Clone(body), nil
 	}
 	flags, body, err = c.curve.open(body)
 	if err != nil {

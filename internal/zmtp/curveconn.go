@@ -93,8 +93,11 @@ func (c *hardenedConn) curveReady(sockType string) error {
 // MESSAGE, repeats or goes back in nonces, or does not open is counted
 // and ends the connection.
 func (c *hardenedConn) readMsgFrame(r io.Reader) (byte, []byte, error) {
-	flags, body, err := readFrame(r, c.parser.max)
-	if err != nil || c.curve == nil {
+	if c.curve == nil {
+		return readFrame(r, c.parser.max)
+	}
+	flags, body, err := c.curve.readBox(r, c.parser.max)
+	if err != nil {
 		return flags, body, err
 	}
 	flags, body, err = c.curve.open(body)

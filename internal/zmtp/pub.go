@@ -255,6 +255,12 @@ func encodeFrame(flags byte, body []byte) []byte {
 // is allocated for it (on the server side the hardened connection has
 // bounded it earlier still).
 func readFrame(r io.Reader, max uint64) (byte, []byte, error) {
+	return readFrameInto(r, max, nil)
+}
+
+// readFrameInto is readFrame reading the body into buf's storage when it
+// fits (the body is then only good until buf is used again).
+func readFrameInto(r io.Reader, max uint64, buf []byte) (byte, []byte, error) {
 	var hdr [9]byte
 	if _, err := io.ReadFull(r, hdr[:2]); err != nil {
 		return 0, nil, err
@@ -269,7 +275,11 @@ func readFrame(r io.Reader, max uint64) (byte, []byte, error) {
 	if size > max {
 		return 0, nil, fmt.Errorf("frame of %d bytes: refusing (the limit is %d)", size, max)
 	}
-	body := make([]byte, size)
+	body := buf[:0]
+	if uint64(cap(body)) < size {
+		body = make([]byte, size)
+	}
+	body = body[:size]
 	if _, err := io.ReadFull(r, body); err != nil {
 		return 0, nil, err
 	}
