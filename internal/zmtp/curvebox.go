@@ -20,8 +20,9 @@ import (
 // connection: replays and reordering are refused.
 //
 // seal and sealWire must be called in the order the frames go out on the
-// wire, one at a time (the caller holds its write lock: the outQueue's mu,
-// the Client's send semaphore); open from the connection's one reader.
+// wire, one at a time (by whoever holds the right to write: the outQueue's
+// writing flag, the Client's send semaphore); readBox and open from the
+// connection's one reader.
 type curveCodec struct {
 	shared     [32]byte
 	sendPrefix string

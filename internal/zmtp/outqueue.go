@@ -112,8 +112,9 @@ func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 	}
 	cc := q.c.curve
 	if cc != nil {
-		// Boxed by whoever writes it (see write): nonces go up in the
-		// order messages are written. Its size is known now.
+		// Boxed by whoever writes it (writeDirect, writeLoop: under
+		// q.writing), so nonces go up in the order messages are
+		// written. Its size is known now.
 		sealed, err := curveSealedSize(wire)
 		if err != nil {
 			q.mu.Unlock()
