@@ -99,10 +99,16 @@ func (c *curveCodec) sealPlain(pt []byte) []byte {
 	return box.SealAfterPrecomputation(out, pt, curveNonce(c.sendPrefix, n), &c.shared)
 }
 
+// curveKeepBuf is the largest buffer a codec keeps for the next frame
+// (sent or read): a job's output event (a 64 KiB pipe read and its
+// header) fits; a big reply's or request's is not held for the
+// connection's life.
+const curveKeepBuf = 80 << 10
+
 // keepScratch keeps a plaintext buffer for the next frame unless it grew
 // large (a big reply's is not held for the connection's life).
 func (c *curveCodec) keepScratch(pt []byte) {
-	if cap(pt) <= 256<<10 {
+	if cap(pt) <= curveKeepBuf {
 		c.scratch = pt[:0]
 	} else {
 		c.scratch = nil
@@ -189,7 +195,7 @@ func nextFrame(cur *bufCursor) (byte, uint64, error) {
 // it. The body is good until the next readBox.
 func (c *curveCodec) readBox(r io.Reader, max uint64) (byte, []byte, error) {
 	flags, body, err := readFrameInto(r, max, c.rbuf)
-	if err == nil && cap(body) <= 256<<10 {
+	if err == nil && cap(body) <= curveKeepBuf {
 		c.rbuf = body[:0]
 	}
 	return flags, body, err

@@ -137,11 +137,14 @@ func TestCurvePubMixedSizesInOrder(t *testing.T) {
 		}
 		return b
 	}
+	sent := make(chan struct{})
 	go func() {
+		defer close(sent)
 		for i := 0; i < n; i++ {
 			_ = p.SendParts([]byte("t"), body(i))
 		}
 	}()
+	defer func() { <-sent }()
 	for i := 0; i < n; i++ {
 		m, err := c.Recv()
 		if err != nil {

@@ -134,7 +134,12 @@ func (q *outQueue) enqueue(wire net.Buffers, size int) bool {
 		q.writing = true
 		q.mu.Unlock()
 		if cc != nil {
-			wire, _, _ = cc.sealWire(wire) // (curveSealedSize parsed it)
+			var err error
+			if wire, _, err = cc.sealWire(wire); err != nil { // (not after curveSealedSize: the same parse)
+				q.c.l.policy.reject("protocol-violation", q.c.peer(), err)
+				q.close()
+				return false
+			}
 		}
 		return q.writeDirect(wire)
 	}
@@ -244,15 +249,7 @@ func (q *outQueue) writeLoop() {
 			q.queue = nil
 			q.writing = true
 			q.mu.Unlock()
-			var all net.Buffers
-			for _, m := range batch {
-				w := m.wire
-				if m.plain {
-					w, _, _ = q.c.curve.sealWire(w) // (parsed when queued)
-				}
-				all = append(all, w...)
-			}
-			err := q.c.writeBuffers(all, q.written)
+			err := q.writeBatch(batch)
 			q.mu.Lock()
 			q.writing = false
 			q.mu.Unlock()
@@ -262,6 +259,41 @@ func (q *outQueue) writeLoop() {
 			}
 		}
 	}
+}
+
+// curveBoxAhead is how much of a batch the writer boxes before writing
+// it on a CURVE connection: the first bytes go out while the rest still
+// waits to be boxed, a peer gone meanwhile is not boxed for, and a batch
+// is not held twice (plain and boxed) in memory.
+const curveBoxAhead = 1 << 20
+
+// writeBatch writes a batch the writer took from the queue (q.writing
+// held), boxing its plain messages on the way.
+func (q *outQueue) writeBatch(batch []queuedMsg) error {
+	var all net.Buffers
+	n := 0
+	for i, m := range batch {
+		w := m.wire
+		if m.plain {
+			var err error
+			if w, _, err = q.c.curve.sealWire(w); err != nil {
+				q.c.l.policy.reject("protocol-violation", q.c.peer(), err)
+				return err
+			}
+		}
+		all = append(all, w...)
+		for _, b := range w {
+			n += len(b)
+		}
+		if i < len(batch)-1 && (q.c.curve == nil || n < curveBoxAhead) {
+			continue
+		}
+		if err := q.c.writeBuffers(all, q.written); err != nil {
+			return err
+		}
+		all, n = nil, 0
+	}
+	return nil
 }
 
 // written counts n bytes of the writer's batch as written.
