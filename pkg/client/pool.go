@@ -259,6 +259,19 @@ func (p *Pool) Members() []MemberState {
 	return out
 }
 
+// Client returns the Client of the member whose control endpoint is key
+// (nil if there is none now): for calls on a member known already (as
+// PoolJob.Member says), which then have the Client's own timeouts and do
+// not fail fast when it goes down. It is closed with the Pool.
+func (p *Pool) Client(key string) *Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m := p.members[key]; m != nil {
+		return m.c
+	}
+	return nil
+}
+
 // memberList returns the current members, by key.
 func (p *Pool) memberList() []*member {
 	p.mu.Lock()
