@@ -49,7 +49,9 @@ import (
 // connection error) is down at once: new spawns go to the others, and
 // calls on its jobs in progress or later (Wait, Follow, Poll, ...) fail
 // with a *MemberError naming it (errors.Is ErrMemberDown) within
-// RequestTimeout, never hanging. Its health is asked on; once it answers
+// HealthInterval plus the health timeout, never hanging. One that hangs
+// (a stopped supervisor keeps its connections open) has its control
+// connection closed when its health times out. Its health is asked on; once it answers
 // it is up again, and its jobs answer as its journal recorded them (a job
 // that ran through the crash ends as the supervisor's recovery decided).
 //
