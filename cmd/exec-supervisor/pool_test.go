@@ -45,16 +45,19 @@ func launchHost(t *testing.T, h poolHost, opts client.Options) *sup {
 	return s
 }
 
-// TestPoolOfThreeOverCurve is issue 31's bar: three supervisors on
-// 127.0.0.2-4 over CURVE; 300 jobs in 30 sessions placed with session
-// affinity; one supervisor SIGKILLed mid-run: new spawns land on the
-// others, followers and waiters of its jobs get a *MemberError naming it
-// within the client's request timeout, and after its restart the pool
-// reports those jobs' recorded fates; nothing hangs, no goroutine is left.
-func TestPoolOfThreeOverCurve(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three real supervisors, one killed and restarted: skipped with -short")
-	}
+// three are TestPoolOfThreeOverCurve's supervisors (and its neighbours'):
+// on 127.0.0.2-4 over CURVE, one server key pair for all and one client
+// key admitted.
+type three struct {
+	hosts   []poolHost
+	sups    map[string]*sup // by control endpoint
+	members []client.PoolMember
+	curve   client.Options // the client's CURVE keys
+}
+
+// startThree starts the three supervisors and waits until they answer.
+func startThree(t *testing.T) three {
+	t.Helper()
 	root, err := os.MkdirTemp("", "es-pool-")
 	if err != nil {
 		t.Fatal(err)
@@ -76,21 +79,33 @@ func TestPoolOfThreeOverCurve(t *testing.T) {
 	if err := os.WriteFile(allow, []byte(kp.Public.String()+" pool-test\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	curve := client.Options{CurveServerKey: serverPub.String(), CurveSecretKey: kp.Secret.String()}
-
-	hosts := make([]poolHost, 3)
-	sups := map[string]*sup{}
-	var members []client.PoolMember
-	for i := range hosts {
+	th := three{hosts: make([]poolHost, 3), sups: map[string]*sup{},
+		curve: client.Options{CurveServerKey: serverPub.String(), CurveSecretKey: kp.Secret.String()}}
+	for i := range th.hosts {
 		ip := fmt.Sprintf("127.0.0.%d", i+2)
 		h := poolHost{ctl: fmt.Sprintf("tcp://%s:%d", ip, freePort(t, ip)), evt: fmt.Sprintf("tcp://%s:%d", ip, freePort(t, ip))}
 		h.args = []string{"--control", h.ctl, "--event", h.evt, "--state-dir", filepath.Join(root, ip),
 			"--metrics-addr", "", "--log-level", "debug", "--grace", "500ms", "--chunk-merge-interval", "20ms",
 			"--curve", "--curve-key-file", serverKey, "--curve-clients", allow, "--tcp-loopback-uid=false"}
-		hosts[i] = h
-		sups[h.ctl] = launchHost(t, h, curve)
-		members = append(members, client.PoolMember{Control: h.ctl, Event: h.evt})
+		th.hosts[i] = h
+		th.sups[h.ctl] = launchHost(t, h, th.curve)
+		th.members = append(th.members, client.PoolMember{Control: h.ctl, Event: h.evt})
 	}
+	return th
+}
+
+// TestPoolOfThreeOverCurve is issue 31's bar: three supervisors on
+// 127.0.0.2-4 over CURVE; 300 jobs in 30 sessions placed with session
+// affinity; one supervisor SIGKILLed mid-run: new spawns land on the
+// others, followers and waiters of its jobs get a *MemberError naming it
+// within the client's request timeout, and after its restart the pool
+// reports those jobs' recorded fates; nothing hangs, no goroutine is left.
+func TestPoolOfThreeOverCurve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three real supervisors, one killed and restarted: skipped with -short")
+	}
+	th := startThree(t)
+	hosts, sups, members, curve := th.hosts, th.sups, th.members, th.curve
 
 	goroutines := runtime.NumGoroutine()
 	const timeout = 5 * time.Second // the members' RequestTimeout

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 )
 
@@ -24,8 +23,9 @@ func (g *globals) globalFlags() *pflag.FlagSet {
 	fs := pflag.NewFlagSet("execctl", pflag.ContinueOnError)
 	fs.SetOutput(g.stderr)
 	fs.SetInterspersed(false) // (the first argument that is not a flag is the command)
-	fs.StringVar(&g.control, "control", envOr("EXEC_SUPERVISOR_CONTROL", ""), "control endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_CONTROL)")
-	fs.StringVar(&g.event, "event", envOr("EXEC_SUPERVISOR_EVENT", ""), "event endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_EVENT)")
+	fs.StringVar(&g.control, "control", envOr("EXEC_SUPERVISOR_CONTROL", ""), "control endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_CONTROL); several supervisors: a comma list, --event's in the same order")
+	fs.StringVar(&g.event, "event", envOr("EXEC_SUPERVISOR_EVENT", ""), "event endpoint (default: the private ipc socket; env EXEC_SUPERVISOR_EVENT); several: a comma list")
+	fs.StringVar(&g.endpointsFile, "endpoints-file", envOr("EXEC_SUPERVISOR_ENDPOINTS_FILE", ""), "several supervisors: a file of them, a line each: CONTROL EVENT (env EXEC_SUPERVISOR_ENDPOINTS_FILE)")
 	fs.BoolVar(&g.json, "json", false, "print JSON objects with the wire protocol's field names")
 	fs.DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each request to the supervisor")
 	fs.StringVar(&g.tokenFile, "token-file", envOr("EXEC_SUPERVISOR_TOKEN_FILE", ""), "token for tcp endpoints (default: env EXEC_SUPERVISOR_TOKEN, else the supervisor's default token file)")
@@ -55,6 +55,7 @@ func (g *globals) addGlobals(fs *pflag.FlagSet) {
 // makes g's client: every command calls it before asking the supervisor.
 func (g *globals) parse(fs *pflag.FlagSet, args []string) error {
 	g.addGlobals(fs)
+	g.cmdFlags = fs
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return err
@@ -65,18 +66,15 @@ func (g *globals) parse(fs *pflag.FlagSet, args []string) error {
 	return g.connect()
 }
 
-// connect checks the global flags and makes g's client (once).
+// connect checks the global flags and makes g's client, or with several
+// supervisors its pool (once).
 func (g *globals) connect() error {
-	if g.client != nil {
+	if g.client != nil || g.pool != nil {
 		return nil
 	}
-	for _, ep := range []struct{ flag, v string }{{"--control", g.control}, {"--event", g.event}} {
-		if ep.v == "" {
-			continue
-		}
-		if _, _, err := zmtp.Split(ep.v); err != nil {
-			return &usageError{msg: fmt.Sprintf("%s: %v", ep.flag, err), hint: "an endpoint is ipc:///path/to.sock or tcp://host:port"}
-		}
+	hosts, err := g.hosts()
+	if err != nil {
+		return err
 	}
 	if g.timeout <= 0 {
 		return &usageError{msg: fmt.Sprintf("--request-timeout %v must be positive", g.timeout)}
@@ -97,12 +95,17 @@ func (g *globals) connect() error {
 	if g.curveKeyFile != "" {
 		curveSecret = ""
 	}
-	g.client = client.New(client.Options{
-		ControlAddress: g.control, EventAddress: g.event, RequestTimeout: g.timeout,
+	opts := client.Options{
+		ControlAddress: hosts.members[0].Control, EventAddress: hosts.members[0].Event, RequestTimeout: g.timeout,
 		MaxReconnectAttempts: 1, DialTimeout: 2 * time.Second, Token: token,
 		CurveServerKey: curveServer, CurveServerKeyFile: g.curveServerKeyFile,
 		CurveSecretKey: curveSecret, CurveKeyFile: g.curveKeyFile,
 		LocalPollJobs: -1, // (one-shot commands: a poll asks the supervisor)
-	})
-	return nil
+	}
+	if !hosts.multi {
+		g.client = client.New(opts)
+		return nil
+	}
+	g.pool, err = client.NewPool(client.PoolOptions{Members: hosts.members, Client: opts})
+	return err
 }

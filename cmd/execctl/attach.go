@@ -39,7 +39,7 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err != nil {
 		return 0, err
 	}
-	info, err := g.client.Status(ctx, id)
+	info, err := g.on(id).Status(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -87,7 +87,7 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	sendSize := func() {
 		if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
 			r, c := int(min(ws.Row, protocol.MaxTermSize)), int(min(ws.Col, protocol.MaxTermSize))
-			if g.client.Resize(ctx, id, r, c) == nil {
+			if g.on(id).Resize(ctx, id, r, c) == nil {
 				sentMu.Lock()
 				sentRows, sentCols = r, c
 				sentMu.Unlock()
@@ -108,8 +108,8 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 			sentMu.Lock()
 			r, c := sentRows, sentCols
 			sentMu.Unlock()
-			if now, err := g.client.Status(rctx, id); err == nil && now.Rows == uint16(r) && now.Cols == uint16(c) && !now.Finished() {
-				_ = g.client.Resize(rctx, id, int(rows), int(cols))
+			if now, err := g.on(id).Status(rctx, id); err == nil && now.Rows == uint16(r) && now.Cols == uint16(c) && !now.Finished() {
+				_ = g.on(id).Resize(rctx, id, int(rows), int(cols))
 			}
 		}()
 	}
@@ -139,13 +139,13 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 				data := buf[:n]
 				if i := indexByte(data, detachKey); i >= 0 {
 					if i > 0 {
-						_, _ = g.client.Type(ctx, id, data[:i])
+						_, _ = g.on(id).Type(ctx, id, data[:i])
 					}
 					close(detached)
 					cancel()
 					return
 				}
-				if _, werr := g.client.Type(ctx, id, data); werr != nil && ctx.Err() == nil {
+				if _, werr := g.on(id).Type(ctx, id, data); werr != nil && ctx.Err() == nil {
 					fmt.Fprintf(g.stderr, "\r\n[input not delivered: %v]\r\n", werr)
 				}
 			}
@@ -156,7 +156,7 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	}()
 	var final protocol.ExitPayload
 	ended := false
-	err = g.client.Follow(ctx, id, info.LastSeq+1, func(ev protocol.Event) error {
+	err = g.on(id).Follow(ctx, id, info.LastSeq+1, func(ev protocol.Event) error {
 		switch ev.Kind {
 		case protocol.KindStdout, protocol.KindStderr:
 			var p protocol.OutputPayload
@@ -261,7 +261,7 @@ func lastOutput(ctx context.Context, g *globals, info protocol.JobInfo, n int64)
 	read := func(from int64) ([]byte, protocol.JobInfo, error) {
 		var out []byte
 		for cur := from; ; {
-			res, err := g.client.Poll(ctx, info.JobID, cur, 0)
+			res, err := g.on(info.JobID).Poll(ctx, info.JobID, cur, 0)
 			if err != nil {
 				return nil, info, err
 			}

@@ -49,7 +49,7 @@ func commandFlags(g *globals) map[string][]string {
 
 // globalFlagNames are the global flags completed (before the command, and
 // after it with its own).
-const globalFlagNames = "--control --event --json --request-timeout --token-file"
+const globalFlagNames = "--control --event --endpoints-file --json --request-timeout --token-file"
 
 // Run implements command.
 func (*CompletionCommand) Run(ctx context.Context, g *globals, args []string) (int, error) {
@@ -73,7 +73,7 @@ _execctl() {
   cur="${COMP_WORDS[COMP_CWORD]}"
   for ((i=1; i<COMP_CWORD; i++)); do
     case "${COMP_WORDS[i]}" in
-      --control|--event|--request-timeout|--token-file) ((i++)) ;;
+      --control|--event|--endpoints-file|--request-timeout|--token-file) ((i++)) ;;
       -*) ;;
       *) cmd="${COMP_WORDS[i]}"; break ;;
     esac

@@ -33,6 +33,9 @@ func (*DaemonCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
+	if g.pool != nil {
+		return 0, &usageError{msg: "daemon runs one supervisor on this machine: give one --control/--event (not a list, nor --endpoints-file)"}
+	}
 	if fs.NArg() == 0 {
 		return 0, &usageError{msg: "daemon needs start, stop or status", hint: "execctl daemon status"}
 	}

@@ -47,13 +47,13 @@ func (*WriteCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 			// reading its terminal raw tells Ctrl-J from Enter); a line's
 			// end for a pipe.
 			nl := byte('\n')
-			if st, err := g.client.Status(ctx, id); err == nil && st.Pty {
+			if st, err := g.on(id).Status(ctx, id); err == nil && st.Pty {
 				nl = '\r'
 			}
 			data = append(data, nl)
 		}
 	}
-	res, err := g.client.Write(ctx, id, data, *eof)
+	res, err := g.on(id).Write(ctx, id, data, *eof)
 	if err != nil {
 		return 0, err
 	}
@@ -77,7 +77,7 @@ func writeStdin(ctx context.Context, g *globals, id string, eof bool) (int, erro
 			return 0, fmt.Errorf("read standard input: %w", rerr)
 		}
 		if n > 0 || (end && eof) {
-			res, err := g.client.Write(ctx, id, buf[:n], end && eof)
+			res, err := g.on(id).Write(ctx, id, buf[:n], end && eof)
 			if err != nil {
 				if total > 0 {
 					return 0, fmt.Errorf("after %d bytes written: %w", total, err)
@@ -127,7 +127,7 @@ func (*SendKeysCommand) Run(ctx context.Context, g *globals, args []string) (int
 	if err != nil {
 		return 0, err
 	}
-	res, err := g.client.Write(ctx, id, data, false)
+	res, err := g.on(id).Write(ctx, id, data, false)
 	if err != nil {
 		return 0, err
 	}
@@ -166,7 +166,7 @@ func (*ResizeCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		return 0, err
 	}
 	var res protocol.StatusResult // (the resize op's result: {job})
-	if err := g.client.Call(ctx, protocol.OpResize, &protocol.ResizeArgs{JobID: id, Rows: r, Cols: c}, &res); err != nil {
+	if err := g.on(id).Call(ctx, protocol.OpResize, &protocol.ResizeArgs{JobID: id, Rows: r, Cols: c}, &res); err != nil {
 		return 0, err
 	}
 	if g.json {

@@ -66,6 +66,9 @@ func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
 // that does not answer yet (one restarting) as long as they would for a
 // whole id (firstReachFor).
 func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) ([]string, error) {
+	if g.pool != nil {
+		return g.resolvePool(ctx, args, patient)
+	}
 	out := slices.Clone(args)
 	for i, arg := range args {
 		if fullJobID(arg) || arg == "" {
@@ -139,7 +142,12 @@ func jobPrefix(arg string) string {
 // matchJob finds the one job of jobs whose id is arg or starts with it
 // (hex digits in any case).
 func matchJob(arg string, jobs []protocol.JobInfo) (string, error) {
-	prefix := jobPrefix(arg)
+	return matchPrefix(arg, jobPrefix(arg), jobs)
+}
+
+// matchPrefix finds the one job of jobs whose id is arg or starts with
+// prefix.
+func matchPrefix(arg, prefix string, jobs []protocol.JobInfo) (string, error) {
 	var found []string
 	for _, j := range jobs {
 		if j.JobID == arg {

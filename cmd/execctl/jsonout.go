@@ -25,6 +25,7 @@ type jsonEvent struct {
 	Kind    protocol.Kind `json:"kind"`
 	Attempt int           `json:"attempt,omitempty"`
 	Payload any           `json:"payload,omitempty"`
+	Host    string        `json:"host,omitempty"` // (with several supervisors)
 }
 
 func eventJSON(ev protocol.Event) jsonEvent {

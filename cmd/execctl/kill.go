@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -37,6 +39,7 @@ func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		}
 	}
 	var ids []string
+	var unasked *client.PartialError // (kill --label: hosts that did not list)
 	switch {
 	case len(*labels) > 0 && fs.NArg() > 0:
 		return 0, &usageError{msg: "give JOBs or --label, not both"}
@@ -45,8 +48,11 @@ func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		if err != nil {
 			return 0, err
 		}
-		if ids, err = labelled(ctx, g, want); err != nil {
+		if ids, err = labelled(ctx, g, want); err != nil && !errors.As(err, &unasked) {
 			return 0, err
+		}
+		if len(ids) == 0 && unasked != nil {
+			return g.hostsFailed("kill", unasked), nil
 		}
 		if len(ids) == 0 {
 			fmt.Fprintf(g.stderr, "execctl kill: no job not yet ended has the labels %s\n", strings.Join(*labels, " "))
@@ -74,7 +80,8 @@ func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			results[i].res, results[i].err = g.client.Kill(ctx, id, *sig)
+			results[i].res, results[i].err = g.on(id).Kill(ctx, id, *sig)
+			results[i].err = g.hostErr(id, results[i].err)
 		}()
 	}
 	wg.Wait()
@@ -95,6 +102,8 @@ func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		}
 	}
 	switch {
+	case first == nil && unasked != nil:
+		return g.hostsFailed("kill", unasked), nil
 	case first == nil:
 		return exitOK, nil
 	case len(ids) == 1:
@@ -106,10 +115,18 @@ func (*KillCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 
 // labelled returns the ids of the jobs not yet ended that have every
 // label of want (filtered here too: a supervisor older than the label
-// filter lists every job).
+// filter lists every job). With several supervisors, a
+// *client.PartialError names those that did not answer.
 func labelled(ctx context.Context, g *globals, want map[string]string) ([]string, error) {
-	jobs, err := g.client.ListJobs(ctx, protocol.ListJobsArgs{Labels: want})
-	if err != nil {
+	var jobs []protocol.JobInfo
+	var err error
+	if g.pool != nil {
+		jobs, _, err = g.listPool(ctx, protocol.ListJobsArgs{Labels: want})
+	} else {
+		jobs, err = g.client.ListJobs(ctx, protocol.ListJobsArgs{Labels: want})
+	}
+	var pe *client.PartialError
+	if err != nil && !errors.As(err, &pe) {
 		return nil, err
 	}
 	var ids []string
@@ -118,5 +135,5 @@ func labelled(ctx context.Context, g *globals, want map[string]string) ([]string
 			ids = append(ids, j.JobID)
 		}
 	}
-	return ids, nil
+	return ids, err
 }

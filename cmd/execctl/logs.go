@@ -35,7 +35,7 @@ func (*PollCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err != nil {
 		return 0, err
 	}
-	res, err := g.client.Poll(ctx, id, *cursor, *maxB)
+	res, err := g.on(id).Poll(ctx, id, *cursor, *maxB)
 	if err != nil {
 		return 0, err
 	}
@@ -85,9 +85,8 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	errs := make([]error, fs.NArg())
 	color := useColor(g.stdout)
-	ids, err := g.resolveJobs(ctx, fs.Args(), true)
+	ids, unreached, err := g.resolveToShow(ctx, fs.Args())
 	if err != nil {
 		return 0, err
 	}
@@ -98,6 +97,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		seen[id] = true
 		return dup
 	})
+	errs := make([]error, len(ids))
 	// diskOnly are the jobs no longer in memory whose output the
 	// supervisor still has in its files (spawned with --output disk):
 	// printed, not followed (they ended).
@@ -106,14 +106,14 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		// (a supervisor not answering now is waited for by the follow,
 		// which rides out a restart)
 		var ce *client.ConnectError
-		if _, err := g.client.Status(ctx, id); err != nil && !errors.As(err, &ce) {
+		if _, err := g.on(id).Status(ctx, id); err != nil && !errors.As(err, &ce) {
 			if protocol.CodeOf(err) == protocol.CodeNotFound {
-				if _, perr := g.client.Poll(ctx, id, 0, 1); perr == nil {
+				if _, perr := g.on(id).Poll(ctx, id, 0, 1); perr == nil {
 					diskOnly[id] = true
 					continue
 				}
 			}
-			return 0, err
+			return 0, g.hostErr(id, err)
 		}
 	}
 	var lost atomic.Bool
@@ -129,7 +129,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 			lw := &lineWriter{prefix: prefix, mu: &mu}
 			if !*follow || diskOnly[id] {
 				for cursor := int64(0); ; {
-					res, err := g.client.Poll(ctx, id, cursor, 0)
+					res, err := g.on(id).Poll(ctx, id, cursor, 0)
 					if err != nil {
 						errs[i] = err
 						return
@@ -146,7 +146,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 					for _, c := range res.Chunks {
 						if g.json {
 							mu.Lock()
-							_ = printJSON(g.stdout, jsonChunk{JobID: id, Chunk: c})
+							_ = printJSON(g.stdout, jsonChunk{JobID: id, Chunk: c, Host: g.hostOf(id)})
 							mu.Unlock()
 						} else {
 							lw.write(g.stdout, c.Data)
@@ -167,7 +167,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 				if g.json {
 					mu.Lock()
 					defer mu.Unlock()
-					return printJSON(g.stdout, eventJSON(ev))
+					return printJSON(g.stdout, g.eventJSON(ev))
 				}
 				if ev.Kind == protocol.KindGap {
 					lw.flush(g.stdout)
@@ -209,6 +209,14 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err := errors.Join(errs...); err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return exitInterrupted, nil // (Ctrl-C: the way to stop following)
 	}
+	for i, err := range errs {
+		errs[i] = g.hostErr(ids[i], err)
+	}
+	if g.pool != nil && (len(unreached) > 0 || slices.ContainsFunc(errs, isHostDown)) {
+		all := append(unreached, errs...)
+		failed := len(slices.DeleteFunc(slices.Clone(all), func(err error) bool { return err == nil }))
+		return g.failures("logs", all, len(all), fmt.Sprintf("%d of %d jobs could not be shown (whole): see above; the others' output is shown", failed, len(all))), nil
+	}
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
@@ -220,6 +228,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 type jsonChunk struct {
 	JobID string `json:"jobId"`
 	protocol.Chunk
+	Host string `json:"host,omitempty"` // (with several supervisors)
 }
 
 // followPeriods follows a job from its first event like client.Follow,
@@ -238,7 +247,7 @@ func followPeriods(ctx context.Context, g *globals, id string, paced bool, fn cl
 		if err != nil || end == 0 {
 			return err
 		}
-		info, err := g.client.Status(ctx, id)
+		info, err := g.on(id).Status(ctx, id)
 		if err != nil {
 			return err
 		}

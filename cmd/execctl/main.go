@@ -31,6 +31,10 @@ const (
 	// succeeded but could not show all of their output (it was no longer
 	// retained when this client got to it); stderr says which part.
 	exitOutputLost = 5
+	// exitPartial: with several supervisors, some did not answer (or
+	// failed) and the others' results were printed; stderr names each
+	// host that did not (with --json, the error's "hosts").
+	exitPartial = 6
 	// exitInterrupted: Ctrl-C while following or waiting (the jobs go on).
 	exitInterrupted = 130
 )
@@ -55,10 +59,19 @@ type globals struct {
 	tokenFile      string
 	// curveServerKeyFile and curveKeyFile: CURVE on tcp (see connect).
 	curveServerKeyFile, curveKeyFile string
-	flags                            *pflag.FlagSet // (the global flags: see globalFlags)
-	stdout, stderr                   io.Writer
-	stdin                            io.Reader
-	client                           *client.Client // (made by parse: see connect)
+	// endpointsFile: several supervisors (hosts.go), as --control and
+	// --event take comma lists.
+	endpointsFile  string
+	flags          *pflag.FlagSet // (the global flags: see globalFlags)
+	cmdFlags       *pflag.FlagSet // (the command's, once parsed: see changed)
+	stdout, stderr io.Writer
+	stdin          io.Reader
+	// client is the one supervisor's Client (made by parse: see connect);
+	// with several, nil, and pool their Pool, jobHosts the host (control
+	// endpoint) of each job resolved or spawned (see on).
+	client   *client.Client
+	pool     *client.Pool
+	jobHosts map[string]string
 }
 
 // command is one execctl subcommand.
@@ -148,6 +161,9 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	defer func() {
 		if g.client != nil {
 			g.client.Close()
+		}
+		if g.pool != nil {
+			g.pool.Close()
 		}
 	}()
 	code, err := cmd.Run(ctx, g, rest[1:])

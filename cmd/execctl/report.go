@@ -29,7 +29,11 @@ type cliError struct {
 	Hint     string `json:"hint,omitempty"`
 	ExitCode int    `json:"exitCode"`
 	Command  string `json:"command,omitempty"`
-	wire     bool   // (Code is the supervisor's: the text names it)
+	// Host is the supervisor the error is of (its control endpoint), with
+	// several; Hosts are the errors of several (code partial).
+	Host  string      `json:"host,omitempty"`
+	Hosts []hostError `json:"hosts,omitempty"`
+	wire  bool        // (Code is the supervisor's: the text names it)
 }
 
 // execctl's own error codes (exit code in parentheses).
@@ -39,6 +43,7 @@ const (
 	codeFailed      = "failed"      // anything else that went wrong here (1)
 	codeOutputLost  = "output-lost" // a follow could not show all the output (5)
 	codeInterrupted = "interrupted" // Ctrl-C while spawn waited (130)
+	codePartial     = "partial"     // with several supervisors, some did not answer (6)
 )
 
 // fail reports e on stderr and returns its exit code.
@@ -90,11 +95,59 @@ func report(g *globals, name string, err error) int {
 	if errors.Is(err, pflag.ErrHelp) {
 		return exitOK
 	}
+	var me *client.MemberError
+	var pe *client.PartialError
+	if g.pool != nil && !errors.As(err, &me) && !errors.As(err, &pe) && len(g.jobHosts) > 0 {
+		// (a command on jobs of one host: the error names it)
+		hosts := map[string]bool{}
+		for _, h := range g.jobHosts {
+			hosts[h] = true
+		}
+		if len(hosts) == 1 {
+			for h := range hosts {
+				err = &client.MemberError{Member: h, Err: err}
+			}
+		}
+	}
 	return g.fail(explain(g, name, err))
 }
 
 // explain says what err (of command name) means and what to do about it.
 func explain(g *globals, name string, err error) cliError {
+	var me *client.MemberError
+	var pe *client.PartialError
+	var ue *usageError
+	switch {
+	case g.pool == nil:
+	case errors.As(err, &ue):
+	case errors.As(err, &pe):
+		// (a job looked for on every host, some of which did not answer)
+		return cliError{Code: codeUnreachable, Message: err.Error(), ExitCode: exitUnreachable, Command: name,
+			Hint: "a host that did not answer may hold it: see execctl health"}
+	case errors.As(err, &me):
+		e := explainAt(g, name, me.Err, me.Member, g.eventOf(me.Member))
+		e.Host, e.Message = me.Member, "host "+hostName(me.Member)+": "+e.Message
+		return e
+	}
+	var ctl, evt string
+	if g.client != nil {
+		ctl, evt = g.client.Options().ControlAddress, g.client.Options().EventAddress
+	}
+	return explainAt(g, name, err, ctl, evt)
+}
+
+// eventOf returns the event endpoint of the host of control endpoint ctl.
+func (g *globals) eventOf(ctl string) string {
+	for _, m := range g.pool.Members() {
+		if m.Member == ctl {
+			return m.Event
+		}
+	}
+	return ""
+}
+
+// explainAt is explain of err from the supervisor at endpoints ctl, evt.
+func explainAt(g *globals, name string, err error, ctl, evt string) cliError {
 	var ue *usageError
 	var ce *client.ConnectError
 	var pe *protocol.Error
@@ -107,11 +160,9 @@ func explain(g *globals, name string, err error) cliError {
 	case errors.As(err, &ue):
 		e.Code, e.Message, e.Hint, e.ExitCode = codeUsage, ue.msg, ue.hint, exitUsage
 	case errors.As(err, &me) && me.Server == "PLAIN":
-		e.Message, e.Hint = fmt.Sprintf("the supervisor at %s requires a token (ZMTP PLAIN) and execctl has none",
-			g.client.Options().ControlAddress), tokenHint
+		e.Message, e.Hint = fmt.Sprintf("the supervisor at %s requires a token (ZMTP PLAIN) and execctl has none", ctl), tokenHint
 	case errors.As(err, &me) && me.Server == "NULL":
-		e.Message = fmt.Sprintf("the supervisor at %s runs without authentication, but execctl was given a token",
-			g.client.Options().ControlAddress)
+		e.Message = fmt.Sprintf("the supervisor at %s runs without authentication, but execctl was given a token", ctl)
 		e.Hint = "drop --token-file / EXEC_SUPERVISOR_TOKEN for this supervisor, or make sure it is the one you mean (it was started with --insecure-tcp-no-auth)"
 	case errors.As(err, &me):
 	case errors.As(err, &ce) && errors.As(err, &re) && re.Reason == zmtp.AuthFailed:
@@ -122,13 +173,11 @@ func explain(g *globals, name string, err error) cliError {
 		// Something accepted the connection and closed it at once: a
 		// supervisor that is running but refusing (its connection limit,
 		// or a peer it does not accept).
-		e.Hint = fmt.Sprintf("a supervisor is listening at %s but closed the connection at once: it may be at its connection limit (exec-supervisor --max-connections), or not accept this user (--allow-uid); its log says why (\"connection rejected\")",
-			g.client.Options().ControlAddress)
+		e.Hint = fmt.Sprintf("a supervisor is listening at %s but closed the connection at once: it may be at its connection limit (exec-supervisor --max-connections), or not accept this user (--allow-uid); its log says why (\"connection rejected\")", ctl)
 	case errors.As(err, &ce) && isTimeout(err), errors.Is(err, context.DeadlineExceeded):
 		// Something is listening (a connection was made, or a request
 		// went out) but did not answer in time.
-		e.Hint = fmt.Sprintf("the supervisor at %s did not answer in time: it may be stopped (SIGSTOP), hung or overloaded; check its process and log (starting another would find its state directory in use); a slow one may need a longer --request-timeout",
-			g.client.Options().ControlAddress)
+		e.Hint = fmt.Sprintf("the supervisor at %s did not answer in time: it may be stopped (SIGSTOP), hung or overloaded; check its process and log (starting another would find its state directory in use); a slow one may need a longer --request-timeout", ctl)
 	case errors.As(err, &ce) && errors.Is(err, syscall.EACCES):
 		// The socket (or its directory) is there and not ours to use: a
 		// supervisor of another user, or not opened to us.
@@ -138,13 +187,16 @@ func explain(g *globals, name string, err error) cliError {
 		// (a directory on the way that is not safe: see statedir.CheckPeer)
 		e.Hint = "execctl will not talk through a socket directory another user controls (they could stand in for the supervisor): remove or fix that directory, or point --control/--event at a supervisor's private directory (default: $XDG_RUNTIME_DIR/exec-supervisor)"
 	case errors.As(err, &ce):
-		e.Hint = fmt.Sprintf("is the supervisor running? start one with: exec-supervisor --control %s --event %s",
-			g.client.Options().ControlAddress, g.client.Options().EventAddress)
+		e.Hint = fmt.Sprintf("is the supervisor running? start one with: exec-supervisor --control %s --event %s", ctl, evt)
 	case errors.As(err, &pe):
 		e.Code, e.Message, e.Hint, e.ExitCode, e.wire = string(pe.Code), pe.Message, hintFor(name, pe), exitFailed, true
 		if pe.Code == protocol.CodeNotFound {
 			e.ExitCode = exitNotFound
 		}
+	case errors.Is(err, client.ErrMemberDown):
+		// (one of several: its health check failed, without a connection
+		// error of its own to tell)
+		e.Hint = "its health check did not answer, or said not ok (draining?): execctl health shows every host"
 	default:
 		e.Code, e.ExitCode = codeFailed, exitFailed
 	}

@@ -185,9 +185,9 @@ func serviceOp(ctx context.Context, g *globals, name string, args []string) (int
 	if err != nil {
 		return 0, err
 	}
-	op := g.client.StartService
+	op := g.on(id).StartService
 	if name == "restart" {
-		op = g.client.Restart
+		op = g.on(id).Restart
 	}
 	info, err := op(ctx, id)
 	if err != nil {
@@ -222,7 +222,7 @@ func (*StopCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	if err != nil {
 		return 0, err
 	}
-	res, err := g.client.Stop(ctx, id)
+	res, err := g.on(id).Stop(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -251,7 +251,7 @@ func (*HistoryCommand) Run(ctx context.Context, g *globals, args []string) (int,
 	if err != nil {
 		return 0, err
 	}
-	runs, err := g.client.History(ctx, id)
+	runs, err := g.on(id).History(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -269,7 +269,7 @@ func (*HistoryCommand) Run(ctx context.Context, g *globals, args []string) (int,
 		return exitOK, printJSON(g.stdout, protocol.HistoryResult{JobID: id, Runs: runs})
 	}
 	if len(runs) == 0 {
-		info, err := g.client.Status(ctx, id)
+		info, err := g.on(id).Status(ctx, id)
 		if err != nil {
 			return 0, err
 		}

@@ -73,7 +73,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 	if a.GraceMs, err = millis(*grace, "--grace"); err != nil {
 		return 0, err
 	}
-	if a.Cwd != "" && !filepath.IsAbs(a.Cwd) && strings.HasPrefix(g.client.Options().ControlAddress, "ipc://") {
+	if a.Cwd != "" && !filepath.IsAbs(a.Cwd) && g.onThisMachine() {
 		// The supervisor runs elsewhere (its own working directory): a
 		// relative --cwd means the operator's, on this machine.
 		if a.Cwd, err = filepath.Abs(a.Cwd); err != nil {
@@ -151,7 +151,7 @@ func (*SpawnCommand) Run(ctx context.Context, g *globals, args []string) (int, e
 		}
 		return code, err
 	case g.json:
-		return exitOK, printJSON(g.stdout, protocol.SpawnResult{JobID: job.JobID, Job: job})
+		return exitOK, printJSON(g.stdout, g.spawnResultJSON(protocol.SpawnResult{JobID: job.JobID, Job: job}))
 	}
 	fmt.Fprintln(g.stdout, job.JobID)
 	return exitOK, nil
@@ -172,6 +172,13 @@ func spawnJob(ctx context.Context, g *globals, a protocol.SpawnArgs) (protocol.J
 		}
 	})
 	defer stop()
+	if g.pool != nil { // (placed by the pool: see docs/pool.md)
+		pj, err := g.pool.Spawn(sctx, a)
+		if err == nil {
+			g.setHost(pj.JobID, pj.Member)
+		}
+		return pj.JobInfo, err
+	}
 	return g.client.Spawn(sctx, a)
 }
 
@@ -210,7 +217,7 @@ func followJob(ctx context.Context, g *globals, id string, paced bool) (int, err
 			}
 		}
 		if g.json {
-			return printJSON(g.stdout, eventJSON(ev))
+			return printJSON(g.stdout, g.eventJSON(ev))
 		}
 		switch ev.Kind {
 		case protocol.KindStdout, protocol.KindStderr:
@@ -258,7 +265,7 @@ func followOn(ctx context.Context, g *globals, id string, next *uint64, paced bo
 	// after the restart cannot know what the previous one delivered.
 	var once client.OutputOnce
 	for {
-		err := g.client.Follow(ctx, id, *next, func(ev protocol.Event) error {
+		err := g.on(id).Follow(ctx, id, *next, func(ev protocol.Event) error {
 			ev, keep := once.Keep(ev)
 			if !keep {
 				*next = max(*next, ev.Seq+1)

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -45,16 +46,24 @@ func (*StatusCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err != nil {
 		return 0, err
 	}
-	info, err := g.client.Status(ctx, id)
+	info, err := g.on(id).Status(ctx, id)
 	if err != nil {
 		return 0, err
 	}
 	if g.json {
+		if g.pool != nil {
+			return exitOK, printJSON(g.stdout, struct {
+				Job any `json:"job"`
+			}{g.jobJSON(info)})
+		}
 		return exitOK, printJSON(g.stdout, protocol.StatusResult{Job: &info})
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 	row("job", info.JobID)
+	if h := g.hostOf(info.JobID); h != "" {
+		row("host", hostName(h))
+	}
 	if info.Name != "" {
 		row("name", info.Name)
 	}
@@ -202,30 +211,72 @@ func (*ListCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 // listJobs lists every job a selects, page after page (a supervisor sends
 // a long listing in pages of about protocol.MaxListBytes).
 func listJobs(ctx context.Context, g *globals, a protocol.ListJobsArgs) (int, error) {
-	jobs, err := g.client.ListJobs(ctx, a)
-	if err != nil {
+	var jobs []protocol.JobInfo
+	var hosts []string // (with several supervisors: each job's)
+	var err error
+	if g.pool != nil {
+		jobs, hosts, err = g.listPool(ctx, a)
+	} else {
+		jobs, err = g.client.ListJobs(ctx, a)
+	}
+	var pe *client.PartialError
+	if err != nil && !errors.As(err, &pe) {
 		return 0, err
 	}
 	// The supervisor filters; a supervisor older than the name and label
 	// filters ignores them (unknown keys) and lists every job: filter
 	// again here (brief replies carry no labels to filter by).
-	jobs = slices.DeleteFunc(jobs, func(j protocol.JobInfo) bool {
+	drop := func(j protocol.JobInfo) bool {
 		return !protocol.MatchName(a.Name, j.Name) || !a.Brief && !protocol.MatchLabels(a.Labels, j.Labels)
-	})
-	if g.json {
-		if jobs == nil {
-			jobs = []protocol.JobInfo{}
-		}
-		return exitOK, printJSON(g.stdout, protocol.ListJobsResult{Jobs: jobs})
 	}
-	return exitOK, printJobTable(g, jobs)
+	if hosts != nil {
+		kept := 0
+		for i, j := range jobs {
+			if !drop(j) {
+				jobs[kept], hosts[kept] = j, hosts[i]
+				kept++
+			}
+		}
+		jobs, hosts = jobs[:kept], hosts[:kept]
+	} else {
+		jobs = slices.DeleteFunc(jobs, drop)
+	}
+	if g.json {
+		var res any = protocol.ListJobsResult{Jobs: jobs}
+		if jobs == nil {
+			res = protocol.ListJobsResult{Jobs: []protocol.JobInfo{}}
+		}
+		if g.pool != nil {
+			list := make([]any, len(jobs))
+			for i, j := range jobs {
+				list[i] = hostJob{JobInfo: j, Host: hosts[i]}
+			}
+			res = struct {
+				Jobs []any `json:"jobs"`
+			}{list}
+		}
+		if err := printJSON(g.stdout, res); err != nil {
+			return 0, err
+		}
+	} else if err := printJobTable(g, jobs, hosts); err != nil {
+		return 0, err
+	}
+	if pe != nil {
+		return g.hostsFailed(g.cmdName(), pe), nil
+	}
+	return exitOK, nil
 }
 
-// printJobTable prints jobs as an aligned table.
-func printJobTable(g *globals, jobs []protocol.JobInfo) error {
+// printJobTable prints jobs as an aligned table; with hosts (several
+// supervisors: each job's), a HOST column after JOB.
+func printJobTable(g *globals, jobs []protocol.JobInfo, hosts []string) error {
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tNAME\tSTATE\tPID\tRUNTIME\tCPU\tRSS\tREASON\tEXIT\tOUTPUT\tCOMMAND")
-	for _, j := range jobs {
+	if hosts != nil {
+		fmt.Fprintln(tw, "JOB\tHOST\tNAME\tSTATE\tPID\tRUNTIME\tCPU\tRSS\tREASON\tEXIT\tOUTPUT\tCOMMAND")
+	} else {
+		fmt.Fprintln(tw, "JOB\tNAME\tSTATE\tPID\tRUNTIME\tCPU\tRSS\tREASON\tEXIT\tOUTPUT\tCOMMAND")
+	}
+	for i, j := range jobs {
 		exit := "-"
 		if j.ExitCode != nil {
 			exit = fmt.Sprint(*j.ExitCode)
@@ -244,7 +295,11 @@ func printJobTable(g *globals, jobs []protocol.JobInfo) error {
 		if name == "" {
 			name = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.JobID, name, j.State, j.Pid, runtime(j), cpu, rss, reason, exit, humanBytes(j.StdoutBytes+j.StderrBytes), commandLine(j))
+		id := j.JobID
+		if hosts != nil {
+			id += "\t" + hostName(hosts[i])
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, name, j.State, j.Pid, runtime(j), cpu, rss, reason, exit, humanBytes(j.StdoutBytes+j.StderrBytes), commandLine(j))
 	}
 	return tw.Flush()
 }
@@ -265,7 +320,7 @@ func (*RemoveCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err != nil {
 		return 0, err
 	}
-	if err := g.client.Remove(ctx, id); err != nil {
+	if err := g.on(id).Remove(ctx, id); err != nil {
 		return 0, err
 	}
 	if g.json {
@@ -287,6 +342,9 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err := g.parse(fs, args); err != nil {
 		return 0, err
 	}
+	if g.pool != nil {
+		return healthPool(ctx, g)
+	}
 	h, err := g.client.Health(ctx)
 	if err != nil {
 		return 0, err
@@ -294,23 +352,77 @@ func (*HealthCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if g.json {
 		return exitOK, printJSON(g.stdout, h)
 	}
+	return printHealth(g, h, ""), nil
+}
+
+// printHealth prints h (of host, with several supervisors) and returns
+// its exit code: 1 if it is draining or its journal is failing.
+func printHealth(g *globals, h protocol.HealthResult, host string) int {
+	prefix := "" // (each line's: its host, with several)
+	if host != "" {
+		prefix = hostName(host) + ": "
+	}
+	line := func(format string, args ...any) {
+		fmt.Fprintf(g.stdout, "%s"+format, append([]any{prefix}, args...)...)
+	}
 	status := "ok"
 	if !h.OK {
 		status = "draining"
 	}
-	fmt.Fprintf(g.stdout, "%s: exec-supervisor %s (protocol %d), instance %s, pid %d, up %s, %d/%d jobs running, %d known\n",
+	line("%s: exec-supervisor %s (protocol %d), instance %s, pid %d, up %s, %d/%d jobs running, %d known\n",
 		status, h.Version, h.Protocol, h.InstanceID, h.Pid, humanDuration(msDuration(h.UptimeMs)), h.ActiveJobs, h.MaxJobs, h.TotalJobs)
 	if h.QueuedJobs > 0 {
-		fmt.Fprintf(g.stdout, "%d jobs queued for a slot\n", h.QueuedJobs)
+		line("%d jobs queued for a slot\n", h.QueuedJobs)
 	}
 	if !h.Cgroups && h.CgroupsNote != "" {
-		fmt.Fprintf(g.stdout, "no cgroup per job (%s): process groups only\n", h.CgroupsNote)
+		line("no cgroup per job (%s): process groups only\n", h.CgroupsNote)
 	}
 	if h.JournalError != "" {
-		fmt.Fprintf(g.stdout, "JOURNAL FAILING, %s: a crash now would be recovered from an older record of the jobs (see its log; disk full?)\n", h.JournalError)
+		line("JOURNAL FAILING, %s: a crash now would be recovered from an older record of the jobs (see its log; disk full?)\n", h.JournalError)
 	}
 	if !h.OK || h.JournalError != "" {
-		return exitFailed, nil
+		return exitFailed
 	}
-	return exitOK, nil
+	return exitOK
+}
+
+// healthPool is health of every host: a line each (with --json, one
+// object: {"hosts": [health with its host, ...]}), the hosts that did
+// not answer on stderr. Exit code: 6 when some did not answer, else 1 if
+// one is draining or its journal failing, else 0.
+func healthPool(ctx context.Context, g *globals) (int, error) {
+	hs, err := g.pool.Health(ctx)
+	var pe *client.PartialError
+	if err != nil && !errors.As(err, &pe) {
+		return 0, err
+	}
+	code := exitOK
+	type hostHealth struct {
+		protocol.HealthResult
+		Host string `json:"host"`
+	}
+	answered := []hostHealth{}
+	for _, h := range hs {
+		if h.Err != nil {
+			continue
+		}
+		answered = append(answered, hostHealth{h.Health, h.Member})
+		if !h.Health.OK || h.Health.JournalError != "" {
+			code = exitFailed
+		}
+		if !g.json {
+			printHealth(g, h.Health, h.Member)
+		}
+	}
+	if g.json {
+		if err := printJSON(g.stdout, struct {
+			Hosts []hostHealth `json:"hosts"`
+		}{answered}); err != nil {
+			return 0, err
+		}
+	}
+	if pe != nil {
+		return g.hostsFailed("health", pe), nil
+	}
+	return code, nil
 }

@@ -3,12 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -47,34 +48,38 @@ func (*TopCommand) Run(ctx context.Context, g *globals, args []string) (int, err
 	t := time.NewTicker(*interval)
 	defer t.Stop()
 	for {
-		jobs, err := g.client.ListJobs(ctx, protocol.ListJobsArgs{})
+		snap, err := topSnapshot(ctx, g, *all)
 		if err != nil {
 			if ctx.Err() != nil {
 				return exitOK, nil
 			}
 			return 0, err
 		}
-		if !*all {
-			// Live jobs: running ones, and services between runs.
-			jobs = slices.DeleteFunc(jobs, func(j protocol.JobInfo) bool { return j.Finished() })
-		}
-		h, _ := g.client.Health(ctx)
 		var b bytes.Buffer
 		if live {
 			b.WriteString("\x1b[H\x1b[2J") // home, clear
-			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s  (every %s, q quits)\n\n",
-				h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"), humanDuration(*interval))
+			fmt.Fprintf(&b, "%s  %s  (every %s, q quits)\n", snap.header, time.Now().Format("15:04:05"), humanDuration(*interval))
 		} else {
-			fmt.Fprintf(&b, "exec-supervisor %s  %d/%d jobs running  %s\n\n", h.InstanceID, h.ActiveJobs, h.MaxJobs, time.Now().Format("15:04:05"))
+			fmt.Fprintf(&b, "%s  %s\n", snap.header, time.Now().Format("15:04:05"))
 		}
-		sort.SliceStable(jobs, func(i, j int) bool { return cpuOf(jobs[i]) > cpuOf(jobs[j]) })
+		if live && snap.failed != nil {
+			for _, me := range snap.failed.Errs {
+				fmt.Fprintf(&b, "host %s not answering: %v\n", hostName(me.Member), me.Err)
+			}
+		}
+		b.WriteString("\n")
 		gg := *g
 		gg.stdout = &b
 		gg.json = false
-		printJobTable(&gg, jobs)
+		printJobTable(&gg, snap.jobs, snap.hosts)
 		if !live {
-			_, err := g.stdout.Write(b.Bytes())
-			return exitOK, err
+			if _, err := g.stdout.Write(b.Bytes()); err != nil {
+				return 0, err
+			}
+			if snap.failed != nil {
+				return g.hostsFailed("top", snap.failed), nil
+			}
+			return exitOK, nil
 		}
 		_, _ = g.stdout.Write(bytes.ReplaceAll(b.Bytes(), []byte("\n"), []byte("\r\n")))
 		select {
@@ -92,4 +97,63 @@ func cpuOf(j protocol.JobInfo) float64 {
 		return -1
 	}
 	return j.Usage.CPUPercent
+}
+
+// topView is one refresh of top: its header line, the jobs (and, with
+// several supervisors, each one's host), the hosts that did not answer.
+type topView struct {
+	header string
+	jobs   []protocol.JobInfo
+	hosts  []string
+	failed *client.PartialError
+}
+
+// topSnapshot lists the jobs shown (live ones, or all), busiest first,
+// and the supervisors' job counts.
+func topSnapshot(ctx context.Context, g *globals, all bool) (topView, error) {
+	var v topView
+	if g.pool == nil {
+		jobs, err := g.client.ListJobs(ctx, protocol.ListJobsArgs{})
+		if err != nil {
+			return v, err
+		}
+		h, _ := g.client.Health(ctx)
+		v.header = fmt.Sprintf("exec-supervisor %s  %d/%d jobs running", h.InstanceID, h.ActiveJobs, h.MaxJobs)
+		v.jobs = jobs
+	} else {
+		jobs, hosts, err := g.listPool(ctx, protocol.ListJobsArgs{})
+		if err != nil && !errors.As(err, &v.failed) {
+			return v, err
+		}
+		hs, _ := g.pool.Health(ctx)
+		active, maxJobs, up := 0, 0, 0
+		for _, h := range hs {
+			if h.Err == nil {
+				active, maxJobs, up = active+h.Health.ActiveJobs, maxJobs+h.Health.MaxJobs, up+1
+			}
+		}
+		v.header = fmt.Sprintf("exec-supervisor: %d of %d hosts answering  %d/%d jobs running", up, len(hs), active, maxJobs)
+		v.jobs, v.hosts = jobs, hosts
+	}
+	// (indices: a job's host moves with it)
+	idx := make([]int, 0, len(v.jobs))
+	for i, j := range v.jobs {
+		if all || !j.Finished() { // live jobs: running ones, and services between runs
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return cpuOf(v.jobs[idx[a]]) > cpuOf(v.jobs[idx[b]]) })
+	jobs := make([]protocol.JobInfo, len(idx))
+	var hosts []string
+	if v.hosts != nil {
+		hosts = make([]string, len(idx))
+	}
+	for k, i := range idx {
+		jobs[k] = v.jobs[i]
+		if hosts != nil {
+			hosts[k] = v.hosts[i]
+		}
+	}
+	v.jobs, v.hosts = jobs, hosts
+	return v, nil
 }

@@ -38,7 +38,7 @@ func (*WaitCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 			return exitInterrupted, nil // (Ctrl-C: the jobs go on)
 		}
 		if err != nil {
-			return 0, err
+			return 0, g.hostErr(id, err)
 		}
 		code, reached = c, true
 	}
@@ -58,7 +58,7 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 	// waited through: reported again, the service was not resumed.
 	var shutdownEnd int64
 	for {
-		job, finished, err := g.client.Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
+		job, finished, err := g.on(id).Wait(ctx, id, protocol.MaxWaitMs*time.Millisecond)
 		var ce *client.ConnectError
 		switch {
 		case err == nil && finished && job.Restart != "" && job.Reason == protocol.ReasonShutdown && job.EndedAt != shutdownEnd:
@@ -66,7 +66,7 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 			// next one (--resume-services): wait for it and ask it (each
 			// time: a later shutdown too).
 			shutdownEnd = job.EndedAt
-			if awaitNextSupervisor(ctx, g) {
+			if awaitNextSupervisor(ctx, g, id) {
 				lost, reached = time.Time{}, true
 				continue
 			}
@@ -97,13 +97,13 @@ func waitEnd(ctx context.Context, g *globals, id string, reached bool) (int, err
 	}
 }
 
-// awaitNextSupervisor waits (up to reconnectFor) for a supervisor other
-// than the one shutting down now (or none) to answer, and reports whether
-// one did. One answering that is not shutting down is the next already:
+// awaitNextSupervisor waits (up to reconnectFor) for a supervisor (job
+// id's) other than the one shutting down now (or none) to answer, and
+// reports whether one did. One answering that is not shutting down is the next already:
 // true at once (ask it; if it did not resume the service, it says so).
-func awaitNextSupervisor(ctx context.Context, g *globals) bool {
+func awaitNextSupervisor(ctx context.Context, g *globals, id string) bool {
 	prev := ""
-	if h, err := g.client.Health(ctx); err == nil {
+	if h, err := g.on(id).Health(ctx); err == nil {
 		if !h.Draining {
 			return true
 		}
@@ -116,7 +116,7 @@ func awaitNextSupervisor(ctx context.Context, g *globals) bool {
 			return false
 		case <-time.After(200 * time.Millisecond): // (the supervisor is restarting)
 		}
-		if h, err := g.client.Health(ctx); err == nil && h.InstanceID != prev {
+		if h, err := g.on(id).Health(ctx); err == nil && h.InstanceID != prev {
 			return true
 		}
 	}
@@ -127,7 +127,7 @@ func awaitNextSupervisor(ctx context.Context, g *globals) bool {
 // wait does: the wait op's result with --json, and its exit code.
 func waitEnded(g *globals, id string, job protocol.JobInfo) (int, error) {
 	if g.json { // (the wait op's result, as on the wire)
-		if err := printJSON(g.stdout, protocol.SpawnResult{JobID: id, Job: job, Finished: true}); err != nil {
+		if err := printJSON(g.stdout, g.spawnResultJSON(protocol.SpawnResult{JobID: id, Job: job, Finished: true})); err != nil {
 			return 0, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +193,20 @@ func TestManifestsMatchTheSupervisor(t *testing.T) {
 	}
 	if m.svc.Spec.ClusterIP != corev1.ClusterIPNone || !svcPorts[ports["control"]] || !svcPorts[ports["events"]] {
 		t.Errorf("Service: want headless with the control and event ports, got %+v", m.svc.Spec)
+	}
+	// A gateway finds the pods by the Service's SRV records
+	// (_control._tcp and _events._tcp, docs/kubernetes.md): named TCP
+	// ports, each the container port of its name.
+	for _, name := range []string{"control", "events"} {
+		i := slices.IndexFunc(m.svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == name })
+		if i < 0 {
+			t.Errorf("Service: no port named %q (its SRV records _%s._tcp)", name, name)
+			continue
+		}
+		sp := m.svc.Spec.Ports[i]
+		if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP || sp.TargetPort.StrVal != name || sp.Port != ports[name] {
+			t.Errorf("Service port %q: want TCP, targetPort %q, port %d; got %+v", name, name, ports[name], sp)
+		}
 	}
 	if sel := m.svc.Spec.Selector; sel["app.kubernetes.io/name"] != m.ds.Spec.Template.Labels["app.kubernetes.io/name"] {
 		t.Errorf("Service selector %v does not select the DaemonSet's pods", sel)

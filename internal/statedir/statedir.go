@@ -230,3 +230,44 @@ func ReadToken(path string) (string, error) {
 	}
 	return tok, nil
 }
+
+// ReadTrusted reads the file at path without following a symlink, and
+// refuses a file someone else could have written: not a regular file,
+// not ours (or root's, when rootOK), or writable by group or others;
+// secret also refuses any access by group or others. A file over maxBytes
+// is refused too.
+func ReadTrusted(path string, secret, rootOK bool, maxBytes int) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, Unsafe(path, "is not a regular file: refusing to use it")
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && !(rootOK && st.Uid == 0) {
+		whose := ""
+		if rootOK {
+			whose = " or root"
+		}
+		return nil, Unsafe(path, "is owned by uid %d, not by us (uid %d)%s: refusing to trust it", st.Uid, os.Geteuid(), whose)
+	}
+	if secret && fi.Mode().Perm()&0o077 != 0 {
+		return nil, Unsafe(path, "has mode %o; a secret key must not be accessible to others (chmod 600 %s)", fi.Mode().Perm(), path)
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return nil, Unsafe(path, "has mode %o: others could change it (chmod go-w %s)", fi.Mode().Perm(), path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(maxBytes)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > maxBytes {
+		return nil, fmt.Errorf("%s: more than %d bytes", path, maxBytes)
+	}
+	return b, nil
+}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 )
 
 // CurveAllowList is the file of client public keys a CURVE server admits
@@ -86,7 +88,7 @@ func stampOf(path string) fileStamp {
 
 // readAllowList parses the allow-list file.
 func readAllowList(path string) (map[CurveKey]string, error) {
-	b, err := openTrusted(path, false, true, maxAllowListBytes)
+	b, err := statedir.ReadTrusted(path, false, true, maxAllowListBytes)
 	if err != nil {
 		return nil, err
 	}

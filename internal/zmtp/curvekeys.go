@@ -6,11 +6,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
 	"golang.org/x/crypto/curve25519"
@@ -83,46 +81,6 @@ func CurvePublicPath(path string) string {
 	return strings.TrimSuffix(path, ".key") + ".pub"
 }
 
-// openTrusted opens path for reading without following a symlink and
-// refuses a file someone else could have written: not ours (or root's,
-// when rootOK), or writable by others; secret also refuses any access by
-// group or others. A file over maxBytes is refused too.
-func openTrusted(path string, secret, rootOK bool, maxBytes int) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("inspect %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, statedir.Unsafe(path, "is not a regular file: refusing to use it")
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && !(rootOK && st.Uid == 0) {
-		whose := ""
-		if rootOK {
-			whose = " or root"
-		}
-		return nil, statedir.Unsafe(path, "is owned by uid %d, not by us (uid %d)%s: refusing to trust it", st.Uid, os.Geteuid(), whose)
-	}
-	if secret && fi.Mode().Perm()&0o077 != 0 {
-		return nil, statedir.Unsafe(path, "has mode %o; a secret key must not be accessible to others (chmod 600 %s)", fi.Mode().Perm(), path)
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return nil, statedir.Unsafe(path, "has mode %o: others could change it (chmod go-w %s)", fi.Mode().Perm(), path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, int64(maxBytes)+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxBytes {
-		return nil, fmt.Errorf("%s: more than %d bytes", path, maxBytes)
-	}
-	return b, nil
-}
-
 // parseKeyFile reads the one key of a key file's content.
 func parseKeyFile(b []byte, path string) (CurveKey, error) {
 	var found []string
@@ -147,7 +105,7 @@ func parseKeyFile(b []byte, path string) (CurveKey, error) {
 // ReadCurveSecretFile reads a secret key file (see CurvePublicPath) and
 // derives its public key.
 func ReadCurveSecretFile(path string) (CurveKeyPair, error) {
-	b, err := openTrusted(path, true, false, maxKeyFileBytes)
+	b, err := statedir.ReadTrusted(path, true, false, maxKeyFileBytes)
 	if err != nil {
 		return CurveKeyPair{}, fmt.Errorf("read CURVE secret key: %w", err)
 	}
@@ -161,7 +119,7 @@ func ReadCurveSecretFile(path string) (CurveKeyPair, error) {
 // ReadCurvePublicFile reads a public key file (a client's pinned server
 // key, for one).
 func ReadCurvePublicFile(path string) (CurveKey, error) {
-	b, err := openTrusted(path, false, true, maxKeyFileBytes)
+	b, err := statedir.ReadTrusted(path, false, true, maxKeyFileBytes)
 	if err != nil {
 		return CurveKey{}, fmt.Errorf("read CURVE public key: %w", err)
 	}

@@ -238,6 +238,16 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 
 // drop forgets cn (after a timeout or a send failure) so that the next
 // call dials a fresh socket.
+// dropConn closes the control connection, if there is one: calls waiting
+// on it end at once (a ConnectError), the next call dials afresh. For a
+// Pool's member found not answering (a stopped supervisor keeps its
+// connections open).
+func (c *Client) dropConn() {
+	if cn := c.currentConn(); cn != nil {
+		c.drop(cn)
+	}
+}
+
 func (c *Client) drop(cn *conn) {
 	c.mu.Lock()
 	if c.conn != cn {

@@ -15,9 +15,9 @@ import (
 // sends every op on a job to the supervisor that holds it.
 //
 // Members come from a static list (PoolOptions.Members) or from DNS
-// (PoolOptions.DNS: the A/AAAA records of a name, as a Kubernetes headless
-// Service publishes one per ready supervisor), looked up again every
-// ResolveInterval. Each member is a *Client made from PoolOptions.Client
+// (PoolOptions.DNS: the A/AAAA records of a name, or its SRV records, as a
+// Kubernetes headless Service publishes them for each ready supervisor),
+// looked up again every ResolveInterval; a failed lookup keeps the members. Each member is a *Client made from PoolOptions.Client
 // (token, CURVE keys, timeouts), its endpoints replaced by the member's.
 //
 // Placement. A spawn with a session (SpawnArgs.SessionID) goes to the
@@ -49,7 +49,9 @@ import (
 // connection error) is down at once: new spawns go to the others, and
 // calls on its jobs in progress or later (Wait, Follow, Poll, ...) fail
 // with a *MemberError naming it (errors.Is ErrMemberDown) within
-// RequestTimeout, never hanging. Its health is asked on; once it answers
+// HealthInterval plus the health timeout, never hanging. One that hangs
+// (a stopped supervisor keeps its connections open) has its control
+// connection closed when its health times out. Its health is asked on; once it answers
 // it is up again, and its jobs answer as its journal recorded them (a job
 // that ran through the crash ends as the supervisor's recovery decided).
 //
@@ -94,20 +96,38 @@ type PoolMember struct {
 	Event   string // e.g. tcp://10.0.0.5:18791
 }
 
-// PoolDNS finds members as the addresses of Name: each address becomes
-// tcp://addr:ControlPort and tcp://addr:EventPort.
+// PoolDNS finds members by DNS, in one of two ways:
+//
+//   - addresses (ControlPort and EventPort given): each address of Name
+//     (A and AAAA records) becomes tcp://addr:ControlPort and
+//     tcp://addr:EventPort;
+//   - SRV records (ControlService and EventService given), as a Kubernetes
+//     headless Service publishes them for its named ports:
+//     _ControlService._tcp.Name and _EventService._tcp.Name, each record a
+//     supervisor's host (target) and port. A target's address (its
+//     lowest IPv4 one, else its lowest IPv6 one, looked up too) with the
+//     control record's port and the event record's is a member; a target
+//     with several records of each pairs them in port order; one in a
+//     single list is left out. Priorities and weights are not used.
 type PoolDNS struct {
-	// Name is looked up (A and AAAA records), e.g. the headless Service
+	// Name is looked up, e.g. the headless Service
 	// exec-supervisor.default.svc.cluster.local.
-	Name                   string
+	Name string
+	// ControlPort and EventPort are the members' ports (address lookups).
 	ControlPort, EventPort int
-	// Resolver looks Name up; nil means net.DefaultResolver.
-	Resolver HostResolver
+	// ControlService and EventService are the services of the SRV
+	// records (the Service's port names, e.g. "control" and "event"),
+	// given instead of the ports.
+	ControlService, EventService string
+	// Resolver looks names up; nil means net.DefaultResolver.
+	Resolver DNSResolver
 }
 
-// HostResolver looks up a host's addresses (*net.Resolver is one).
-type HostResolver interface {
+// DNSResolver looks up hosts' addresses and SRV records (*net.Resolver is
+// one).
+type DNSResolver interface {
 	LookupHost(ctx context.Context, host string) ([]string, error)
+	LookupSRV(ctx context.Context, service, proto, name string) (string, []*net.SRV, error)
 }
 
 // ErrMemberDown is wrapped by a *MemberError of a supervisor that is not
@@ -186,8 +206,16 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		}
 	}
 	if d := opts.DNS; d != nil {
-		if d.Name == "" || d.ControlPort <= 0 || d.EventPort <= 0 {
-			return nil, fmt.Errorf("pool: DNS needs Name, ControlPort and EventPort (got %+v)", *d)
+		ports, srv := d.ControlPort > 0 && d.EventPort > 0, d.ControlService != "" && d.EventService != ""
+		switch {
+		case d.Name == "" || ports == srv:
+			return nil, fmt.Errorf("pool: DNS needs Name, and ControlPort and EventPort or else ControlService and EventService (got %+v)", *d)
+		case srv && (d.ControlPort != 0 || d.EventPort != 0):
+			return nil, fmt.Errorf("pool: DNS with SRV services takes the ports from the records: no ControlPort or EventPort (got %+v)", *d)
+		case ports && (d.ControlService != "" || d.EventService != ""):
+			return nil, fmt.Errorf("pool: DNS with ports takes no SRV services (got %+v)", *d)
+		case d.ControlPort > 65535 || d.EventPort > 65535:
+			return nil, fmt.Errorf("pool: DNS ports out of range (got %+v)", *d)
 		}
 		if d.Resolver == nil {
 			d2 := *d
@@ -257,6 +285,19 @@ func (p *Pool) Members() []MemberState {
 		out = append(out, m.state())
 	}
 	return out
+}
+
+// Client returns the Client of the member whose control endpoint is key
+// (nil if there is none now): for calls on a member known already (as
+// PoolJob.Member says), which then have the Client's own timeouts and do
+// not fail fast when it goes down. It is closed with the Pool.
+func (p *Pool) Client(key string) *Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m := p.members[key]; m != nil {
+		return m.c
+	}
+	return nil
 }
 
 // memberList returns the current members, by key.

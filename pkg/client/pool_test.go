@@ -90,6 +90,16 @@ func TestPoolPlacesOwnsAndAggregates(t *testing.T) {
 		t.Errorf("jobs without a session all on one member: %v", free)
 	}
 
+	// A member's Client, by its key: the one that holds its jobs.
+	if c := p.Client(jobs[0].Member); c == nil || c.Options().ControlAddress != jobs[0].Member {
+		t.Fatalf("Client(%s): %v", jobs[0].Member, c)
+	} else if st, err := c.Status(ctx, jobs[0].JobID); err != nil || st.JobID != jobs[0].JobID {
+		t.Fatalf("status through the member's Client: %+v %v", st, err)
+	}
+	if c := p.Client("tcp://127.0.0.1:1"); c != nil {
+		t.Fatal("Client of a member the pool does not have")
+	}
+
 	// A second Pool (a restarted gateway) finds every job by its id.
 	p2 := newPool(t, sups...)
 	for _, j := range jobs {

@@ -73,7 +73,7 @@ func (p *Pool) Health(ctx context.Context) ([]MemberHealth, error) {
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				m.setDown(err)
+				m.notAnswering(err)
 			}
 		case h.OK:
 			m.setUp(h.ActiveJobs, h.QueuedJobs, h.MaxJobs, h.Draining)

@@ -71,6 +71,15 @@ func (m *member) setDown(err error) {
 	m.load.inflight = 0
 }
 
+// notAnswering marks the member down for err, a health request that
+// failed, and closes its Client's control connection: calls in progress
+// on it end at once (a stopped supervisor keeps the connection open, and
+// a wait given up would wait for its cancel to be confirmed).
+func (m *member) notAnswering(err error) {
+	m.setDown(err)
+	m.c.dropConn()
+}
+
 func (m *member) setUp(active, queued, maxJobs int, draining bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -102,7 +111,7 @@ func (p *Pool) healthRound(life context.Context) {
 			switch {
 			case life.Err() != nil: // (the Pool is closing: no verdict)
 			case err != nil:
-				m.setDown(err)
+				m.notAnswering(err)
 			case !h.OK:
 				m.setDown(errors.New("health says not ok"))
 			default:

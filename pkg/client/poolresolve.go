@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,18 +41,30 @@ func (p *Pool) run() {
 	}
 }
 
-// resolve looks the DNS name up and makes its addresses the members. A
+// resolve looks the DNS name up and makes what it finds the members. A
 // failed or empty lookup keeps the members as they are (a DNS hiccup does
 // not empty the pool).
 func (p *Pool) resolve(life context.Context) {
 	d := p.opts.DNS
 	ctx, cancel := context.WithTimeout(life, max(p.probeTimeout(), 5*time.Second))
 	defer cancel()
-	addrs, err := d.Resolver.LookupHost(ctx, d.Name)
-	if err != nil || len(addrs) == 0 {
+	var ms []PoolMember
+	if d.ControlService != "" {
+		var err error
+		if ms, err = srvMembers(ctx, d); err != nil {
+			return
+		}
+	} else {
+		addrs, err := d.Resolver.LookupHost(ctx, d.Name)
+		if err != nil {
+			return
+		}
+		ms = dnsMembers(addrs, d.ControlPort, d.EventPort)
+	}
+	if len(ms) == 0 {
 		return
 	}
-	p.setMembers(dnsMembers(addrs, d.ControlPort, d.EventPort))
+	p.setMembers(ms)
 }
 
 // dnsMembers makes members of addresses, sorted, without duplicates.
@@ -66,6 +81,115 @@ func dnsMembers(addrs []string, controlPort, eventPort int) []PoolMember {
 		})
 	}
 	return ms
+}
+
+// maxSRVTargets bounds the targets one SRV lookup makes members of.
+const maxSRVTargets = 1024
+
+// srvMembers looks up d's SRV records, and their targets' addresses: the
+// members, sorted. Any lookup failing fails it (the members stay).
+func srvMembers(ctx context.Context, d *PoolDNS) ([]PoolMember, error) {
+	ctl, err := srvPorts(ctx, d.Resolver, d.ControlService, d.Name)
+	if err != nil {
+		return nil, err
+	}
+	evt, err := srvPorts(ctx, d.Resolver, d.EventService, d.Name)
+	if err != nil {
+		return nil, err
+	}
+	targets := make([]string, 0, len(ctl))
+	for t := range ctl {
+		if len(evt[t]) > 0 {
+			targets = append(targets, t)
+		}
+	}
+	sort.Strings(targets)
+	if len(targets) > maxSRVTargets {
+		targets = targets[:maxSRVTargets]
+	}
+	var ms []PoolMember
+	for _, t := range targets {
+		addr, err := hostAddr(ctx, d.Resolver, t)
+		if err != nil {
+			return nil, err
+		}
+		cp, ep := ctl[t], evt[t]
+		for i := range min(len(cp), len(ep)) {
+			ms = append(ms, PoolMember{
+				Control: "tcp://" + net.JoinHostPort(addr, strconv.Itoa(int(cp[i]))),
+				Event:   "tcp://" + net.JoinHostPort(addr, strconv.Itoa(int(ep[i]))),
+			})
+		}
+	}
+	return dedupMembers(ms), nil
+}
+
+// srvPorts looks up the SRV records of service on name over tcp: each
+// target's ports, lowest first, without duplicates. Records with an
+// invalid target are left out by the resolver, which says so with an
+// error beside the others: those others are used.
+func srvPorts(ctx context.Context, r DNSResolver, service, name string) (map[string][]uint16, error) {
+	_, recs, err := r.LookupSRV(ctx, service, "tcp", name)
+	if err != nil && len(recs) == 0 {
+		return nil, fmt.Errorf("SRV _%s._tcp.%s: %w", service, name, err)
+	}
+	ports := map[string][]uint16{}
+	for _, rec := range recs {
+		if rec == nil || rec.Port == 0 || rec.Target == "" || rec.Target == "." {
+			continue // ("." says there is no such service)
+		}
+		t := strings.ToLower(strings.TrimSuffix(rec.Target, "."))
+		if !slices.Contains(ports[t], rec.Port) {
+			ports[t] = append(ports[t], rec.Port)
+		}
+	}
+	for _, ps := range ports {
+		slices.Sort(ps)
+	}
+	return ports, nil
+}
+
+// hostAddr returns target's address: its lowest IPv4 address, else its
+// lowest IPv6 one (one member per supervisor, the same in every process).
+func hostAddr(ctx context.Context, r DNSResolver, target string) (string, error) {
+	addrs, err := r.LookupHost(ctx, target)
+	if err != nil {
+		return "", fmt.Errorf("SRV target %s: %w", target, err)
+	}
+	var v4, v6 []netip.Addr
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		switch {
+		case err != nil:
+		case ip.Unmap().Is4():
+			v4 = append(v4, ip.Unmap())
+		default:
+			v6 = append(v6, ip)
+		}
+	}
+	for _, l := range [][]netip.Addr{v4, v6} {
+		if len(l) > 0 {
+			return slices.MinFunc(l, func(a, b netip.Addr) int { return a.Compare(b) }).String(), nil
+		}
+	}
+	return "", fmt.Errorf("SRV target %s: no address", target)
+}
+
+// dedupMembers sorts ms by control endpoint and leaves out a member whose
+// control or event endpoint an earlier one has (two targets of one
+// address).
+func dedupMembers(ms []PoolMember) []PoolMember {
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Control < ms[j].Control })
+	seen := map[string]bool{}
+	out := ms[:0]
+	for _, m := range ms {
+		if seen[m.Control] || seen[m.Event] {
+			continue
+		}
+		seen[m.Control], seen[m.Event] = true, true
+		out = append(out, m)
+	}
+	return out
 }
 
 // setMembers makes want the members: new ones get Clients (and are down
