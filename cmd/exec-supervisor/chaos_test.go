@@ -26,7 +26,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -732,12 +732,12 @@ func TestSlowSubscriberRSS(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t, "--write-timeout", "500ms", "--ring-buffer", "2097152")
 	ctx := ctxFor(t, 120*time.Second)
-	slow, err := zmtp.Dial(ctx, zmtp.Sub, e.evt, time.Second)
+	slow, err := zmq4peer.Dial(ctx, zmq4peer.Sub, e.evt, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	if err := slow.SetOption(zmtp.OptionSubscribe, ""); err != nil {
+	if err := slow.SetOption(zmq4peer.OptionSubscribe, ""); err != nil {
 		t.Fatal(err)
 	}
 	_, before := rssKiB(s.cmd.Process.Pid)
