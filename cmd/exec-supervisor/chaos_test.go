@@ -26,7 +26,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -535,7 +535,7 @@ func TestSIGTERMWithRunningJobs(t *testing.T) {
 	f := readJournal(t, filepath.Join(e.state, "journal.json"))
 	n := 0
 	for _, r := range f.Jobs {
-		if r.State == "exited" && r.Reason == string(protocol.ReasonShutdown) {
+		if r.State == "exited" && r.Reason == protocol.ReasonShutdown {
 			n++
 		}
 	}
@@ -732,12 +732,12 @@ func TestSlowSubscriberRSS(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(t, "--write-timeout", "500ms", "--ring-buffer", "2097152")
 	ctx := ctxFor(t, 120*time.Second)
-	slow, err := zmtp.Dial(ctx, zmtp.Sub, e.evt, time.Second)
+	slow, err := zmq4peer.Dial(ctx, zmq4peer.Sub, e.evt, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	if err := slow.SetOption(zmtp.OptionSubscribe, ""); err != nil {
+	if err := slow.SetOption(zmq4peer.OptionSubscribe, ""); err != nil {
 		t.Fatal(err)
 	}
 	_, before := rssKiB(s.cmd.Process.Pid)
@@ -1435,7 +1435,7 @@ func TestServiceHistorySurvivesKill9(t *testing.T) {
 	waitJournal(t, filepath.Join(e.state, "journal.json"), "both services recorded", func(f *journal.File) bool {
 		var crashed, up bool
 		for _, r := range f.Jobs {
-			if r.JobID == crash.JobID && r.Service != nil && len(r.Service.History) == 3 && r.Reason == string(protocol.ReasonRestartLimit) {
+			if r.JobID == crash.JobID && r.Service != nil && len(r.Service.History) == 3 && r.Reason == protocol.ReasonRestartLimit {
 				crashed = true
 			}
 			if r.JobID == svc.JobID && r.Service != nil && r.State == "running" && strings.Contains(string(r.OutputTail), "up ") {
@@ -2428,7 +2428,7 @@ func TestCrashDuringKillGrace(t *testing.T) {
 	if _, err := s.client.Restart(ctx, restarting.JobID); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{killed.JobID: "manual-cancel", stopped.JobID: "stopped", cancelled.JobID: "manual-cancel", restarting.JobID: "manual-restart", restartThenStop.JobID: "stopped"}
+	want := map[string]protocol.Reason{killed.JobID: "manual-cancel", stopped.JobID: "stopped", cancelled.JobID: "manual-cancel", restarting.JobID: "manual-restart", restartThenStop.JobID: "stopped"}
 	waitJournal(t, filepath.Join(e.state, "journal.json"), "the pending ends", func(f *journal.File) bool {
 		n := 0
 		for _, r := range f.Jobs {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -79,8 +80,8 @@ func BenchmarkSnapshotsRetained(b *testing.B) {
 			m := New(Config{MaxJobs: 10}, nil, nil)
 			defer m.Close(b.Context())
 			for i := 0; i < retained; i++ {
-				err := m.Restore(Snapshot{Info: protocol.JobInfo{JobID: fmt.Sprintf("j-%d", i), State: protocol.StateExited,
-					Reason: protocol.ReasonExit, Argv: []string{"true"}}})
+				err := m.Restore(journal.Record{JobID: fmt.Sprintf("j-%d", i), State: protocol.StateExited,
+					Reason: protocol.ReasonExit, Argv: []string{"true"}}, false)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -174,11 +175,11 @@ func TestResumedServiceHeldUntilJournaled(t *testing.T) {
 	m := New(Config{}, discard(), nil)
 	defer m.Close(context.Background())
 	spec := protocol.SpawnArgs{Argv: []string{"yes"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}}
-	snap := Snapshot{
-		Info:    protocol.JobInfo{JobID: "j-held", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2},
-		Service: &ServiceState{Spec: spec, Attempt: 1}, Interrupted: true,
+	rec := journal.Record{
+		JobID: "j-held", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2,
+		Service: &journal.Service{Spec: spec, Attempt: 1},
 	}
-	if err := m.Restore(snap); err != nil {
+	if err := m.Restore(rec, true); err != nil {
 		t.Fatal(err)
 	}
 	j, _ := m.Get("j-held")

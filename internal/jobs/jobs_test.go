@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -299,9 +300,9 @@ func TestSnapshotTailChunksBounded(t *testing.T) {
 		j.offset++
 	}
 	j.mu.Unlock()
-	sn := j.Snapshot()
-	if len(sn.TailChunks) > maxTailChunks || len(sn.TailChunks) == 0 || len(sn.Tail) != len(sn.TailChunks) {
-		t.Fatalf("tail of %d bytes in %d chunks", len(sn.Tail), len(sn.TailChunks))
+	r := j.Snapshot().Record
+	if len(r.OutputTailChunks) > maxTailChunks || len(r.OutputTailChunks) == 0 || len(r.OutputTail) != len(r.OutputTailChunks) {
+		t.Fatalf("tail of %d bytes in %d chunks", len(r.OutputTail), len(r.OutputTailChunks))
 	}
 }
 
@@ -387,24 +388,24 @@ func TestJobsStartWithDefaultSignals(t *testing.T) {
 func TestRestoreRefusesImplausibleRecords(t *testing.T) {
 	m := New(Config{}, nil, nil)
 	defer m.Close(context.Background())
-	base := func(id string) Snapshot {
-		return Snapshot{Info: protocol.JobInfo{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonExit, Pid: 4194000, LastSeq: 3, OutputEnd: 10}}
+	base := func(id string) journal.Record {
+		return journal.Record{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonExit, Pid: 4194000, LastSeq: 3, OutputEnd: 10}
 	}
-	for _, bad := range []func(*Snapshot){
-		func(s *Snapshot) { s.Info.OutputEnd = -100 },
-		func(s *Snapshot) { s.Info.OutputEnd = 1<<63 - 1 },
-		func(s *Snapshot) { s.Tail, s.TailSeq = make([]byte, 20), 2 },
-		func(s *Snapshot) { s.Service = &ServiceState{Attempt: -1} },
+	for _, bad := range []func(*journal.Record){
+		func(r *journal.Record) { r.OutputEnd = -100 },
+		func(r *journal.Record) { r.OutputEnd = 1<<63 - 1 },
+		func(r *journal.Record) { r.OutputTail, r.OutputTailSeq = make([]byte, 20), 2 },
+		func(r *journal.Record) { r.Service = &journal.Service{Attempt: -1} },
 	} {
-		s := base("j-bad")
-		bad(&s)
-		if err := m.Restore(s); err == nil {
-			t.Fatalf("restored %+v", s.Info)
+		r := base("j-bad")
+		bad(&r)
+		if err := m.Restore(r, false); err == nil {
+			t.Fatalf("restored %+v", r)
 		}
 	}
 	s := base("j-low")
-	s.Info.LastSeq = 0
-	if err := m.Restore(s); err != nil {
+	s.LastSeq = 0
+	if err := m.Restore(s, false); err != nil {
 		t.Fatal(err)
 	}
 	j, _ := m.Get("j-low")
@@ -413,15 +414,18 @@ func TestRestoreRefusesImplausibleRecords(t *testing.T) {
 		t.Fatalf("events %+v", res.Events)
 	}
 	s = base("j-svc")
-	s.Tail, s.TailSeq, s.TailChunks = []byte("ab"), 3, []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 1, Attempt: 1 << 40}, {Seq: 3, Stream: protocol.Stdout, Len: 1, Attempt: 2}}
-	s.Service = &ServiceState{Attempt: 2, History: make([]protocol.RunRecord, 3000)}
-	if err := m.Restore(s); err != nil {
+	s.OutputTail, s.OutputTailSeq, s.OutputTailChunks = []byte("ab"), 3, []journal.TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 1, Attempt: 1 << 40}, {Seq: 3, Stream: protocol.Stdout, Len: 1, Attempt: 2}}
+	s.Service = &journal.Service{Attempt: 2, History: make([]protocol.RunRecord, 3000)}
+	if err := m.Restore(s, false); err != nil {
 		t.Fatal(err)
 	}
 	j, _ = m.Get("j-svc")
 	res, _ = j.Events(2, 0)
 	if res.Events[0].Attempt != 0 || res.Events[1].Attempt != 2 || len(j.history) > protocol.HistoryRuns {
 		t.Fatalf("attempts %d %d, history %d", res.Events[0].Attempt, res.Events[1].Attempt, len(j.history))
+	}
+	if len(s.Service.History) != 3000 {
+		t.Fatalf("the record's history was cut too (%d runs): Restore must not modify its record", len(s.Service.History))
 	}
 }
 
@@ -433,29 +437,30 @@ func TestRestoreRefusesImplausibleRecords(t *testing.T) {
 func TestRestoreUnpublished(t *testing.T) {
 	m := New(Config{}, nil, nil)
 	defer m.Close(context.Background())
-	snap := func(id string, interrupted bool, un ...PendingOutput) Snapshot {
-		return Snapshot{
-			Info: protocol.JobInfo{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 6, StderrBytes: 2},
-			Tail: []byte("ab\n"), TailSeq: 2, TailChunks: []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3}},
-			Interrupted: interrupted, Unpublished: un,
+	rec := func(id string, un ...journal.Unpublished) journal.Record {
+		return journal.Record{
+			JobID: id, State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 6, StderrBytes: 2,
+			OutputTail: []byte("ab\n"), OutputTailSeq: 2, OutputTailChunks: []journal.TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3}},
+			OutputUnpublished: un,
 		}
 	}
-	good := []PendingOutput{{Stream: protocol.Stdout, Data: []byte("cd\n")}, {Stream: protocol.Stderr, Data: []byte("e\n")}}
+	good := []journal.Unpublished{{Stream: protocol.Stdout, Data: []byte("cd\n")}, {Stream: protocol.Stderr, Data: []byte("e\n")}}
 	for _, c := range []struct {
-		name string
-		s    Snapshot
-		out  string
+		name        string
+		r           journal.Record
+		interrupted bool
+		out         string
 	}{
-		{"interrupted", snap("j-un", true, good...), "ab\ncd\ne\n"},
-		{"finished", snap("j-fin", false, good...), "ab\n"},
-		{"unknown stream", snap("j-bad1", true, PendingOutput{Stream: "stdin", Data: []byte("x")}), "ab\n"},
-		{"empty", snap("j-bad2", true, PendingOutput{Stream: protocol.Stdout}), "ab\n"},
-		{"too much", snap("j-bad3", true, PendingOutput{Stream: protocol.Stdout, Data: make([]byte, maxUnpublished+1)}), "ab\n"},
+		{"interrupted", rec("j-un", good...), true, "ab\ncd\ne\n"},
+		{"finished", rec("j-fin", good...), false, "ab\n"},
+		{"unknown stream", rec("j-bad1", journal.Unpublished{Stream: "stdin", Data: []byte("x")}), true, "ab\n"},
+		{"empty", rec("j-bad2", journal.Unpublished{Stream: protocol.Stdout}), true, "ab\n"},
+		{"too much", rec("j-bad3", journal.Unpublished{Stream: protocol.Stdout, Data: make([]byte, maxUnpublished+1)}), true, "ab\n"},
 	} {
-		if err := m.Restore(c.s); err != nil {
+		if err := m.Restore(c.r, c.interrupted); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		j, _ := m.Get(c.s.Info.JobID)
+		j, _ := m.Get(c.r.JobID)
 		r, err := j.Poll(0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -467,7 +472,7 @@ func TestRestoreUnpublished(t *testing.T) {
 		// (an interrupted job's output ends past the offsets the dead
 		// supervisor may have published: see TestInterruptedJobEndsPastReserve)
 		end := int64(len(c.out))
-		if c.s.Interrupted {
+		if c.interrupted {
 			end = 3 + offsetReserve
 		}
 		if string(got) != c.out || r.Job.OutputEnd != end || r.Truncated {
@@ -500,12 +505,11 @@ func TestRestoreUnpublished(t *testing.T) {
 func TestInterruptedJobEndsPastReserve(t *testing.T) {
 	m := New(Config{}, nil, nil)
 	defer m.Close(context.Background())
-	s := Snapshot{
-		Info: protocol.JobInfo{JobID: "j-cut", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 3},
-		Tail: []byte("ab\n"), TailSeq: 2, TailChunks: []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3}},
-		Interrupted: true,
+	r := journal.Record{
+		JobID: "j-cut", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 3,
+		OutputTail: []byte("ab\n"), OutputTailSeq: 2, OutputTailChunks: []journal.TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3}},
 	}
-	if err := m.Restore(s); err != nil {
+	if err := m.Restore(r, true); err != nil {
 		t.Fatal(err)
 	}
 	j, _ := m.Get("j-cut")
@@ -535,7 +539,7 @@ func TestInterruptedJobEndsPastReserve(t *testing.T) {
 	// Journaled again (as finished) and restored by the next supervisor.
 	m2 := New(Config{}, nil, nil)
 	defer m2.Close(context.Background())
-	if err := m2.Restore(j.Snapshot()); err != nil {
+	if err := m2.Restore(j.Snapshot().Record, false); err != nil {
 		t.Fatal(err)
 	}
 	j2, _ := m2.Get("j-cut")
@@ -551,9 +555,9 @@ func TestRestoredServiceEndCarriesAttempt(t *testing.T) {
 	spec := protocol.SpawnArgs{Argv: []string{"true"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}}
 	for _, interrupted := range []bool{false, true} {
 		id := fmt.Sprintf("j-svc-%v", interrupted)
-		s := Snapshot{Info: protocol.JobInfo{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonShutdown, Pid: 4194000, LastSeq: 4},
-			Service: &ServiceState{Spec: spec, Attempt: 2}, Interrupted: interrupted}
-		if err := m.Restore(s); err != nil {
+		r := journal.Record{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonShutdown, Pid: 4194000, LastSeq: 4,
+			Service: &journal.Service{Spec: spec, Attempt: 2}}
+		if err := m.Restore(r, interrupted); err != nil {
 			t.Fatal(err)
 		}
 		j, _ := m.Get(id)
@@ -586,12 +590,12 @@ func TestSnapshotOneStreamUnpublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRead(t, j, 2, 2)
-	s := j.Snapshot()
-	if len(s.Unpublished) != 1 || s.Unpublished[0].Stream != protocol.Stderr || string(s.Unpublished[0].Data) != "B" {
-		t.Fatalf("unpublished %+v: want only stderr's B", s.Unpublished)
+	r := j.Snapshot().Record
+	if len(r.OutputUnpublished) != 1 || r.OutputUnpublished[0].Stream != protocol.Stderr || string(r.OutputUnpublished[0].Data) != "B" {
+		t.Fatalf("unpublished %+v: want only stderr's B", r.OutputUnpublished)
 	}
-	if s.Info.OutputEnd != 3 || !strings.HasSuffix(string(s.Tail), "A") {
-		t.Fatalf("output end %d, tail %q: want stdout's A published", s.Info.OutputEnd, s.Tail)
+	if r.OutputEnd != 3 || !strings.HasSuffix(string(r.OutputTail), "A") {
+		t.Fatalf("output end %d, tail %q: want stdout's A published", r.OutputEnd, r.OutputTail)
 	}
 }
 
@@ -668,13 +672,13 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 	m := New(Config{}, discard(), nil)
 	defer m.Close(context.Background())
 	spec := protocol.SpawnArgs{Shell: "echo next", Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure}}
-	snap := Snapshot{
-		Info: protocol.JobInfo{JobID: "j-skip", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart,
-			Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 3},
-		Tail: []byte("ab\n"), TailSeq: 2, TailChunks: []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3, Attempt: 1}},
-		Service: &ServiceState{Spec: spec, Attempt: 1}, Interrupted: true,
+	rec := journal.Record{
+		JobID: "j-skip", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart,
+		Pid: 4194000, LastSeq: 2, OutputEnd: 3, StdoutBytes: 3,
+		OutputTail: []byte("ab\n"), OutputTailSeq: 2, OutputTailChunks: []journal.TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 3, Attempt: 1}},
+		Service: &journal.Service{Spec: spec, Attempt: 1},
 	}
-	if err := m.Restore(snap); err != nil {
+	if err := m.Restore(rec, true); err != nil {
 		t.Fatal(err)
 	}
 	j, _ := m.Get("j-skip")
@@ -682,14 +686,14 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 
 	// Journaled before the next run printed anything: the tail is kept,
 	// below the skipped offsets, and so are they.
-	s1 := j.Snapshot()
-	if string(s1.Tail) != "ab\n" || s1.TailEnd != 3 || s1.Info.OutputEnd != first ||
-		!slices.Equal(s1.Service.OutputSkips, []OffsetRange{{3, offsetReserve}}) {
-		t.Fatalf("snapshot before the run: tail %q ends %d, output end %d, skips %v", s1.Tail, s1.TailEnd, s1.Info.OutputEnd, s1.Service.OutputSkips)
+	s1 := j.Snapshot().Record
+	if string(s1.OutputTail) != "ab\n" || s1.OutputTailEnd != 3 || s1.OutputEnd != first ||
+		!slices.Equal(s1.Service.OutputSkips, []journal.OffsetRange{{At: 3, N: offsetReserve}}) {
+		t.Fatalf("snapshot before the run: tail %q ends %d, output end %d, skips %v", s1.OutputTail, s1.OutputTailEnd, s1.OutputEnd, s1.Service.OutputSkips)
 	}
 	m1 := New(Config{}, discard(), nil)
 	defer m1.Close(context.Background())
-	if err := m1.Restore(s1); err != nil {
+	if err := m1.Restore(s1, false); err != nil {
 		t.Fatal(err)
 	}
 	j1, _ := m1.Get("j-skip")
@@ -724,15 +728,15 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 		t.Fatalf("poll from inside the skipped offsets: %+v truncated %v lost %d (%v)", res.Chunks, res.Truncated, res.LostBytes, err)
 	}
 
-	s2 := j.Snapshot()
-	if string(s2.Tail) != "next\n" || s2.TailEnd != first+5 || s2.Info.OutputEnd != first+5 {
-		t.Fatalf("snapshot: tail %q ends %d, output end %d", s2.Tail, s2.TailEnd, s2.Info.OutputEnd)
+	s2 := j.Snapshot().Record
+	if string(s2.OutputTail) != "next\n" || s2.TailEnd() != first+5 || s2.OutputEnd != first+5 {
+		t.Fatalf("snapshot: tail %q ends %d, output end %d", s2.OutputTail, s2.TailEnd(), s2.OutputEnd)
 	}
 	// Restored after a graceful restart: the 3 bytes before the tail are
 	// lost (counted), and the crash gap still reported.
 	m2 := New(Config{}, discard(), nil)
 	defer m2.Close(context.Background())
-	if err := m2.Restore(s2); err != nil {
+	if err := m2.Restore(s2, false); err != nil {
 		t.Fatal(err)
 	}
 	j2, _ := m2.Get("j-skip")
@@ -743,8 +747,8 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 		t.Fatalf("after a restart, from inside the skipped offsets: crashGap %v lost %d (%v)", res.CrashGap, res.LostBytes, err)
 	}
 	// A second crash: restored from that snapshot, it skips again.
-	s2.Info.JobID, s2.Info.Reason, s2.Interrupted = "j-skip2", protocol.ReasonSupervisorRestart, true
-	if err := m2.Restore(s2); err != nil {
+	s2.JobID, s2.Reason = "j-skip2", protocol.ReasonSupervisorRestart
+	if err := m2.Restore(s2, true); err != nil {
 		t.Fatal(err)
 	}
 	j3, _ := m2.Get("j-skip2")
@@ -755,9 +759,9 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 	// A service that printed nothing the journal knows of before the
 	// crash: nothing is counted lost, and the gap is reported (the dead
 	// supervisor may have read output after its last write).
-	empty := Snapshot{Info: protocol.JobInfo{JobID: "j-empty", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 1},
-		Service: &ServiceState{Spec: spec, Attempt: 1}, Interrupted: true}
-	if err := m2.Restore(empty); err != nil {
+	empty := journal.Record{JobID: "j-empty", State: protocol.StateExited, Reason: protocol.ReasonSupervisorRestart, Pid: 4194000, LastSeq: 1,
+		Service: &journal.Service{Spec: spec, Attempt: 1}}
+	if err := m2.Restore(empty, true); err != nil {
 		t.Fatal(err)
 	}
 	je, _ := m2.Get("j-empty")
@@ -766,23 +770,25 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 	}
 
 	// The journal is input: implausible skips and tail ends are refused.
-	for name, mod := range map[string]func(*Snapshot){
-		"skip over the tail":   func(s *Snapshot) { s.Service.OutputSkips = []OffsetRange{{0, 4}} },
-		"skips out of order":   func(s *Snapshot) { s.Service.OutputSkips = []OffsetRange{{first + 1, 1}, {3, 1}} },
-		"empty skip":           func(s *Snapshot) { s.Service.OutputSkips = []OffsetRange{{3, 0}} },
-		"skip past the end":    func(s *Snapshot) { s.Service.OutputSkips = []OffsetRange{{3, first + 10}} },
-		"too many skips":       func(s *Snapshot) { s.Service.OutputSkips = make([]OffsetRange, skipsMax+1) },
-		"tail end past output": func(s *Snapshot) { s.TailEnd = s.Info.OutputEnd + 1 },
-		"tail end below tail":  func(s *Snapshot) { s.TailEnd = 2 },
-		"output end near 2^62": func(s *Snapshot) { s.Info.OutputEnd, s.TailEnd, s.Interrupted = 1<<62-10, 3, true },
+	type skips = []journal.OffsetRange
+	for name, mod := range map[string]func(r *journal.Record, interrupted *bool){
+		"skip over the tail":   func(r *journal.Record, _ *bool) { r.Service.OutputSkips = skips{{At: 0, N: 4}} },
+		"skips out of order":   func(r *journal.Record, _ *bool) { r.Service.OutputSkips = skips{{At: first + 1, N: 1}, {At: 3, N: 1}} },
+		"empty skip":           func(r *journal.Record, _ *bool) { r.Service.OutputSkips = skips{{At: 3, N: 0}} },
+		"skip past the end":    func(r *journal.Record, _ *bool) { r.Service.OutputSkips = skips{{At: 3, N: first + 10}} },
+		"too many skips":       func(r *journal.Record, _ *bool) { r.Service.OutputSkips = make(skips, skipsMax+1) },
+		"tail end past output": func(r *journal.Record, _ *bool) { r.OutputTailEnd = r.OutputEnd + 1 },
+		"tail end below tail":  func(r *journal.Record, _ *bool) { r.OutputTailEnd = 2 },
+		"output end near 2^62": func(r *journal.Record, in *bool) { r.OutputEnd, r.OutputTailEnd, *in = 1<<62-10, 3, true },
 	} {
-		bad := j.Snapshot()
-		bad.TailEnd = 3
-		bad.Tail, bad.TailChunks = []byte("ab\n"), nil
-		bad.Service = &ServiceState{Spec: spec, Attempt: 2, OutputSkips: []OffsetRange{{3, offsetReserve}}}
-		bad.Info.JobID = "j-bad-" + name
-		mod(&bad)
-		if err := m2.Restore(bad); err == nil {
+		bad := j.Snapshot().Record
+		bad.OutputTailEnd = 3
+		bad.OutputTail, bad.OutputTailChunks = []byte("ab\n"), nil
+		bad.Service = &journal.Service{Spec: spec, Attempt: 2, OutputSkips: skips{{At: 3, N: offsetReserve}}}
+		bad.JobID = "j-bad-" + name
+		interrupted := false
+		mod(&bad, &interrupted)
+		if err := m2.Restore(bad, interrupted); err == nil {
 			t.Errorf("%s: restored", name)
 		}
 	}
@@ -811,7 +817,7 @@ func TestOutputAsksForJournalWrite(t *testing.T) {
 	m.mu.Lock()
 	m.jobs[j.id] = j
 	m.mu.Unlock()
-	m.Journaled([]Snapshot{{Info: protocol.JobInfo{JobID: j.id, OutputEnd: j.offset}}})
+	m.Journaled([]Snapshot{{Record: journal.Record{JobID: j.id, OutputEnd: j.offset}}})
 	m.mu.Lock()
 	delete(m.jobs, j.id) // (not a real job: Close would wait for it)
 	m.mu.Unlock()
@@ -836,7 +842,7 @@ func TestKillWhileStartingJournaled(t *testing.T) {
 			t.Error(err)
 		}
 		for _, sn := range m.Snapshots(-1, nil) { // (as the journal does)
-			got = append(got, sn.PendingEnd)
+			got = append(got, sn.Record.PendingEnd)
 		}
 	}}))
 	defer m.Close(context.Background())

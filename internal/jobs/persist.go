@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -19,74 +20,24 @@ const TailBytes = 4 << 10
 // than 4096 chunk records in every journal write.
 const maxTailChunks = 256
 
-// LeaderExit is how a job's leader process ended: its exit code, or the
-// signal that killed it (a name).
-type LeaderExit struct {
-	ExitCode *int
-	Signal   string
-}
-
-// Snapshot is what persistence needs of a job: its info plus the process
-// fingerprint and the newest output.
+// Snapshot is a job's state as the journal writer takes it: its record,
+// the one model of a job's durable state (journal.Record: what the
+// journal and its intents write, what Restore takes back), and beside it
+// what the writer needs of the job that is not written.
 type Snapshot struct {
-	Info       protocol.JobInfo
-	StartTicks uint64
-	BootID     string
-	UpdatedAt  int64
-	// Tail is the newest retained output (at most TailBytes, contiguous),
-	// starting at offset TailEnd-len(Tail); TailSeq is the seq of its last
-	// chunk. TailEnd is Info.OutputEnd unless the job skipped offsets after
-	// its last output (see offsetReserve); 0 means Info.OutputEnd.
-	Tail    []byte
-	TailSeq uint64
-	TailEnd int64
-	// TailChunks are the output events Tail is made of, oldest first (the
-	// first may be the end of a longer one); none: one chunk, TailSeq.
-	TailChunks []TailChunk
-	// Unpublished is output read but not yet published as events (inside
-	// the merge window), in the order it was read, at most TailBytes (more
-	// is published when the snapshot is taken): it follows Tail, from
-	// Info.OutputEnd. A job interrupted by its supervisor's death gets it
-	// back as output events (Restore), so that the bytes its stream
-	// counts include are not lost without a word; a finished job has none.
-	Unpublished []PendingOutput
-	// Service is set for service jobs.
-	Service *ServiceState
-	// PendingEnd is why a job in state exiting was being ended (a kill in
-	// its grace period: manual-cancel, a timeout, stopped...; for a
-	// service, what ends its supervision if anything does): a supervisor
-	// that dies before the end lands leaves it to the next one to record
-	// (see EndReasonAfterCrash).
-	PendingEnd Reason
-	// LeaderExit is how a one-shot job's leader ended, set while the rest
-	// of its group is terminated (see afterReap): a job whose supervisor
-	// dies then ends with it.
-	LeaderExit *LeaderExit
-	// OutputSkips are a one-shot job's offset ranges below its output end
-	// that never held output (a job interrupted by its supervisor's death
-	// ends past every offset that supervisor may have published, see
-	// Restore), oldest first. A service's are in Service.
-	OutputSkips []OffsetRange
+	// Record is the job's record. Its InstanceID and Members are left
+	// empty: the writer knows them, the engine does not.
+	Record journal.Record
+	// Info is the job's wire view when the record was taken (the
+	// journal's OpenClaw view is made from it).
+	Info protocol.JobInfo
 	// FinN is a finished one-shot job's place in the order jobs finished
 	// (higher: later; 0 for others): the journal keeps the newest.
 	FinN uint64
-	// Interrupted is set (for Restore) on a job that was running when its
-	// supervisor went away: its terminal event is new, numbered after
-	// Info.LastSeq. A job recorded as finished already had its terminal
-	// event, numbered Info.LastSeq, and keeps that seq.
-	Interrupted bool
 	// GroupGone is set once the job's process group was seen empty after
 	// its leader was reaped: the number may be anyone's now (its members
 	// must not be recorded as the job's).
 	GroupGone bool
-}
-
-// PendingOutput is output of one stream not yet published (see
-// Snapshot.Unpublished).
-type PendingOutput struct {
-	Stream  protocol.Stream
-	Data    []byte
-	Attempt int // the service run that printed it (0: a one-shot job's)
 }
 
 // maxUnpublished bounds a restored job's unpublished output (the journal
@@ -96,7 +47,7 @@ const maxUnpublished = 64 << 20
 // checkSkips checks a journal's skipped offset ranges (input): at most
 // skipsMax, each non-empty, in order, none overlapping another or the
 // tail [tailStart, tailEnd), all below the output's end.
-func checkSkips(rs []OffsetRange, tailStart, tailEnd, end int64) error {
+func checkSkips(rs []journal.OffsetRange, tailStart, tailEnd, end int64) error {
 	if len(rs) > skipsMax {
 		return fmt.Errorf("%d skipped offset ranges (at most %d)", len(rs), skipsMax)
 	}
@@ -110,35 +61,7 @@ func checkSkips(rs []OffsetRange, tailStart, tailEnd, end int64) error {
 	return nil
 }
 
-// TailChunk is one output event within a Snapshot's Tail.
-type TailChunk struct {
-	Seq    uint64
-	Stream protocol.Stream
-	Len    int
-	// Attempt is the service run that printed it (0: a one-shot job's).
-	Attempt int
-}
-
-// ServiceState is the persistent part of a service job.
-type ServiceState struct {
-	Spec        protocol.SpawnArgs
-	Attempt     int
-	Restarts    int
-	Consecutive int
-	Ends        []time.Time
-	History     []protocol.RunRecord
-	// RunOutputStart is the output offset of the current run's first byte.
-	RunOutputStart int64
-	// OutputSkips are the offset ranges below the output's end that never
-	// held output (skipped after supervisor crashes, see offsetReserve),
-	// oldest first.
-	OutputSkips []OffsetRange
-}
-
-// OffsetRange is the output offsets [At, At+N).
-type OffsetRange struct{ At, N int64 }
-
-// Snapshot returns the job's persistent state.
+// Snapshot returns the job's record as it is now (see Snapshot).
 func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -161,39 +84,52 @@ func (j *Job) Snapshot() Snapshot {
 		}
 		j.flushLocked(older)
 	}
-	s := Snapshot{Info: j.infoLocked(), StartTicks: j.startTicks, BootID: j.m.bootID, UpdatedAt: ms(j.updatedAt), GroupGone: j.life.GroupGone}
+	info := j.infoLocked()
+	s := Snapshot{Info: info, GroupGone: j.life.GroupGone}
+	r := journal.Record{
+		JobID: info.JobID, Name: info.Name, Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID,
+		Pid: info.Pid, Pgid: info.Pgid, StartTicks: j.startTicks, BootID: j.m.bootID, State: info.State,
+		CreatedAt: info.CreatedAt, StartedAt: info.StartedAt, UpdatedAt: ms(j.updatedAt), EndedAt: info.EndedAt, LastOutputAt: info.LastOutputAt,
+		Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error,
+		StdoutBytes: info.StdoutBytes, StderrBytes: info.StderrBytes, OutputEnd: info.OutputEnd, LastSeq: info.LastSeq,
+		TimeoutMs: info.TimeoutMs, NoOutputMs: info.NoOutputTimeoutMs,
+		Pty: info.Pty, Rows: info.Rows, Cols: info.Cols, Cgroup: info.Cgroup, OutputDisk: info.OutputDisk || info.OutputDiskError != "",
+	}
 	if j.svc == nil && j.life.State == Exited {
 		s.FinN = j.finN // (set under j.mu too: jobDone)
 	}
 	if j.life.State == Starting && (j.life.PendingKill != "" || j.svc != nil && j.life.EndReason != "") {
 		// (killed before its process started: it is killed as soon as
 		// the process exists, a crash meanwhile ends it so too)
-		s.PendingEnd = j.life.PendingKill
+		r.PendingEnd = j.life.PendingKill
 		if j.svc != nil {
-			s.PendingEnd = j.life.EndReason
+			r.PendingEnd = j.life.EndReason
 		}
 	}
 	if j.life.State == Exiting && j.life.Killing {
-		s.PendingEnd = j.life.Reason
+		r.PendingEnd = j.life.Reason
 		if j.svc != nil {
-			s.PendingEnd = j.life.EndReason // ("": the run was ended, the service goes on)
+			r.PendingEnd = j.life.EndReason // ("": the run was ended, the service goes on)
 			if j.restartReq && j.life.EndReason == "" {
 				// (a stop or kill after the restart op wins, as it does
 				// live: see afterRunLocked)
-				s.PendingEnd = protocol.ReasonManualRestart
+				r.PendingEnd = protocol.ReasonManualRestart
 			}
 		}
 	}
 	if j.svc == nil {
-		s.OutputSkips = slices.Clone(j.out.skips)
+		r.OutputSkips = slices.Clone(j.out.skips)
 		if j.life.State != Exited && j.leaderWS != nil {
 			code, sig := exitOf(*j.leaderWS)
-			s.LeaderExit = &LeaderExit{ExitCode: code, Signal: sig}
+			r.LeaderExit = &journal.LeaderExit{ExitCode: code, Signal: sig}
 		}
 	} else {
-		s.Service = &ServiceState{
+		r.Service = &journal.Service{
 			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.Consecutive, RunOutputStart: j.runOffset, OutputSkips: slices.Clone(j.out.skips),
-			Ends: append([]time.Time(nil), j.svc.Ends...), History: append([]protocol.RunRecord(nil), j.history...),
+			History: append([]protocol.RunRecord(nil), j.history...),
+		}
+		for _, e := range j.svc.Ends {
+			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
 		}
 	}
 	live := j.out.live()
@@ -201,10 +137,10 @@ func (j *Job) Snapshot() Snapshot {
 	// ring.skipTo; it ends below the output's end when the job skipped
 	// offsets after it)
 	if n := len(live); n > 0 {
-		s.TailSeq = live[n-1].Seq
-		s.TailEnd = live[n-1].Offset + int64(len(live[n-1].Data))
+		r.OutputTailSeq = live[n-1].Seq
+		end := live[n-1].Offset + int64(len(live[n-1].Data))
 		var tail []byte
-		var chunks []TailChunk
+		var chunks []journal.TailChunk
 		for i := n - 1; i >= 0 && len(tail) < TailBytes && len(chunks) < maxTailChunks; i-- {
 			if i < n-1 && live[i].Offset+int64(len(live[i].Data)) != live[i+1].Offset {
 				break
@@ -214,18 +150,22 @@ func (j *Job) Snapshot() Snapshot {
 				d = d[len(d)-room:]
 			}
 			tail = append(append([]byte(nil), d...), tail...)
-			chunks = append(chunks, TailChunk{Seq: live[i].Seq, Stream: live[i].Stream, Len: len(d), Attempt: live[i].attempt})
+			chunks = append(chunks, journal.TailChunk{Seq: live[i].Seq, Stream: live[i].Stream, Len: len(d), Attempt: live[i].attempt})
 		}
 		slices.Reverse(chunks)
-		s.Tail, s.TailChunks = tail, chunks
+		r.OutputTail, r.OutputTailChunks = tail, chunks
+		if end != r.OutputEnd && len(tail) > 0 {
+			r.OutputTailEnd = end // (absent: OutputEnd)
+		}
 	}
 	// What was read but is still in the merge window (one stream's at
 	// most, after the flushes above).
 	for i := range 2 {
 		if p := j.pending[i]; len(p) > protocol.OutputHeadroom {
-			s.Unpublished = append(s.Unpublished, PendingOutput{Stream: streams[i], Data: bytes.Clone(p[protocol.OutputHeadroom:]), Attempt: j.attemptTag()})
+			r.OutputUnpublished = append(r.OutputUnpublished, journal.Unpublished{Stream: streams[i], Data: bytes.Clone(p[protocol.OutputHeadroom:]), Attempt: j.attemptTag()})
 		}
 	}
+	s.Record = r
 	return s
 }
 
@@ -310,7 +250,7 @@ func (m *Manager) Journaled(snaps []Snapshot) {
 	js := make([]*Job, len(snaps))
 	m.mu.Lock()
 	for i, sn := range snaps {
-		js[i] = m.jobs[sn.Info.JobID]
+		js[i] = m.jobs[sn.Record.JobID]
 	}
 	m.mu.Unlock()
 	for i, sn := range snaps {
@@ -320,8 +260,8 @@ func (m *Manager) Journaled(snaps []Snapshot) {
 		}
 		j.mu.Lock()
 		j.onDisk = true
-		if sn.Info.LastSeq > j.seqSnap || sn.Info.OutputEnd > j.offSnap {
-			j.seqSnap, j.offSnap = max(j.seqSnap, sn.Info.LastSeq), max(j.offSnap, sn.Info.OutputEnd)
+		if r := &sn.Record; r.LastSeq > j.seqSnap || r.OutputEnd > j.offSnap {
+			j.seqSnap, j.offSnap = max(j.seqSnap, r.LastSeq), max(j.offSnap, r.OutputEnd)
 			j.reserveAsked = false
 			j.openGateLocked()
 		}
@@ -329,44 +269,50 @@ func (m *Manager) Journaled(snaps []Snapshot) {
 	}
 }
 
-// Restore adds a finished job recovered from persistence, visible to
-// status, list and poll until retention expires. s.Info must describe a
-// finished job (State exited, Reason set).
-func (m *Manager) Restore(s Snapshot) (err error) {
-	info := s.Info
-	if info.State != protocol.StateExited || info.Reason == "" {
-		return fmt.Errorf("restore %s: not a finished job (state %q, reason %q)", info.JobID, info.State, info.Reason)
+// Restore adds a job recovered from its record r (the journal is
+// input: r is checked first), visible to status, list and poll until
+// retention expires. r must describe a finished job (State exited,
+// Reason set). interrupted says the job was running when its supervisor
+// went away: its terminal event is new, numbered after r.LastSeq, and
+// the output the dead supervisor may have published past the record is
+// skipped. A job recorded as finished already had its terminal event,
+// numbered r.LastSeq, and keeps that seq. Restore does not modify r.
+func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
+	if r.State != protocol.StateExited || r.Reason == "" {
+		return fmt.Errorf("restore %s: not a finished job (state %q, reason %q)", r.JobID, r.State, r.Reason)
 	}
-	if info.LastSeq > 1<<62 || s.TailSeq > 1<<62 { // (the journal is input: no seq may wrap)
-		return fmt.Errorf("restore %s: implausible seqs (last %d, tail %d)", info.JobID, info.LastSeq, s.TailSeq)
+	if r.LastSeq > 1<<62 || r.OutputTailSeq > 1<<62 { // (the journal is input: no seq may wrap)
+		return fmt.Errorf("restore %s: implausible seqs (last %d, tail %d)", r.JobID, r.LastSeq, r.OutputTailSeq)
 	}
 	// (the journal is input: offsets must not be negative or wrap, and
 	// the tail ends at the output's end)
-	if info.OutputEnd < 0 || info.OutputEnd > 1<<62 || int64(len(s.Tail)) > info.OutputEnd {
-		return fmt.Errorf("restore %s: implausible output end %d (tail of %d bytes)", info.JobID, info.OutputEnd, len(s.Tail))
+	if r.OutputEnd < 0 || r.OutputEnd > 1<<62 || int64(len(r.OutputTail)) > r.OutputEnd {
+		return fmt.Errorf("restore %s: implausible output end %d (tail of %d bytes)", r.JobID, r.OutputEnd, len(r.OutputTail))
 	}
-	if sv := s.Service; sv != nil {
+	var history []protocol.RunRecord
+	if sv := r.Service; sv != nil {
 		if sv.Attempt < 0 || sv.Attempt > 1<<30 || sv.Restarts < 0 || sv.Restarts > 1<<30 || sv.RunOutputStart < 0 {
-			return fmt.Errorf("restore %s: implausible service counts (attempt %d, restarts %d)", info.JobID, sv.Attempt, sv.Restarts)
+			return fmt.Errorf("restore %s: implausible service counts (attempt %d, restarts %d)", r.JobID, sv.Attempt, sv.Restarts)
 		}
-		if s.Interrupted && info.OutputEnd > 1<<62-offsetReserve {
-			return fmt.Errorf("restore %s: implausible output end %d for a service", info.JobID, info.OutputEnd)
+		if interrupted && r.OutputEnd > 1<<62-offsetReserve {
+			return fmt.Errorf("restore %s: implausible output end %d for a service", r.JobID, r.OutputEnd)
 		}
-		if n := len(sv.History) - protocol.HistoryRuns; n > 0 {
-			sv.History = sv.History[n:] // (as a running job keeps it)
+		history = sv.History
+		if n := len(history) - protocol.HistoryRuns; n > 0 {
+			history = history[n:] // (as a running job keeps it)
 		}
 	}
 	j := &Job{
-		m: m, id: info.JobID, done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
-		spec: protocol.SpawnArgs{Name: m.validRestoredName(info.JobID, info.Name), Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID},
-		out:  newRing(m.cfg.RingBytes), exitCode: info.ExitCode,
-		signal: info.Signal, errMsg: info.Error, pid: info.Pid, pgid: info.Pgid, startTicks: s.StartTicks,
-		timeout: time.Duration(info.TimeoutMs) * time.Millisecond, noOutput: time.Duration(info.NoOutputTimeoutMs) * time.Millisecond,
-		life:  lifecycle.Life{State: Exited, Reason: info.Reason, LeaderExited: true, GroupGone: true, Killing: true},
-		isPTY: info.Pty,
-		rows:  min(info.Rows, protocol.MaxTermSize), cols: min(info.Cols, protocol.MaxTermSize), // (the journal is input)
+		m: m, id: r.JobID, done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
+		spec: protocol.SpawnArgs{Name: m.validRestoredName(r.JobID, r.Name), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd, Labels: r.Labels, SessionID: r.SessionID},
+		out:  newRing(m.cfg.RingBytes), exitCode: r.ExitCode,
+		signal: r.Signal, errMsg: r.Error, pid: r.Pid, pgid: r.Pgid, startTicks: r.StartTicks,
+		timeout: time.Duration(r.TimeoutMs) * time.Millisecond, noOutput: time.Duration(r.NoOutputMs) * time.Millisecond,
+		life:  lifecycle.Life{State: Exited, Reason: r.Reason, LeaderExited: true, GroupGone: true, Killing: true},
+		isPTY: r.Pty,
+		rows:  min(r.Rows, protocol.MaxTermSize), cols: min(r.Cols, protocol.MaxTermSize), // (the journal is input)
 	}
-	if m.outlog != nil && (info.OutputDisk || info.OutputDiskError != "") {
+	if m.outlog != nil && r.OutputDisk {
 		// (its files go on: what it republishes, skips, a resumed
 		// service's later runs)
 		j.disk, j.diskErr = j.newDisk(false)
@@ -376,16 +322,16 @@ func (m *Manager) Restore(s Snapshot) (err error) {
 			}
 		}()
 	}
-	j.createdAt, j.startedAt, j.endedAt = fromMs(info.CreatedAt), fromMs(info.StartedAt), fromMs(info.EndedAt)
-	j.lastOutputAt, j.updatedAt = fromMs(info.LastOutputAt), m.now()
-	j.streamN = [2]int64{info.StdoutBytes, info.StderrBytes}
-	j.offset = info.OutputEnd
-	j.out.end = info.OutputEnd
-	j.seq = info.LastSeq
+	j.createdAt, j.startedAt, j.endedAt = fromMs(r.CreatedAt), fromMs(r.StartedAt), fromMs(r.EndedAt)
+	j.lastOutputAt, j.updatedAt = fromMs(r.LastOutputAt), m.now()
+	j.streamN = [2]int64{r.StdoutBytes, r.StderrBytes}
+	j.offset = r.OutputEnd
+	j.out.end = r.OutputEnd
+	j.seq = r.LastSeq
 	// What the journal on disk says of it: a successor numbers from
 	// there (a later run of a service resumed below is held at the
 	// reserve gate until its own record is written).
-	j.onDisk, j.seqSnap, j.offSnap = true, info.LastSeq, info.OutputEnd
+	j.onDisk, j.seqSnap, j.offSnap = true, r.LastSeq, r.OutputEnd
 	// The first run's job.started (seq 1), as it was published: the
 	// record's pid is the first run's only for a one-shot job or a
 	// service's first run; a later run's service has it in its history,
@@ -394,14 +340,14 @@ func (m *Manager) Restore(s Snapshot) (err error) {
 		pid     int
 		at      int64
 		attempt int
-	}{info.Pid, info.StartedAt, 0}
-	if sv := s.Service; sv != nil {
+	}{r.Pid, r.StartedAt, 0}
+	if sv := r.Service; sv != nil {
 		first.attempt = 1
 		if sv.Attempt > 1 {
 			first.pid = 0
-			for _, r := range sv.History {
-				if r.Attempt == 1 {
-					first.pid, first.at = r.Pid, r.StartedAt
+			for _, run := range history {
+				if run.Attempt == 1 {
+					first.pid, first.at = run.Pid, run.StartedAt
 				}
 			}
 		}
@@ -411,81 +357,78 @@ func (m *Manager) Restore(s Snapshot) (err error) {
 		ev.Attempt = first.attempt
 		j.startedEv = &ev
 	}
-	tailEnd := s.TailEnd
-	if tailEnd == 0 {
-		tailEnd = info.OutputEnd // (older journals, or no tail)
+	tailEnd := r.TailEnd() // (OutputEnd: older journals, or no tail)
+	if tailEnd < int64(len(r.OutputTail)) || tailEnd > r.OutputEnd {
+		return fmt.Errorf("restore %s: implausible output tail end %d (tail of %d bytes, output end %d)", r.JobID, tailEnd, len(r.OutputTail), r.OutputEnd)
 	}
-	if tailEnd < int64(len(s.Tail)) || tailEnd > info.OutputEnd {
-		return fmt.Errorf("restore %s: implausible output tail end %d (tail of %d bytes, output end %d)", info.JobID, tailEnd, len(s.Tail), info.OutputEnd)
-	}
-	skips := s.OutputSkips
-	if sv := s.Service; sv != nil {
+	skips := r.OutputSkips
+	if sv := r.Service; sv != nil {
 		skips = sv.OutputSkips
 	}
-	if err := checkSkips(skips, tailEnd-int64(len(s.Tail)), tailEnd, info.OutputEnd); err != nil {
-		return fmt.Errorf("restore %s: %w", info.JobID, err)
+	if err := checkSkips(skips, tailEnd-int64(len(r.OutputTail)), tailEnd, r.OutputEnd); err != nil {
+		return fmt.Errorf("restore %s: %w", r.JobID, err)
 	}
 	j.out.skips = slices.Clone(skips)
-	if len(s.Tail) > 0 && s.TailSeq >= 2 {
-		off := tailEnd - int64(len(s.Tail))
+	if len(r.OutputTail) > 0 && r.OutputTailSeq >= 2 {
+		off := tailEnd - int64(len(r.OutputTail))
 		j.out.end = off
-		if tailChunksValid(s) {
+		if tailChunksValid(&r) {
 			// Each with the seq, stream and offset it had.
-			data := s.Tail
-			for _, c := range s.TailChunks {
+			data := r.OutputTail
+			for _, c := range r.OutputTailChunks {
 				attempt := c.Attempt
-				switch sv := s.Service; {
+				switch sv := r.Service; {
 				case sv == nil || attempt < 0 || attempt > max(sv.Attempt, 1):
 					attempt = 0 // (a one-shot job's chunks have none; nor has a run not yet run)
 				case attempt == 0 && off >= sv.RunOutputStart:
 					attempt = max(sv.Attempt, 1) // the current run's (older journals)
 				}
-				j.out.add(chunk{Chunk: protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: data[:c.Len:c.Len]}, ts: info.LastOutputAt, attempt: attempt})
+				j.out.add(chunk{Chunk: protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: data[:c.Len:c.Len]}, ts: r.LastOutputAt, attempt: attempt})
 				data, off = data[c.Len:], off+int64(c.Len)
 			}
 		} else {
-			j.out.add(chunk{Chunk: protocol.Chunk{Seq: s.TailSeq, Stream: protocol.Stdout, Offset: off, Data: s.Tail}, ts: info.LastOutputAt})
+			j.out.add(chunk{Chunk: protocol.Chunk{Seq: r.OutputTailSeq, Stream: protocol.Stdout, Offset: off, Data: r.OutputTail}, ts: r.LastOutputAt})
 		}
 	}
-	j.out.end = info.OutputEnd
+	j.out.end = r.OutputEnd
 	// Output before the tail did not survive the restart (the offsets a
 	// service skipped never held any).
-	j.out.evicted = j.out.span(0, tailEnd-int64(len(s.Tail)))
-	if j.seq < s.TailSeq {
-		j.seq = s.TailSeq
+	j.out.evicted = j.out.span(0, tailEnd-int64(len(r.OutputTail)))
+	if j.seq < r.OutputTailSeq {
+		j.seq = r.OutputTailSeq
 	}
 
-	if s.Interrupted {
+	if interrupted {
 		// Events past the record may have gone out before the previous
 		// supervisor died, up to seqReserve past it: number the later
 		// ones past them all (the seqs between are reported missing).
-		j.seq = max(j.seq, info.LastSeq+seqReserve)
+		j.seq = max(j.seq, r.LastSeq+seqReserve)
 		// Output it had read but not yet published when the record was
 		// taken is published now, where it belongs in the output (a
 		// follower that got it from the dead supervisor sees the same
 		// bytes at the same offsets again, under new seqs).
-		if unpublishedValid(s.Unpublished) {
-			for _, p := range s.Unpublished {
-				if sv := s.Service; sv == nil || p.Attempt > max(sv.Attempt, 1) {
+		if unpublishedValid(r.OutputUnpublished) {
+			for _, p := range r.OutputUnpublished {
+				if sv := r.Service; sv == nil || p.Attempt > max(sv.Attempt, 1) {
 					p.Attempt = 0 // (as for the tail's chunks)
 				}
 				j.seq++
-				j.storeLocked(chunk{Chunk: protocol.Chunk{Seq: j.seq, Stream: p.Stream, Offset: j.offset, Data: p.Data}, ts: info.LastOutputAt, attempt: p.Attempt})
+				j.storeLocked(chunk{Chunk: protocol.Chunk{Seq: j.seq, Stream: p.Stream, Offset: j.offset, Data: p.Data}, ts: r.LastOutputAt, attempt: p.Attempt})
 				j.offset += int64(len(p.Data))
 			}
 		}
 	}
-	if s.Interrupted && s.Service == nil {
+	if interrupted && r.Service == nil {
 		// The dead supervisor may have published output up to
 		// offsetReserve past the record: the job's output ends past all
 		// of it (as a resumed service's next run starts there), so that
 		// a poll cursor or delivered end a client got from it stays
 		// within the output (those offsets hold nothing now: what the
 		// client missed of them is in the missing seqs).
-		j.skipOutputLocked(info.OutputEnd + offsetReserve)
+		j.skipOutputLocked(r.OutputEnd + offsetReserve)
 		j.offset = j.out.end
 	}
-	if s.Interrupted || j.seq == 0 || j.seq == s.TailSeq {
+	if interrupted || j.seq == 0 || j.seq == r.OutputTailSeq {
 		// (a new terminal event; also when the record's last seq is not
 		// past its output, as in journals without a terminal event)
 		j.seq++
@@ -494,28 +437,28 @@ func (m *Manager) Restore(s Snapshot) (err error) {
 		j.seq = j.startedEv.Seq + 1 // (a record whose last seq is not past its start)
 	}
 	kind := protocol.KindFailed
-	if info.Reason == protocol.ReasonExit {
+	if r.Reason == protocol.ReasonExit {
 		kind = protocol.KindExited
 	}
-	ev, _ := protocol.NewEvent(j.id, j.seq, info.EndedAt, kind, protocol.ExitPayload{
-		Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error,
-		DurationMs: max(0, info.EndedAt-info.StartedAt), OutputEnd: j.offset, EndedAt: info.EndedAt,
-		StdoutBytes: info.StdoutBytes, StderrBytes: info.StderrBytes, LastOutputAt: info.LastOutputAt,
+	ev, _ := protocol.NewEvent(j.id, j.seq, r.EndedAt, kind, protocol.ExitPayload{
+		Reason: r.Reason, ExitCode: r.ExitCode, Signal: r.Signal, Error: r.Error,
+		DurationMs: max(0, r.EndedAt-r.StartedAt), OutputEnd: j.offset, EndedAt: r.EndedAt,
+		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, LastOutputAt: r.LastOutputAt,
 	})
-	if s.Service != nil {
-		ev.Attempt = max(s.Service.Attempt, 1) // (as published: a service's events all carry their run)
+	if r.Service != nil {
+		ev.Attempt = max(r.Service.Attempt, 1) // (as published: a service's events all carry their run)
 	}
 	j.exitEv = &ev
 	close(j.done)
 	j.runDone, j.runStarted = make(chan struct{}), make(chan struct{})
 	close(j.runDone)
 	close(j.runStarted)
-	sv := s.Service
+	sv := r.Service
 	if sv != nil && sv.Spec.Restart.Enabled() {
 		// The journal is input too: a spec that would not pass spawn's
 		// checks is not supervised again.
 		if err := sv.Spec.Validate(); err != nil {
-			m.log.Warn("journal: service spec invalid; restored as a finished job that cannot be started again", "job", info.JobID, "err", err)
+			m.log.Warn("journal: service spec invalid; restored as a finished job that cannot be started again", "job", r.JobID, "err", err)
 			sv = nil
 		}
 	}
@@ -525,21 +468,25 @@ func (m *Manager) Restore(s Snapshot) (err error) {
 		j.spec.Name = name // (the record's: one name whatever the spec says)
 		j.svc = lifecycle.NewBackoff(*sv.Spec.Restart)
 		j.life.Service = true
-		j.svc.Consecutive, j.svc.Ends = sv.Consecutive, sv.Ends
-		j.attempt, j.restarts, j.history = max(sv.Attempt, 1), sv.Restarts, sv.History
+		var ends []time.Time
+		for _, e := range sv.Ends {
+			ends = append(ends, time.UnixMilli(e))
+		}
+		j.svc.Consecutive, j.svc.Ends = sv.Consecutive, ends
+		j.attempt, j.restarts, j.history = max(sv.Attempt, 1), sv.Restarts, history
 		j.watchdog = time.Duration(sv.Spec.WatchdogIntervalMs) * time.Millisecond
 		j.grace = m.cfg.Grace
 		if sv.Spec.GraceMs > 0 {
 			j.grace = time.Duration(sv.Spec.GraceMs) * time.Millisecond
 		}
-		j.runOffset = info.OutputEnd
-		if s.Interrupted {
+		j.runOffset = r.OutputEnd
+		if interrupted {
 			// The dead supervisor may have published output past the
 			// record, up to offsetReserve past it: the next run writes
 			// past all of it, so that no offset a client read is used
 			// again for other bytes (a poll cursor would skip them, a
 			// follower drop them as delivered).
-			j.skipOutputLocked(info.OutputEnd + offsetReserve)
+			j.skipOutputLocked(r.OutputEnd + offsetReserve)
 			j.offset = j.out.end
 		}
 	}
@@ -554,7 +501,7 @@ func (m *Manager) Restore(s Snapshot) (err error) {
 	m.createN++
 	j.createN = m.createN
 	m.jobs[j.id] = j
-	m.indexNameLocked(j, false, info.EndedAt)
+	m.indexNameLocked(j, false, r.EndedAt)
 	if j.svc != nil {
 		m.live[j.id] = j
 		// (noted as finished, not bounded yet: the caller may resume
@@ -602,7 +549,7 @@ func ScopeAlive(pgid int, session bool) bool {
 
 // unpublishedValid reports whether a record's unpublished output can be
 // restored: known streams, some data, within maxUnpublished in all.
-func unpublishedValid(ps []PendingOutput) bool {
+func unpublishedValid(ps []journal.Unpublished) bool {
 	n := 0
 	for _, p := range ps {
 		n += len(p.Data)
@@ -613,28 +560,28 @@ func unpublishedValid(ps []PendingOutput) bool {
 	return true
 }
 
-// tailChunksValid reports whether s.TailChunks describe s.Tail (the
-// journal is input: anything else is ignored and the tail restored as
-// one chunk): lengths adding up to the tail's, seqs rising from 2 to
-// TailSeq, streams known.
-func tailChunksValid(s Snapshot) bool {
-	if len(s.TailChunks) == 0 {
+// tailChunksValid reports whether r.OutputTailChunks describe
+// r.OutputTail (the journal is input: anything else is ignored and the
+// tail restored as one chunk): lengths adding up to the tail's, seqs
+// rising from 2 to OutputTailSeq, streams known.
+func tailChunksValid(r *journal.Record) bool {
+	if len(r.OutputTailChunks) == 0 {
 		return false
 	}
 	n, prev := 0, uint64(1)
-	for _, c := range s.TailChunks {
-		if c.Len <= 0 || c.Len > len(s.Tail)-n || c.Seq <= prev || (c.Stream != protocol.Stdout && c.Stream != protocol.Stderr) {
+	for _, c := range r.OutputTailChunks {
+		if c.Len <= 0 || c.Len > len(r.OutputTail)-n || c.Seq <= prev || (c.Stream != protocol.Stdout && c.Stream != protocol.Stderr) {
 			return false
 		}
 		n, prev = n+c.Len, c.Seq
 	}
-	return n == len(s.Tail) && prev == s.TailSeq
+	return n == len(r.OutputTail) && prev == r.OutputTailSeq
 }
 
 // EndReasonAfterCrash is the reason a job interrupted by its supervisor's
 // death ends with, given the reason it was being ended for then
-// (Snapshot.PendingEnd, "" for none): that reason when a kill was under
-// way (its grace period running: the end was asked for, the next
+// (journal.Record.PendingEnd, "" for none): that reason when a kill was
+// under way (its grace period running: the end was asked for, the next
 // supervisor only finished it), else supervisor-restart. resume says
 // whether a service goes on (it was not being stopped or killed for
 // good).

@@ -48,8 +48,8 @@ func TestStartTicksFromBootClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sn.StartTicks != want {
-			t.Fatalf("job %d: fingerprint %d (from the clock: %v), /proc says %d", i, sn.StartTicks, clock != 0, want)
+		if sn.Record.StartTicks != want {
+			t.Fatalf("job %d: fingerprint %d (from the clock: %v), /proc says %d", i, sn.Record.StartTicks, clock != 0, want)
 		}
 	}
 	if m.tickNanos.Load() == 0 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -79,8 +80,8 @@ func TestRestoreRefusesInvalidServiceSpec(t *testing.T) {
 	bad := protocol.SpawnArgs{Argv: []string{"true"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways, BackoffMultiplier: -3, MaxRestarts: intp(0)}}
 	good := protocol.SpawnArgs{Argv: []string{"true"}, Restart: &protocol.RestartPolicy{Policy: protocol.RestartAlways}}
 	for id, spec := range map[string]protocol.SpawnArgs{"j-bad": bad, "j-good": good} {
-		err := m.Restore(Snapshot{Info: protocol.JobInfo{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonShutdown, Argv: []string{"true"}},
-			Service: &ServiceState{Spec: spec, Attempt: 3}})
+		err := m.Restore(journal.Record{JobID: id, State: protocol.StateExited, Reason: protocol.ReasonShutdown, Argv: []string{"true"},
+			Service: &journal.Service{Spec: spec, Attempt: 3}}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,23 +102,23 @@ func TestRestoreRefusesInvalidServiceSpec(t *testing.T) {
 // describe the tail exactly (the journal is input).
 func TestTailChunksValid(t *testing.T) {
 	tail := []byte("one\ntwo\n")
-	ok := []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stderr, Len: 4}}
+	ok := []journal.TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stderr, Len: 4}}
 	for _, c := range []struct {
 		name   string
-		chunks []TailChunk
+		chunks []journal.TailChunk
 		want   bool
 	}{
 		{"exact", ok, true},
 		{"none", nil, false},
 		{"short", ok[:1], false},
-		{"too long", []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 5}}, false},
-		{"negative", []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: -4}, {Seq: 3, Stream: protocol.Stdout, Len: 12}}, false},
-		{"seqs not rising", []TailChunk{{Seq: 3, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
-		{"seq 1 is the start", []TailChunk{{Seq: 1, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
-		{"last seq not the tail's", []TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 4, Stream: protocol.Stdout, Len: 4}}, false},
-		{"unknown stream", []TailChunk{{Seq: 2, Stream: "stdin", Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
+		{"too long", []journal.TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 5}}, false},
+		{"negative", []journal.TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: -4}, {Seq: 3, Stream: protocol.Stdout, Len: 12}}, false},
+		{"seqs not rising", []journal.TailChunk{{Seq: 3, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
+		{"seq 1 is the start", []journal.TailChunk{{Seq: 1, Stream: protocol.Stdout, Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
+		{"last seq not the tail's", []journal.TailChunk{{Seq: 2, Stream: protocol.Stdout, Len: 4}, {Seq: 4, Stream: protocol.Stdout, Len: 4}}, false},
+		{"unknown stream", []journal.TailChunk{{Seq: 2, Stream: "stdin", Len: 4}, {Seq: 3, Stream: protocol.Stdout, Len: 4}}, false},
 	} {
-		if got := tailChunksValid(Snapshot{Tail: tail, TailSeq: 3, TailChunks: c.chunks}); got != c.want {
+		if got := tailChunksValid(&journal.Record{OutputTail: tail, OutputTailSeq: 3, OutputTailChunks: c.chunks}); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}

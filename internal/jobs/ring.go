@@ -3,6 +3,7 @@ package jobs
 import (
 	"sort"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/journal"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -40,7 +41,7 @@ type ring struct {
 	end int64
 	// skips are the offset ranges no output was ever stored at (see
 	// skipTo), oldest first, at most skipsMax.
-	skips []OffsetRange
+	skips []journal.OffsetRange
 }
 
 // skipsMax bounds the skips a ring remembers (one per supervisor crash
@@ -74,7 +75,7 @@ func (r *ring) skipTo(off int64) {
 	if len(r.skips) >= skipsMax {
 		r.skips = append(r.skips[:0], r.skips[1:]...)
 	}
-	r.skips = append(r.skips, OffsetRange{r.end, off - r.end})
+	r.skips = append(r.skips, journal.OffsetRange{At: r.end, N: off - r.end})
 	r.end = off
 }
 

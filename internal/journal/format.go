@@ -202,7 +202,7 @@ func importOpenClaw(b []byte) (*File, error) {
 		doc.Jobs = append(doc.Jobs, Record{
 			JobID: j.JobID, Argv: []string{"/bin/bash", "-c", j.Command}, Cwd: j.Cwd, Pid: j.Pid,
 			State: "exited", CreatedAt: j.StartedAtMs, StartedAt: j.StartedAtMs, UpdatedAt: now, EndedAt: now,
-			Reason: string(protocol.ReasonSupervisorRestart), LastSeq: uint64(j.LastSeq + 1),
+			Reason: protocol.ReasonSupervisorRestart, LastSeq: uint64(j.LastSeq + 1),
 			Error: "recorded not ended by OpenClaw's Node exec supervisor, whose journal this supervisor took over; its process was not adopted",
 		})
 		doc.Imported++

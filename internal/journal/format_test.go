@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // TestReadsVersion1: a journal the previous version wrote (records under
@@ -129,5 +131,108 @@ func TestImportsOpenClawJournal(t *testing.T) {
 	}
 	if b.JobID != "b" || b.LastSeq != 0 || b.Pid != 0 || !b.Finished() {
 		t.Errorf("pending job imported as %+v", b)
+	}
+}
+
+// TestRecordFormatUnchanged: testdata/journal-v2-full.json was written
+// by the supervisor before the engine took its records straight from this
+// package (every field of a record, a one-shot job's and a service's,
+// set). It still loads as those records, and writing them gives the same
+// bytes: the format did not change with the types.
+func TestRecordFormatUnchanged(t *testing.T) {
+	golden, err := os.ReadFile("testdata/journal-v2-full.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(golden)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := fullFile()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read as\n%+v\nwant\n%+v", got, want)
+	}
+	path := filepath.Join(t.TempDir(), "journal.json")
+	if err := New(path).Save(want); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != string(golden) {
+		t.Fatalf("written as\n%s\nwant\n%s", b, golden)
+	}
+	// The records alone, as the writer encodes them one by one.
+	for i := range want.Jobs {
+		rb, err := json.Marshal(&want.Jobs[i])
+		if err != nil || !strings.Contains(string(golden), string(rb)) {
+			t.Fatalf("record %d encoded as %s (%v): not in the golden file", i, rb, err)
+		}
+	}
+}
+
+// fullFile is testdata/journal-v2-full.json.
+func fullFile() *File {
+	three, zero := 3, 0
+	return &File{
+		Version: Version, WrittenAt: 1700000000999, InstanceID: "inst-9", Pid: 777,
+		OpenClaw:          []OpenClawJob{{JobID: "job-run", Command: "sleep 60", Cwd: "/srv", StartedAtMs: 1700000000100, State: "running", LastSeq: 4, Pid: 4321}},
+		IntentsGeneration: "00112233445566778899aabbccddeeff", IntentsCovered: 12,
+		Jobs: []Record{
+			{
+				JobID: "job-run", Name: "build", Argv: []string{"/bin/sh", "-c", "make all"}, Cwd: "/srv",
+				Labels: map[string]string{"team": "infra", "ünï": "cödé"}, SessionID: "sess-7",
+				Pid: 4321, Pgid: 4321, StartTicks: 987654321, BootID: "boot-1", State: protocol.StateExiting,
+				CreatedAt: 1700000000000, StartedAt: 1700000000100, UpdatedAt: 1700000000900, LastOutputAt: 1700000000800,
+				InstanceID: "inst-9", StdoutBytes: 5000, StderrBytes: 12, OutputEnd: 70000, LastSeq: 5,
+				TimeoutMs: 60000, NoOutputMs: 5000,
+				OutputTail: []byte("tail\x00\xff\n"), OutputTailSeq: 4, OutputTailEnd: 4102,
+				OutputTailChunks:  []TailChunk{{Seq: 3, Stream: protocol.Stdout, Len: 4}, {Seq: 4, Stream: protocol.Stderr, Len: 3}},
+				OutputUnpublished: []Unpublished{{Stream: protocol.Stdout, Data: []byte("more\n")}},
+				Members:           []Member{{Pid: 4322, StartTicks: 987654400}, {Pid: 4330, StartTicks: 987654500}},
+				Cgroup:            "/sys/fs/cgroup/es/job-run", OutputDisk: true,
+				PendingEnd:  protocol.ReasonOverallTimeout,
+				LeaderExit:  &LeaderExit{ExitCode: &three},
+				OutputSkips: []OffsetRange{{0, 4096}, {4102, 65536}},
+			},
+			{
+				JobID: "svc-1", Argv: []string{"/usr/bin/server", "--port", "8080"}, Pid: 5000, Pgid: 5000, StartTicks: 11, BootID: "boot-1",
+				State: protocol.StateExited, CreatedAt: 1, StartedAt: 2, UpdatedAt: 3, EndedAt: 4, LastOutputAt: 3,
+				Reason: protocol.ReasonSignal, Signal: "SIGKILL", Error: "killed", ExitCode: &zero, InstanceID: "inst-8",
+				LastSeq: 9, OutputEnd: 200, Pty: true, Rows: 40, Cols: 120,
+				OutputTail: []byte("ok\n"), OutputTailSeq: 8,
+				OutputTailChunks: []TailChunk{{Seq: 8, Stream: protocol.Stdout, Len: 3, Attempt: 2}},
+				Service: &Service{
+					Spec: protocol.SpawnArgs{Argv: []string{"/usr/bin/server", "--port", "8080"}, Env: map[string]string{"TOKEN": "s3cret"}, GraceMs: 2000,
+						Restart: &protocol.RestartPolicy{Policy: "always", RestartDelayMs: 100}, WatchdogIntervalMs: 1000},
+					Attempt: 2, Restarts: 1, Consecutive: 1, Ends: []int64{1700000000500},
+					History: []protocol.RunRecord{{Attempt: 1, StartedAt: 2, EndedAt: 3, DurationMs: 1, Pid: 4999, Reason: protocol.ReasonExit, ExitCode: &three,
+						Restarted: true, Tail: []string{"a", "b"}}},
+					RunOutputStart: 197, OutputSkips: []OffsetRange{{100, 90}},
+				},
+			},
+		},
+	}
+}
+
+// TestOffsetRangeJSON: a skipped range is the pair [at, n], read as a
+// [2]int64 is (missing elements 0, extra ones ignored, null nothing).
+func TestOffsetRangeJSON(t *testing.T) {
+	b, err := json.Marshal([]OffsetRange{{0, 1}, {-5, 1 << 62}})
+	if err != nil || string(b) != "[[0,1],[-5,4611686018427387904]]" {
+		t.Fatalf("encoded as %s (%v)", b, err)
+	}
+	var got []OffsetRange
+	if err := json.Unmarshal([]byte(`[[7],[1,2,3],null,[4,5]]`), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := []OffsetRange{{7, 0}, {1, 2}, {0, 0}, {4, 5}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded as %v, want %v", got, want)
+	}
+	for _, bad := range []string{`[["a",1]]`, `[{"at":1}]`, `[1]`} {
+		if err := json.Unmarshal([]byte(bad), &got); err == nil {
+			t.Errorf("%s decoded", bad)
+		}
 	}
 }

@@ -9,8 +9,11 @@
 // aside under a timestamped name, never overwritten. The package also holds
 // the state directory's exclusive owner lock.
 //
-// It knows nothing about processes: deciding what a record means on
-// restart is the caller's job.
+// A job's Record (record.go) is the one model of its durable state: the
+// engine (internal/jobs) takes its jobs' records and restores jobs from
+// them; this package keeps them, in the JSON format its tests hold
+// (testdata). It imports nothing of the engine, and knows nothing about
+// processes: deciding what a record means on restart is the caller's job.
 package journal
 
 import (
@@ -28,8 +31,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // MaxFileBytes bounds the journal file read at start; a larger file is
@@ -41,155 +42,6 @@ const MaxFileBytes = 256 << 20
 // than MaxFileBytes: Load would refuse it (and move it aside, losing
 // every record), so it is not written.
 var ErrTooLarge = fmt.Errorf("journal document larger than %d bytes (it could not be read back)", MaxFileBytes)
-
-// LeaderExit is how a job's leader process ended: its exit code, or the
-// signal that killed it (a name, as on the wire).
-type LeaderExit struct {
-	ExitCode *int   `json:"exitCode,omitempty"`
-	Signal   string `json:"signal,omitempty"`
-}
-
-// Record is what the journal keeps of one job: enough to report its fate
-// and to recognise its process after a restart.
-type Record struct {
-	JobID string `json:"jobId"`
-	// Name is the job's name, given at spawn (absent: none).
-	Name      string            `json:"name,omitempty"`
-	Argv      []string          `json:"argv,omitempty"`
-	Shell     string            `json:"shell,omitempty"`
-	Cwd       string            `json:"cwd,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	SessionID string            `json:"sessionId,omitempty"`
-	// Pid and Pgid of the job's process (pgid == pid: its own group).
-	Pid  int `json:"pid"`
-	Pgid int `json:"pgid"`
-	// StartTicks is field 22 of /proc/<pid>/stat, BootID the kernel boot
-	// id when it was read: together with Pid they identify the process.
-	StartTicks uint64 `json:"startTicks"`
-	BootID     string `json:"bootId"`
-	// State is the wire state (starting, running, exiting, exited).
-	State string `json:"state"`
-	// Times in ms since the Unix epoch.
-	CreatedAt    int64 `json:"createdAt"`
-	StartedAt    int64 `json:"startedAt"`
-	UpdatedAt    int64 `json:"updatedAt"`
-	EndedAt      int64 `json:"endedAt,omitempty"`
-	LastOutputAt int64 `json:"lastOutputAt"`
-	// Fate, once exited.
-	Reason   string `json:"reason,omitempty"`
-	ExitCode *int   `json:"exitCode,omitempty"`
-	Signal   string `json:"signal,omitempty"`
-	Error    string `json:"error,omitempty"`
-	// InstanceID is the supervisor run that owned the job.
-	InstanceID string `json:"instanceId"`
-	// Output accounting and the last bytes of output.
-	StdoutBytes int64  `json:"stdoutBytes"`
-	StderrBytes int64  `json:"stderrBytes"`
-	OutputEnd   int64  `json:"outputEnd"`
-	LastSeq     uint64 `json:"lastSeq"`
-	TimeoutMs   int64  `json:"timeoutMs"`
-	NoOutputMs  int64  `json:"noOutputTimeoutMs"`
-	// OutputTail is the newest output (a few KiB, base64 in JSON), ending at
-	// OutputTailEnd (OutputEnd when absent); OutputTailSeq is the seq of its
-	// last event.
-	OutputTail    []byte `json:"outputTail,omitempty"`
-	OutputTailSeq uint64 `json:"outputTailSeq,omitempty"`
-	// OutputTailEnd is the offset just past OutputTail when that is below
-	// OutputEnd (a service that skipped offsets after its last output);
-	// absent: OutputEnd.
-	OutputTailEnd int64 `json:"outputTailEnd,omitempty"`
-	// OutputTailChunks are the output events OutputTail is made of, oldest
-	// first (the first may be the end of a longer one); their lengths add
-	// up to OutputTail's. Without them (older journals) the tail is
-	// restored as one chunk.
-	OutputTailChunks []TailChunk `json:"outputTailChunks,omitempty"`
-	// OutputUnpublished is output read but not yet published as events
-	// when the record was taken (inside the merge window), oldest first:
-	// it follows OutputTail, from OutputEnd (StdoutBytes and StderrBytes
-	// count it). A running job's only.
-	OutputUnpublished []Unpublished `json:"outputUnpublished,omitempty"`
-	// Pty jobs own a whole session (several process groups may be in it).
-	Pty bool `json:"pty,omitempty"`
-	// Rows and Cols are a PTY job's terminal size as last set (a resumed
-	// service's next run gets it).
-	Rows uint16 `json:"rows,omitempty"`
-	Cols uint16 `json:"cols,omitempty"`
-	// Members are processes of the job's group (pid and start ticks) seen
-	// at the last periodic scan: proof of ownership if the leader is gone.
-	Members []Member `json:"members,omitempty"`
-	// Cgroup is the directory of the job's cgroup while it runs (cgroups
-	// are reused, so finished jobs have none).
-	Cgroup string `json:"cgroup,omitempty"`
-	// OutputDisk: the job's output is (or was, until it failed) also in
-	// files of the output directory, which the next supervisor appends to
-	// and reads back.
-	OutputDisk bool `json:"outputDisk,omitempty"`
-	// Service is set for jobs spawned with a restart policy.
-	Service *Service `json:"service,omitempty"`
-	// PendingEnd is why a job in state exiting was being ended when the
-	// record was written (a kill in its grace period: manual-cancel,
-	// stopped, a timeout...): after a crash the job ends with it, not
-	// with supervisor-restart, and a service being stopped or killed is
-	// not resumed.
-	PendingEnd string `json:"pendingEnd,omitempty"`
-	// LeaderExit is how a one-shot job's leader process ended while the
-	// rest of its group was still being terminated when the record was
-	// written: after a crash the job ends with it (reason exit or signal,
-	// as it would have), not with supervisor-restart.
-	LeaderExit *LeaderExit `json:"leaderExit,omitempty"`
-	// OutputSkips are a one-shot job's output offset ranges [at, at+n)
-	// below OutputEnd that never held output, as [at, n] pairs: a job
-	// the supervisor's crash interrupted ends past every offset the dead
-	// supervisor may have published. (A service's are in Service.)
-	OutputSkips [][2]int64 `json:"outputSkips,omitempty"`
-}
-
-// Service is what a service job needs to go on after a supervisor
-// restart: its whole spec (the file is 0600: env may hold secrets), its
-// run count, backoff state and run history.
-type Service struct {
-	Spec     protocol.SpawnArgs `json:"spec"`
-	Attempt  int                `json:"attempt"`
-	Restarts int                `json:"restarts"`
-	// Consecutive restarts since the last reset, and the run ends (ms)
-	// still inside the restart window.
-	Consecutive int                  `json:"consecutive"`
-	Ends        []int64              `json:"ends,omitempty"`
-	History     []protocol.RunRecord `json:"history,omitempty"`
-	// RunOutputStart is the output offset at which the current run's
-	// output began (its share of OutputTail, for its history record).
-	RunOutputStart int64 `json:"runOutputStart,omitempty"`
-	// OutputSkips are the output offset ranges [at, at+n) below OutputEnd
-	// that never held output, as [at, n] pairs, oldest first: a service
-	// resumed after a crash writes past every offset the dead supervisor
-	// may have published.
-	OutputSkips [][2]int64 `json:"outputSkips,omitempty"`
-}
-
-// TailChunk is one output event within a record's OutputTail.
-type TailChunk struct {
-	Seq    uint64 `json:"seq"`
-	Stream string `json:"stream"`
-	Len    int    `json:"len"`
-	// Attempt is the service run that printed it (absent for one-shot jobs).
-	Attempt int `json:"attempt,omitempty"`
-}
-
-// Unpublished is one stream's output in a record's OutputUnpublished.
-type Unpublished struct {
-	Stream  string `json:"stream"`
-	Data    []byte `json:"data"`
-	Attempt int    `json:"attempt,omitempty"`
-}
-
-// Member identifies one process of a job's group.
-type Member struct {
-	Pid        int    `json:"pid"`
-	StartTicks uint64 `json:"startTicks"`
-}
-
-// Finished reports whether the record's job had ended.
-func (r *Record) Finished() bool { return r.State == "exited" }
 
 // Journal reads and writes one journal file.
 type Journal struct {
@@ -338,21 +190,6 @@ func ownedByOther(f *os.File) error {
 		return fmt.Errorf("owned by uid %d, not by us (uid %d)", st.Uid, os.Geteuid())
 	}
 	return nil
-}
-
-// checkRecord says why r cannot be used ("": it can).
-func checkRecord(r *Record) string {
-	switch {
-	case r.JobID == "":
-		return "a record has no jobId"
-	case r.Pid < 0 || r.Pgid < 0:
-		return fmt.Sprintf("job %.128q has a negative pid", r.JobID)
-	}
-	switch r.State {
-	case "queued", "starting", "running", "exiting", "restarting", "exited":
-		return ""
-	}
-	return fmt.Sprintf("job %.128q has unknown state %.32q", r.JobID, r.State)
 }
 
 // Save replaces the journal with doc atomically (doc.OpenClaw as given:

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -42,7 +42,7 @@ func BenchmarkControlRoundTrip(b *testing.B) {
 	defer cancel()
 
 	echoEP := "ipc://" + filepath.Join(filepath.Dir(cfg.Control[len("ipc://"):]), "echo.sock")
-	rep, err := zmtp.ListenBare(ctx, zmtp.Rep, echoEP)
+	rep, err := zmq4peer.ListenBare(ctx, zmq4peer.Rep, echoEP)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func BenchmarkControlRoundTrip(b *testing.B) {
 			}
 		}
 	}()
-	req, err := zmtp.Dial(ctx, zmtp.Req, echoEP, time.Second)
+	req, err := zmq4peer.Dial(ctx, zmq4peer.Req, echoEP, time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func BenchmarkControlRoundTrip(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		if err := req.Send(zmtp.NewMsg(body)); err != nil {
+		if err := req.Send(zmq4peer.NewMsg(body)); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := req.Recv(); err != nil {

@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -315,10 +316,10 @@ func TestPlainAuthGoClient(t *testing.T) {
 	id := witness(t, ts, 50)
 	for _, tok := range []string{"", "wrong", ts.token + "x"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s, err := zmtp.DialToken(ctx, zmtp.Dealer, cfg.Control, time.Second, tok)
+		s, err := zmq4peer.DialToken(ctx, zmq4peer.Dealer, cfg.Control, time.Second, tok)
 		if err == nil {
 			body, _ := protocol.EncodeRequest("x", protocol.OpHealth, nil)
-			_ = s.Send(zmtp.NewMsg(nil, body))
+			_ = s.Send(zmq4peer.NewMsg(nil, body))
 			got := make(chan struct{})
 			go func() {
 				if _, err := s.Recv(); err == nil {

@@ -16,39 +16,11 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
-func (w *journalWriter) record(sn jobs.Snapshot) journal.Record {
-	i := sn.Info
-	r := journal.Record{
-		JobID: i.JobID, Name: i.Name, Argv: i.Argv, Shell: i.Shell, Cwd: i.Cwd, Labels: i.Labels, SessionID: i.SessionID,
-		Pid: i.Pid, Pgid: i.Pgid, StartTicks: sn.StartTicks, BootID: sn.BootID, State: string(i.State),
-		CreatedAt: i.CreatedAt, StartedAt: i.StartedAt, UpdatedAt: sn.UpdatedAt, EndedAt: i.EndedAt, LastOutputAt: i.LastOutputAt,
-		Reason: string(i.Reason), ExitCode: i.ExitCode, Signal: i.Signal, Error: i.Error, InstanceID: w.instanceID,
-		StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes, OutputEnd: i.OutputEnd, LastSeq: i.LastSeq,
-		TimeoutMs: i.TimeoutMs, NoOutputMs: i.NoOutputTimeoutMs, OutputTail: sn.Tail, OutputTailSeq: sn.TailSeq,
-		Pty: i.Pty, Rows: i.Rows, Cols: i.Cols, Cgroup: i.Cgroup, OutputDisk: i.OutputDisk || i.OutputDiskError != "",
-	}
-	if sn.TailEnd != i.OutputEnd && len(sn.Tail) > 0 {
-		r.OutputTailEnd = sn.TailEnd
-	}
-	for _, c := range sn.TailChunks {
-		r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: c.Seq, Stream: string(c.Stream), Len: c.Len, Attempt: c.Attempt})
-	}
-	for _, u := range sn.Unpublished {
-		r.OutputUnpublished = append(r.OutputUnpublished, journal.Unpublished{Stream: string(u.Stream), Data: u.Data, Attempt: u.Attempt})
-	}
-	r.OutputSkips = offsetPairs(sn.OutputSkips)
-	r.PendingEnd = string(sn.PendingEnd)
-	if le := sn.LeaderExit; le != nil {
-		r.LeaderExit = &journal.LeaderExit{ExitCode: le.ExitCode, Signal: le.Signal}
-	}
-	if sv := sn.Service; sv != nil {
-		r.Service = &journal.Service{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
-			RunOutputStart: sv.RunOutputStart}
-		r.Service.OutputSkips = offsetPairs(sv.OutputSkips)
-		for _, e := range sv.Ends {
-			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
-		}
-	}
+// record is sn's record as this writer writes it: stamped with its
+// instance (the members are the write's, see scanMembers).
+func (w *journalWriter) record(sn *jobs.Snapshot) journal.Record {
+	r := sn.Record
+	r.InstanceID = w.instanceID
 	return r
 }
 
@@ -127,8 +99,8 @@ func (w *journalWriter) appendRecord(j *jobs.Job, appendf func(func() *journal.R
 			// answered, and must not be unknown after a crash.)
 			return nil
 		}
-		r := w.record(sn)
-		if sn.Service == nil {
+		r := w.record(&sn)
+		if r.Service == nil {
 			r = *slimRecord(r)
 		}
 		wrote = true
@@ -187,7 +159,7 @@ func (w *journalWriter) leaderExitUnscanned(snaps []jobs.Snapshot) bool {
 	var now map[string]bool
 	found := false
 	for _, sn := range snaps {
-		if sn.LeaderExit != nil {
+		if sn.Record.LeaderExit != nil {
 			if now == nil {
 				now = map[string]bool{}
 			}
@@ -432,8 +404,9 @@ func (w *journalWriter) write(periodic bool) {
 	var slimRecs []journal.Record
 	var slimView, slimSnap []int // and their entries in view, their snapshots
 	view := w.viewBuf[:0]
-	for si, sn := range snaps {
-		id := sn.Info.JobID
+	for si := range snaps {
+		sn := &snaps[si]
+		id := sn.Record.JobID
 		r := w.record(sn)
 		r.Members = w.members[id]
 		b, err := json.Marshal(&r)
@@ -441,14 +414,14 @@ func (w *journalWriter) write(periodic bool) {
 			w.log.Error("encode journal record", "job", id, "err", err)
 			continue
 		}
-		if sn.Info.State == protocol.StateExited {
-			w.recCache[id] = cachedRecord{seq: sn.Info.LastSeq, b: b, gen: gen, svc: sn.Service != nil, finN: sn.FinN, size: len(b)}
-			if sn.Service == nil {
+		if r.Finished() {
+			w.recCache[id] = cachedRecord{seq: r.LastSeq, b: b, gen: gen, svc: r.Service != nil, finN: sn.FinN, size: len(b)}
+			if r.Service == nil {
 				fin = append(fin, finRecord{id: id, finN: sn.FinN, size: len(b), b: b})
 				continue
 			}
 		} else {
-			if sn.Service == nil {
+			if r.Service == nil {
 				slimmable = append(slimmable, len(encoded))
 				slimRecs = append(slimRecs, r)
 				slimView = append(slimView, len(view))

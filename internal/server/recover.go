@@ -116,7 +116,7 @@ func (rc *recovery) run() (resume []string, err error) {
 	// resume: services the supervisor (not a user or their policy) ended
 	for _, r := range doc.Jobs {
 		if r.Finished() {
-			if r.Service != nil && r.Reason == string(protocol.ReasonShutdown) {
+			if r.Service != nil && r.Reason == protocol.ReasonShutdown {
 				resume = append(resume, r.JobID)
 				if h := r.Service.History; len(h) > 0 && rc.cfg.ResumeServices {
 					h[len(h)-1].Restarted = true // (as a crash's interrupted run is)
@@ -124,14 +124,14 @@ func (rc *recovery) run() (resume []string, err error) {
 			} else if r.Service == nil && r.EndedAt != 0 && r.EndedAt < cutoff {
 				continue // its retention ran out while we were away
 			}
-			if err := rc.jobs.Restore(snapshotOf(r)); err != nil {
+			if err := rc.jobs.Restore(r, false); err != nil {
 				rc.log.Warn("journal record not restored", "job", r.JobID, "err", err)
 			} else {
 				restored++
 			}
 			continue
 		}
-		it := &interrupted{r: r, wasRunning: r.State != string(protocol.StateRestarting)}
+		it := &interrupted{r: r, wasRunning: r.State != protocol.StateRestarting}
 		unfinished = append(unfinished, it)
 		wg.Add(1)
 		go func() {
@@ -149,7 +149,7 @@ func (rc *recovery) run() (resume []string, err error) {
 				// and group of its last run were reaped long ago and may
 				// belong to anyone now: nothing is reconciled.
 				note = "no run was in progress (the service was waiting to restart)"
-			case r.State == string(protocol.StateQueued):
+			case r.State == protocol.StateQueued:
 				// (no process: nothing to reconcile)
 				note = "it was queued, waiting for a slot, and never started"
 			default:
@@ -169,7 +169,7 @@ func (rc *recovery) run() (resume []string, err error) {
 		// (its grace period ran when the supervisor died: the end was
 		// asked for, this supervisor finished it); a service being
 		// stopped or killed stays down.
-		reason, goesOn := jobs.EndReasonAfterCrash(protocol.Reason(r.PendingEnd))
+		reason, goesOn := jobs.EndReasonAfterCrash(r.PendingEnd)
 		if le := r.LeaderExit; le != nil && r.Service == nil && r.PendingEnd == "" && plausibleExit(le) {
 			// Its leader had ended; the supervisor died while ending
 			// the rest of its group: it ends as it would have.
@@ -181,8 +181,8 @@ func (rc *recovery) run() (resume []string, err error) {
 			note = "the job's process had ended; the supervisor died while terminating what it left running (" + note + ")"
 		}
 		r.LeaderExit = nil
-		r.State = string(protocol.StateExited)
-		r.Reason = string(reason)
+		r.State = protocol.StateExited
+		r.Reason = reason
 		r.Error = note
 		r.EndedAt = time.Now().UnixMilli()
 		if sv := r.Service; sv != nil && wasRunning {
@@ -199,9 +199,7 @@ func (rc *recovery) run() (resume []string, err error) {
 		if r.Service != nil && goesOn {
 			resume = append(resume, r.JobID)
 		}
-		sn := snapshotOf(r)
-		sn.Interrupted = true
-		if err := rc.jobs.Restore(sn); err != nil {
+		if err := rc.jobs.Restore(r, true); err != nil {
 			rc.log.Warn("journal record not restored", "job", r.JobID, "err", err)
 		} else {
 			restored++
@@ -378,42 +376,12 @@ func (rc *recovery) reconcile(r journal.Record, prev string) string {
 	}
 }
 
-func snapshotOf(r journal.Record) jobs.Snapshot {
-	return jobs.Snapshot{
-		Info: protocol.JobInfo{
-			JobID: r.JobID, Name: r.Name, State: protocol.State(r.State), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd,
-			Labels: r.Labels, SessionID: r.SessionID, Pid: r.Pid, Pgid: r.Pgid,
-			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, LastOutputAt: r.LastOutputAt,
-			Reason: protocol.Reason(r.Reason), ExitCode: r.ExitCode, Signal: r.Signal, Error: r.Error,
-			TimeoutMs: r.TimeoutMs, NoOutputTimeoutMs: r.NoOutputMs,
-			StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, OutputEnd: r.OutputEnd, LastSeq: r.LastSeq,
-			Pty: r.Pty, Rows: r.Rows, Cols: r.Cols, OutputDisk: r.OutputDisk,
-		},
-		StartTicks: r.StartTicks, BootID: r.BootID, Tail: r.OutputTail, TailSeq: r.OutputTailSeq, TailEnd: r.OutputTailEnd, TailChunks: tailChunks(r),
-		Unpublished: unpublishedOf(r), Service: serviceOf(r.Service), OutputSkips: offsetRanges(r.OutputSkips),
-	}
-}
-
-// unpublishedOf converts a record's unpublished output (jobs.Restore
-// checks it).
-func unpublishedOf(r journal.Record) []jobs.PendingOutput {
-	var out []jobs.PendingOutput
-	for _, u := range r.OutputUnpublished {
-		out = append(out, jobs.PendingOutput{Stream: protocol.Stream(u.Stream), Data: u.Data, Attempt: u.Attempt})
-	}
-	return out
-}
-
 // runTail is the part of r's output tail (with what it had not published
 // yet) that its service's current run printed (the tail may begin in
 // earlier runs' output).
 func runTail(r journal.Record) []byte {
 	tail := r.OutputTail
-	end := r.OutputEnd
-	if r.OutputTailEnd != 0 {
-		end = r.OutputTailEnd
-	}
-	start := end - int64(len(tail)) // (the unpublished output follows OutputEnd)
+	start := r.TailEnd() - int64(len(tail)) // (the unpublished output follows OutputEnd)
 	if len(r.OutputUnpublished) > 0 {
 		tail = slices.Clone(tail)
 		for _, u := range r.OutputUnpublished {
@@ -429,44 +397,4 @@ func runTail(r journal.Record) []byte {
 		}
 	}
 	return tail
-}
-
-// offsetRanges converts a record's [at, n] pairs.
-func offsetRanges(rs [][2]int64) []jobs.OffsetRange {
-	var out []jobs.OffsetRange
-	for _, r := range rs {
-		out = append(out, jobs.OffsetRange{At: r[0], N: r[1]})
-	}
-	return out
-}
-
-// offsetPairs is the inverse of offsetRanges.
-func offsetPairs(rs []jobs.OffsetRange) [][2]int64 {
-	var out [][2]int64
-	for _, r := range rs {
-		out = append(out, [2]int64{r.At, r.N})
-	}
-	return out
-}
-
-func serviceOf(sv *journal.Service) *jobs.ServiceState {
-	if sv == nil {
-		return nil
-	}
-	st := &jobs.ServiceState{Spec: sv.Spec, Attempt: sv.Attempt, Restarts: sv.Restarts, Consecutive: sv.Consecutive, History: sv.History,
-		RunOutputStart: sv.RunOutputStart}
-	st.OutputSkips = offsetRanges(sv.OutputSkips)
-	for _, e := range sv.Ends {
-		st.Ends = append(st.Ends, time.UnixMilli(e))
-	}
-	return st
-}
-
-// tailChunks converts a record's tail chunks (jobs.Restore checks them).
-func tailChunks(r journal.Record) []jobs.TailChunk {
-	var out []jobs.TailChunk
-	for _, c := range r.OutputTailChunks {
-		out = append(out, jobs.TailChunk{Seq: c.Seq, Stream: protocol.Stream(c.Stream), Len: c.Len, Attempt: c.Attempt})
-	}
-	return out
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/internal/proc"
 	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -384,15 +384,15 @@ func rawCall(t *testing.T, ts *testServer, frames ...[]byte) *protocol.Reply {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := zmtp.DialToken(ctx, zmtp.Dealer, ts.cfg.Control, 2*time.Second, ts.token)
+	s, err := zmq4peer.DialToken(ctx, zmq4peer.Dealer, ts.cfg.Control, 2*time.Second, ts.token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Send(zmtp.NewMsg(frames...)); err != nil {
+	if err := s.Send(zmq4peer.NewMsg(frames...)); err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan zmtp.Msg, 1)
+	ch := make(chan zmq4peer.Msg, 1)
 	go func() {
 		m, err := s.Recv()
 		if err == nil {
@@ -468,14 +468,14 @@ func TestREQAndDEALERClients(t *testing.T) {
 		// REQ: one request, one reply, with the REQ envelope.
 		sctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		req, err := zmtp.DialToken(sctx, zmtp.Req, cfg.Control, 2*time.Second, ts.token)
+		req, err := zmq4peer.DialToken(sctx, zmq4peer.Req, cfg.Control, 2*time.Second, ts.token)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer req.Close()
 		for i := 0; i < 3; i++ {
 			body, _ := protocol.EncodeRequest(fmt.Sprint("req-", i), protocol.OpHealth, nil)
-			if err := req.Send(zmtp.NewMsg(body)); err != nil {
+			if err := req.Send(zmq4peer.NewMsg(body)); err != nil {
 				t.Fatal(err)
 			}
 			m, err := req.Recv()

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -22,12 +22,12 @@ func TestSlowSubscriberIsCutOff(t *testing.T) {
 	ts := startServer(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	slow, err := zmtp.Dial(ctx, zmtp.Sub, cfg.Event, time.Second)
+	slow, err := zmq4peer.Dial(ctx, zmq4peer.Sub, cfg.Event, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	if err := slow.SetOption(zmtp.OptionSubscribe, ""); err != nil {
+	if err := slow.SetOption(zmq4peer.OptionSubscribe, ""); err != nil {
 		t.Fatal(err)
 	}
 	runtime.GC()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -20,12 +20,12 @@ func rawCallBytes(t *testing.T, ts *testServer, body []byte) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := zmtp.DialToken(ctx, zmtp.Dealer, ts.cfg.Control, 2*time.Second, ts.token)
+	s, err := zmq4peer.DialToken(ctx, zmq4peer.Dealer, ts.cfg.Control, 2*time.Second, ts.token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Send(zmtp.NewMsg(nil, body)); err != nil {
+	if err := s.Send(zmq4peer.NewMsg(nil, body)); err != nil {
 		t.Fatal(err)
 	}
 	ch := make(chan []byte, 1)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
-	"github.com/go-zeromq/zmq4"
 )
 
 // Client is one client-side ZMTP 3.0 connection of the kinds pkg/client
@@ -239,19 +238,19 @@ func (c *Client) handshake(socketType, token string, found, tcp bool) error {
 		const user = "exec-supervisor"
 		hello := append([]byte{byte(len(user))}, user...)
 		hello = append(append(hello, byte(len(token))), token...)
-		if err := writeCommand(c.conn, zmq4.CmdHello, hello); err != nil {
+		if err := writeCommand(c.conn, cmdHello, hello); err != nil {
 			return fmt.Errorf("plain: send HELLO: %w", err)
 		}
-		if err := c.expect(zmq4.CmdWelcome); err != nil {
+		if err := c.expect(cmdWelcome); err != nil {
 			return fmt.Errorf("plain: %w", err)
 		}
-		if err := writeCommand(c.conn, zmq4.CmdInitiate, meta); err != nil {
+		if err := writeCommand(c.conn, cmdInitiate, meta); err != nil {
 			return fmt.Errorf("plain: send INITIATE: %w", err)
 		}
-	} else if err := writeCommand(c.conn, zmq4.CmdReady, meta); err != nil {
+	} else if err := writeCommand(c.conn, cmdReady, meta); err != nil {
 		return fmt.Errorf("send READY: %w", err)
 	}
-	return c.expect(zmq4.CmdReady)
+	return c.expect(cmdReady)
 }
 
 // ownServer checks that the server end of conn, a tcp connection, is a
@@ -273,7 +272,7 @@ func (c *Client) expect(name string) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("waiting for %s: %w", name, err)
-	case got == zmq4.CmdError:
+	case got == cmdError:
 		return &RefusedError{Reason: errorReason(body)}
 	case got != name:
 		return fmt.Errorf("expected %s, got %q", name, got)
@@ -305,7 +304,7 @@ func (c *Client) Recv() ([][]byte, error) {
 			return nil, err
 		}
 		if flags&flagCommand != 0 {
-			if name, rest := cmdName(body); name == zmq4.CmdError {
+			if name, rest := cmdName(body); name == cmdError {
 				return nil, &RefusedError{Reason: errorReason(rest)}
 			}
 			continue

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-
-	"github.com/go-zeromq/zmq4"
 )
 
 // curveHandshake runs the client side of the ZMTP greeting and the CURVE
@@ -30,7 +28,7 @@ func (c *Client) curveHandshake(socketType string, cc *CurveClient) error {
 	if err := writeRawCommand(c.conn, h.hello()); err != nil {
 		return fmt.Errorf("curve: send HELLO: %w", err)
 	}
-	body, err := c.handshakeCommand("WELCOME")
+	body, err := c.handshakeCommand(cmdWelcome)
 	var re *RefusedError
 	switch {
 	case errors.As(err, &re) && re.Reason == CurveHelloRefused:
@@ -46,7 +44,7 @@ func (c *Client) curveHandshake(socketType string, cc *CurveClient) error {
 	if err := writeRawCommand(c.conn, h.initiate(metadata("Socket-Type", socketType))); err != nil {
 		return fmt.Errorf("curve: send INITIATE: %w", err)
 	}
-	if body, err = c.handshakeCommand("READY"); err != nil {
+	if body, err = c.handshakeCommand(cmdReady); err != nil {
 		return fmt.Errorf("curve: %w", err)
 	}
 	meta, codec, err := h.ready(body)
@@ -71,7 +69,7 @@ func (c *Client) handshakeCommand(want string) ([]byte, error) {
 	switch {
 	case flags&flagCommand == 0:
 		return nil, fmt.Errorf("waiting for %s: got a message", want)
-	case name == zmq4.CmdError:
+	case name == cmdError:
 		return nil, &RefusedError{Reason: errorReason(rest)}
 	case name != want:
 		return nil, fmt.Errorf("expected %s, got %.16q", want, name)
@@ -91,7 +89,7 @@ func (c *Client) readFrame() (byte, []byte, error) {
 	if err != nil {
 		return flags, body, err
 	}
-	if name, _ := cmdName(body); name == zmq4.CmdError {
+	if name, _ := cmdName(body); name == cmdError {
 		return flags | flagCommand, bytes.Clone(body), nil
 	}
 	flags, body, err = c.curve.open(body)

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/go-zeromq/zmq4"
 )
 
 const (
@@ -132,12 +130,12 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 			return
 		}
 	case m == mechPlain:
-		if name != zmq4.CmdHello || !plainBodyOK(rest, l.policy.Token) {
+		if name != cmdHello || !plainBodyOK(rest, l.policy.Token) {
 			l.sendErrorCmd(raw, AuthFailed)
 			fail("auth-failed", nil)
 			return
 		}
-	case name != zmq4.CmdReady:
+	case name != cmdReady:
 		fail("protocol-violation", fmt.Errorf("expected READY, got %q", name))
 		return
 	}
@@ -159,10 +157,10 @@ func (l *hardenedListener) preHandshake(raw net.Conn, remote, key string, own fu
 	if sc, ok := raw.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
-	c.parser = frameParser{max: l.policy.MaxFrameBytes, finalCmd: zmq4.CmdReady, peerTypes: l.policy.peerTypes}
+	c.parser = frameParser{max: l.policy.MaxFrameBytes, finalCmd: cmdReady, peerTypes: l.policy.peerTypes}
 	switch m {
 	case mechPlain:
-		c.parser.finalCmd = zmq4.CmdInitiate
+		c.parser.finalCmd = cmdInitiate
 	case mechCurve:
 		// Done with: the engine's side only sends READY (and the peer's
 		// socket type was checked in INITIATE's box). What follows are
@@ -236,7 +234,7 @@ func (l *hardenedListener) sendErrorCmd(raw net.Conn, reason string) {
 	if len(reason) > 255 {
 		reason = reason[:255]
 	}
-	body := append([]byte{byte(len(zmq4.CmdError))}, zmq4.CmdError...)
+	body := append([]byte{byte(len(cmdError))}, cmdError...)
 	body = append(append(body, byte(len(reason))), reason...)
 	_, _ = raw.Write(append([]byte{flagCommand, byte(len(body))}, body...))
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/go-zeromq/zmq4"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,10 +132,22 @@ const IdleEvicted = "idle connection given up for a new one"
 // mech is a ZMTP security mechanism, as greetings name it.
 type mech string
 
+// The mechanisms (RFC 23, 24, 26).
 const (
-	mechNull  mech = mech(zmq4.NullSecurity)
-	mechPlain mech = mech(zmq4.PlainSecurity)
+	mechNull  mech = "NULL"
+	mechPlain mech = "PLAIN"
 	mechCurve mech = "CURVE"
+)
+
+// The names of the ZMTP commands we send or expect (RFC 23, 24, 26).
+const (
+	cmdHello     = "HELLO"
+	cmdWelcome   = "WELCOME"
+	cmdInitiate  = "INITIATE"
+	cmdReady     = "READY"
+	cmdError     = "ERROR"
+	cmdSubscribe = "SUBSCRIBE"
+	cmdCancel    = "CANCEL"
 )
 
 // required is the mechanism every peer must use (but see LoopbackUIDs):

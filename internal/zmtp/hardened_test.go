@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 )
 
 // FuzzFrameParser: any byte stream, fed in any split, is accepted or
@@ -38,14 +40,15 @@ func FuzzFrameParser(f *testing.F) {
 
 // BenchmarkHardenedRoundTrip: REQ round trips to an echoing ROUTER: ours
 // (hardened listener, per-peer reader and writer, as the server uses it)
-// vs zmq4's bare ROUTER, interleaved one for one in the same run so that
-// machine noise hits both alike; reports p50s and their ratio (goal <= 1.1).
+// vs zmq4's bare ROUTER (zmq4peer), interleaved one for one in the same
+// run so that machine noise hits both alike; reports p50s and their ratio
+// (goal <= 1.1).
 func BenchmarkHardenedRoundTrip(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := b.TempDir()
-	dial := func(ep string) Socket {
-		req, err := Dial(ctx, Req, ep, time.Second)
+	dial := func(ep string) zmq4peer.Socket {
+		req, err := zmq4peer.Dial(ctx, zmq4peer.Req, ep, time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +56,7 @@ func BenchmarkHardenedRoundTrip(b *testing.B) {
 		return req
 	}
 	bareEP := "ipc://" + filepath.Join(dir, "bare.sock")
-	bareSrv, err := ListenBare(ctx, RouterType, bareEP)
+	bareSrv, err := zmq4peer.ListenBare(ctx, zmq4peer.Router, bareEP)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -83,8 +86,8 @@ func BenchmarkHardenedRoundTrip(b *testing.B) {
 		}
 	}()
 	bare, hard := dial(bareEP), dial(hardEP)
-	msg := NewMsg(make([]byte, 200))
-	once := func(req Socket) time.Duration {
+	msg := zmq4peer.NewMsg(make([]byte, 200))
+	once := func(req zmq4peer.Socket) time.Duration {
 		t0 := time.Now()
 		if err := req.Send(msg); err != nil {
 			b.Fatal(err)
@@ -114,7 +117,7 @@ func BenchmarkHardenedRoundTrip(b *testing.B) {
 }
 
 // BenchmarkPubThroughput: 64 KiB events from our Publisher (hardened,
-// per-subscriber queues) vs the engine's bare PUB to one zmq4 SUB over
+// per-subscriber queues) vs zmq4's bare PUB (zmq4peer) to one zmq4 SUB over
 // ipc, same run; reports MB/s of each and the ratio (goal >= 0.9).
 func BenchmarkPubThroughput(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -123,13 +126,13 @@ func BenchmarkPubThroughput(b *testing.B) {
 	const size = 64 << 10
 	payload := make([]byte, size)
 	n := max(b.N, 200)
-	measure := func(ep string, send func(Msg) error) float64 {
-		sub, err := Dial(ctx, Sub, ep, time.Second)
+	measure := func(ep string, send func(frames ...[]byte) error) float64 {
+		sub, err := zmq4peer.Dial(ctx, zmq4peer.Sub, ep, time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer sub.Close()
-		if err := sub.SetOption(OptionSubscribe, "t"); err != nil {
+		if err := sub.SetOption(zmq4peer.OptionSubscribe, "t"); err != nil {
 			b.Fatal(err)
 		}
 		// Wait until the subscription is in place.
@@ -143,7 +146,7 @@ func BenchmarkPubThroughput(b *testing.B) {
 			}
 		}()
 		for ready := false; !ready; {
-			_ = send(NewMsg([]byte("t"), []byte("ping")))
+			_ = send([]byte("t"), []byte("ping"))
 			select {
 			case <-got:
 				ready = true
@@ -160,7 +163,7 @@ func BenchmarkPubThroughput(b *testing.B) {
 			if i >= 64 {
 				<-got
 			}
-			if err := send(NewMsg([]byte("t"), payload)); err != nil {
+			if err := send([]byte("t"), payload); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -170,7 +173,7 @@ func BenchmarkPubThroughput(b *testing.B) {
 		return float64(n*size) / time.Since(t0).Seconds() / 1e6
 	}
 	bareEP := "ipc://" + filepath.Join(dir, "bare.sock")
-	bare, err := ListenBare(ctx, Pub, bareEP)
+	bare, err := zmq4peer.ListenBare(ctx, zmq4peer.Pub, bareEP)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -182,7 +185,7 @@ func BenchmarkPubThroughput(b *testing.B) {
 	}
 	defer ours.Close()
 	b.ResetTimer()
-	mb := measure(bareEP, bare.Send)
+	mb := measure(bareEP, func(frames ...[]byte) error { return bare.Send(zmq4peer.NewMsg(frames...)) })
 	mo := measure(ourEP, ours.Send)
 	b.StopTimer()
 	b.ReportMetric(mb, "bare-MB/s")

@@ -328,15 +328,15 @@ func (p *Publisher) fanout(topic []byte, wire net.Buffers, size int) {
 	}
 }
 
-// Send queues msg for every subscriber whose subscriptions match its first
-// frame. It never blocks: a subscriber whose queue would exceed its bound
-// is disconnected instead.
-func (p *Publisher) Send(msg Msg) error {
-	if len(msg.Frames) == 0 {
+// Send queues the message of frames for every subscriber whose
+// subscriptions match its first frame (the topic). It never blocks: a
+// subscriber whose queue would exceed its bound is disconnected instead.
+func (p *Publisher) Send(frames ...[]byte) error {
+	if len(frames) == 0 {
 		return errors.New("empty message")
 	}
-	wire, size := encodeMessage(msg.Frames)
-	p.fanout(msg.Frames[0], wire, size)
+	wire, size := encodeMessage(frames)
+	p.fanout(frames[0], wire, size)
 	return nil
 }
 
@@ -397,9 +397,9 @@ func (s *subscriber) readLoop() {
 		case flags&flagCommand != 0:
 			name, rest := cmdName(body)
 			switch name {
-			case "SUBSCRIBE":
+			case cmdSubscribe:
 				sub, topic = true, rest
-			case "CANCEL":
+			case cmdCancel:
 				topic = rest
 			default:
 				continue // PING and friends: nothing to do

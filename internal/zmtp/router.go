@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
-	"github.com/go-zeromq/zmq4"
 )
 
 // Router is a ZMTP 3 ROUTER socket of our own on the hardened listener,
@@ -324,14 +323,14 @@ func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 		return errors.New("expected a command")
 	}
 	if c.mech == mechPlain {
-		if err := writeCommand(c, zmq4.CmdWelcome, nil); err != nil {
+		if err := writeCommand(c, cmdWelcome, nil); err != nil {
 			return err
 		}
 		flags, body, err = readFrame(c, c.parser.max)
 		if err != nil {
 			return err
 		}
-		if name, _ := cmdName(body); flags&flagCommand == 0 || name != zmq4.CmdInitiate {
+		if name, _ := cmdName(body); flags&flagCommand == 0 || name != cmdInitiate {
 			return fmt.Errorf("expected INITIATE, got %q", name)
 		}
 	}
@@ -339,7 +338,7 @@ func handshake(c *hardenedConn, pol *Policy, sockType string) error {
 		return errors.New("peer's final handshake command was not accepted")
 	}
 	_ = c.Conn.SetReadDeadline(time.Time{})
-	return writeCommand(c, zmq4.CmdReady, metadata("Socket-Type", sockType))
+	return writeCommand(c, cmdReady, metadata("Socket-Type", sockType))
 }
 
 // Peer is one connection of a Router.

@@ -9,17 +9,15 @@
 // written here. It also parses endpoints, cleans up stale ipc socket
 // files and resolves the private default endpoints.
 //
-// github.com/go-zeromq/zmq4 is the reference peer our ZMTP is tested
-// against: the zmq4 sockets (Dial, DialToken, ListenBare) are for tests
-// and benchmarks only.
+// It is the whole of ZeroMQ the supervisor and its clients link: nothing
+// here imports another ZeroMQ library. github.com/go-zeromq/zmq4 is the
+// reference peer this ZMTP is tested against, from the test helper
+// package zmq4peer, which production code never imports.
 package zmtp
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,30 +26,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
-	"github.com/go-zeromq/zmq4"
 )
-
-// Socket is a ZeroMQ socket.
-type Socket = zmq4.Socket
-
-// Msg is a multipart ZeroMQ message.
-type Msg = zmq4.Msg
-
-// Socket types used by exec-supervisor.
-const (
-	RouterType = zmq4.Router // for baselines; our server side is ListenRouter
-	Dealer     = zmq4.Dealer
-	Pub        = zmq4.Pub
-	Sub        = zmq4.Sub
-	Req        = zmq4.Req
-	Rep        = zmq4.Rep
-)
-
-// NewMsg builds a multipart message from frames.
-func NewMsg(frames ...[]byte) Msg { return zmq4.NewMsgFrom(frames...) }
-
-// OptionSubscribe is the SUB socket option that adds a topic prefix.
-const OptionSubscribe = zmq4.OptionSubscribe
 
 // Split parses "scheme://address" into its parts; only tcp and ipc are
 // accepted.
@@ -87,25 +62,6 @@ func Split(endpoint string) (scheme, addr string, err error) {
 	return scheme, addr, nil
 }
 
-func newSocket(ctx context.Context, typ zmq4.SocketType, opts ...zmq4.Option) Socket {
-	opts = append([]zmq4.Option{zmq4.WithLogger(discardLogger())}, opts...)
-	switch typ {
-	case RouterType:
-		return zmq4.NewRouter(ctx, opts...)
-	case Dealer:
-		return zmq4.NewDealer(ctx, opts...)
-	case Pub:
-		return zmq4.NewPub(ctx, opts...)
-	case Sub:
-		return zmq4.NewSub(ctx, opts...)
-	case Req:
-		return zmq4.NewReq(ctx, opts...)
-	case Rep:
-		return zmq4.NewRep(ctx, opts...)
-	}
-	panic(fmt.Sprintf("zmtp: unsupported socket type %v", typ))
-}
-
 // removeStaleSocket removes path if it is a unix socket nobody answers on.
 func removeStaleSocket(path string) error {
 	fi, err := os.Lstat(path)
@@ -129,48 +85,8 @@ func removeStaleSocket(path string) error {
 	return nil
 }
 
-// Dial opens a socket of type typ connected to endpoint, failing after
-// timeout when nothing answers. It never reconnects by itself.
-func Dial(ctx context.Context, typ zmq4.SocketType, endpoint string, timeout time.Duration) (Socket, error) {
-	return DialToken(ctx, typ, endpoint, timeout, "")
-}
-
-// DialToken is Dial authenticating with ZMTP PLAIN and token when token is
-// not empty.
-func DialToken(ctx context.Context, typ zmq4.SocketType, endpoint string, timeout time.Duration, token string) (Socket, error) {
-	if _, _, err := Split(endpoint); err != nil {
-		return nil, err
-	}
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	opts := []zmq4.Option{zmq4.WithDialerTimeout(timeout), zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false)}
-	if token != "" {
-		opts = append(opts, zmq4.WithSecurity(PlainClient(token)))
-	}
-	s := newSocket(ctx, typ, opts...)
-	if err := s.Dial(endpoint); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("connect to %s: %w", endpoint, err)
-	}
-	return s, nil
-}
-
 // DefaultControl and DefaultEvent are the default endpoints.
 func DefaultControl() string { return "ipc://" + filepath.Join(statedir.RuntimeDir(), "control.sock") }
 
 // DefaultEvent is the default event endpoint.
 func DefaultEvent() string { return "ipc://" + filepath.Join(statedir.RuntimeDir(), "events.sock") }
-
-func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
-
-// ListenBare opens a plain zmq4 socket without the hardened transport. It
-// exists for benchmark baselines only; never serve clients with it.
-func ListenBare(ctx context.Context, typ zmq4.SocketType, endpoint string) (Socket, error) {
-	s := newSocket(ctx, typ)
-	if err := s.Listen(endpoint); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("listen on %s: %w", endpoint, err)
-	}
-	return s, nil
-}

@@ -12,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp/zmq4peer"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -32,26 +30,26 @@ func TestOverlappingReplaysNeverDuplicate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	in, err := zmtp.Dial(ctx, zmtp.Sub, s.cfg.Event, time.Second)
+	in, err := zmq4peer.Dial(ctx, zmq4peer.Sub, s.cfg.Event, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	if err := in.SetOption(zmtp.OptionSubscribe, ""); err != nil {
+	if err := in.SetOption(zmq4peer.OptionSubscribe, ""); err != nil {
 		t.Fatal(err)
 	}
 	relayAddr := "ipc://" + filepath.Join(t.TempDir(), "relay.sock")
-	out := zmq4.NewPub(ctx)
-	defer out.Close()
-	if err := out.Listen(relayAddr); err != nil {
+	out, err := zmq4peer.ListenBare(ctx, zmq4peer.Pub, relayAddr)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer out.Close()
 	var replayed, dropped atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		var hist []zmq4.Msg
+		var hist []zmq4peer.Msg
 		for i := 1; ; i++ {
 			m, err := in.Recv()
 			if err != nil {
