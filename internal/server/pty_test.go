@@ -96,9 +96,12 @@ func TestPTYAndPipeParity(t *testing.T) {
 				requireGroupGone(t, j.Pgid)
 			})
 			t.Run("intermittent-output-keeps-watchdog-away", func(t *testing.T) {
-				j := spawn(protocol.SpawnArgs{Shell: "i=0; while [ $i -lt 12 ]; do echo tick; sleep 0.1; i=$((i+1)); done", NoOutputTimeoutMs: 400})
-				out, _, exit, _ := waitDone(t, ts.client, j.JobID, 15*time.Second)
-				if exit.Reason != protocol.ReasonExit || strings.Count(out, "tick") != 12 {
+				// Output every 0.1 s for about 3 s, past a no-output
+				// timeout of 2 s: the gaps leave the timeout a wide
+				// margin under load (a 0.4 s timeout did not).
+				j := spawn(protocol.SpawnArgs{Shell: "i=0; while [ $i -lt 30 ]; do echo tick; sleep 0.1; i=$((i+1)); done", NoOutputTimeoutMs: 2000})
+				out, _, exit, _ := waitDone(t, ts.client, j.JobID, 30*time.Second)
+				if exit.Reason != protocol.ReasonExit || strings.Count(out, "tick") != 30 {
 					t.Fatalf("exit %+v, %d ticks", exit, strings.Count(out, "tick"))
 				}
 			})

@@ -40,6 +40,10 @@ type ConnectError struct {
 	// it went away, or is restarting) and it broke before the reply, unlike
 	// a dial that failed.
 	Lost bool
+	// Unsent says the request never reached the supervisor whole (the
+	// dial failed, or the connection broke while it was being written):
+	// nothing of it was carried out, and it may be sent elsewhere.
+	Unsent bool
 }
 
 func (e *ConnectError) Error() string {
@@ -183,7 +187,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 			return nil, ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.Join(lastErr, err)}
+			return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.Join(lastErr, err), Unsent: true}
 		}
 		if attempt > 0 {
 			t := time.NewTimer(c.opts.ReconnectInterval)
@@ -193,7 +197,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 				if c.life.Err() != nil {
 					return nil, ErrClosed
 				}
-				return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.Join(lastErr, ctx.Err())}
+				return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.Join(lastErr, ctx.Err()), Unsent: true}
 			case <-t.C:
 			}
 		}
@@ -208,7 +212,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 				return nil, ErrClosed
 			}
 			if permanentDialError(err) {
-				return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err}
+				return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err, Unsent: true}
 			}
 			lastErr = err
 			continue
@@ -233,7 +237,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 		go c.readLoop(cn)
 		return cn, nil
 	}
-	return nil, &ConnectError{Address: c.opts.ControlAddress, Err: lastErr}
+	return nil, &ConnectError{Address: c.opts.ControlAddress, Err: lastErr, Unsent: true}
 }
 
 // drop forgets cn (after a timeout or a send failure) so that the next
@@ -427,7 +431,9 @@ func (c *Client) callOnce(parent context.Context, op protocol.Op, args any, held
 			return nil, fmt.Errorf("%s request to %s: %w", op, c.opts.ControlAddress, err)
 		}
 		c.drop(cn)
-		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err, Lost: true}
+		// (A message cut off part way is never handled: the supervisor
+		// takes only whole ones.)
+		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: err, Lost: true, Unsent: true}
 	}
 	select {
 	case rep, ok := <-ch:
@@ -449,7 +455,7 @@ func (c *Client) callOnce(parent context.Context, op protocol.Op, args any, held
 		forget()
 		c.drop(cn)
 		if cn.evicted.Load() {
-			return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errEvicted, Lost: true}
+			return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errEvicted, Lost: true, Unsent: true}
 		}
 		return nil, &ConnectError{Address: c.opts.ControlAddress, Err: errors.New("connection lost before the reply"), Lost: true}
 	case <-ctx.Done():

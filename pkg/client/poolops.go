@@ -214,15 +214,15 @@ func (p *Pool) find(ctx context.Context, id string) (*member, error) {
 }
 
 // callMember is onMember, also saying whether the request may have
-// reached the member (false: it was down before the call, or no
-// connection to it was made).
+// reached the member (false: it was down before the call, or the request
+// never reached it whole: see ConnectError.Unsent).
 func (p *Pool) callMember(ctx context.Context, m *member, jobID string, fn func(ctx context.Context) error) (reached bool, err error) {
 	called, sent := false, true
 	err = p.onMember(ctx, m, jobID, func(ctx context.Context) error {
 		called = true
 		err := fn(ctx)
 		var ce *ConnectError
-		if errors.As(err, &ce) && !ce.Lost {
+		if errors.As(err, &ce) && ce.Unsent {
 			sent = false
 		}
 		return err
