@@ -76,9 +76,9 @@ func streamOf(k byte) protocol.Stream {
 	return protocol.Stdout
 }
 
-// appendFrame appends f's encoding to b.
-func appendFrame(b []byte, f *frame) []byte {
-	var h [headerLen]byte
+// putHeader writes f's header (with the CRC of the header and f's data)
+// into h, which is headerLen bytes: the frame on disk is h, then f.data.
+func putHeader(h []byte, f *frame) {
 	h[0], h[1] = magic, f.kind
 	binary.BigEndian.PutUint32(h[2:6], uint32(len(f.data)))
 	aux := f.seq
@@ -89,8 +89,6 @@ func appendFrame(b []byte, f *frame) []byte {
 	binary.BigEndian.PutUint64(h[14:22], uint64(f.off))
 	crc := crc32.Update(crc32.Checksum(h[:22], crcTable), crcTable, f.data)
 	binary.BigEndian.PutUint32(h[22:26], crc)
-	b = append(b, h[:]...)
-	return append(b, f.data...)
 }
 
 // errTorn says a frame was cut short or corrupt: the segment ends before it.
