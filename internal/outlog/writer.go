@@ -191,13 +191,14 @@ func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
 	return os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
 }
 
-// Append queues output of stream at offset off (seq: its event's).
+// Append queues output event c (its time ts, its service run attempt).
 // Bytes below what was already written (output a crashed supervisor
-// wrote before its successor published it again) are dropped. data must
-// not change afterwards. Nothing happens once the writer failed.
-func (w *Writer) Append(stream protocol.Stream, seq uint64, off int64, data []byte) {
+// wrote before its successor published it again) are dropped. c.Data
+// must not change afterwards. Nothing happens once the writer failed.
+func (w *Writer) Append(c protocol.Chunk, ts int64, attempt int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	data, off := c.Data, c.Offset
 	if w.err != nil || w.removed || len(data) == 0 {
 		return
 	}
@@ -207,7 +208,7 @@ func (w *Writer) Append(stream protocol.Stream, seq uint64, off int64, data []by
 	if off < w.end {
 		data, off = data[w.end-off:], w.end
 	}
-	w.pushLocked(frame{kind: kindOf(stream), seq: seq, off: off, data: data})
+	w.pushLocked(frame{kind: kindOf(c.Stream), seq: c.Seq, ts: ts, attempt: attempt, off: off, data: data})
 }
 
 // Skip records that the offsets from the end of the output to off never
