@@ -313,16 +313,26 @@ func (s *Store) Poll(id string, cursor, maxBytes int64) (protocol.PollResult, er
 // readInfo returns the job's info as recorded, or what can be said
 // without it.
 func readInfo(dir, id string) protocol.JobInfo {
-	var info protocol.JobInfo
-	f, err := openNoFollow(filepath.Join(dir, infoFile), os.O_RDONLY, 0)
-	if err == nil {
-		data, rerr := io.ReadAll(io.LimitReader(f, 1<<20))
-		f.Close()
-		if rerr == nil && json.Unmarshal(data, &info) == nil && info.JobID == id {
-			info.Usage = nil
-			return info
-		}
+	if info, ok := recordedInfo(dir, id); ok {
+		return info
 	}
 	return protocol.JobInfo{JobID: id, State: protocol.StateExited,
 		Error: "not known to this supervisor: output read from its files, without a record of how the job ended"}
+}
+
+// recordedInfo returns the job's info as recorded in its directory
+// (false: none, or not the job's).
+func recordedInfo(dir, id string) (protocol.JobInfo, bool) {
+	var info protocol.JobInfo
+	f, err := openNoFollow(filepath.Join(dir, infoFile), os.O_RDONLY, 0)
+	if err != nil {
+		return info, false
+	}
+	data, rerr := io.ReadAll(io.LimitReader(f, 1<<20))
+	f.Close()
+	if rerr != nil || json.Unmarshal(data, &info) != nil || info.JobID != id {
+		return protocol.JobInfo{}, false
+	}
+	info.Usage = nil
+	return info, true
 }
