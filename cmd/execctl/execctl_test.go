@@ -1259,8 +1259,9 @@ func TestSpawnQueue(t *testing.T) {
 }
 
 // TestLogsFromDisk: a job spawned with --output disk is printed by logs
-// (and poll) after the supervisor forgot it, from its files; remove
-// deletes them; --output takes disk or memory only.
+// (and poll) after the supervisor forgot it, from its files, by its id or
+// its name (the job of that name that ended last); remove deletes them;
+// --output takes disk or memory only.
 func TestLogsFromDisk(t *testing.T) {
 	t.Parallel()
 	s := startSupervisorWith(t, func(c *server.Config) {
@@ -1268,15 +1269,29 @@ func TestLogsFromDisk(t *testing.T) {
 		c.Jobs.RingBytes = 16 << 10
 		c.Jobs.MergeMaxBytes = 4 << 10
 	})
-	id := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--wait", "--output", "disk", "--shell", "seq 1 20000; echo done >&2"))["jobId"].(string)
+	id := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--wait", "--output", "disk", "--name", "seqs", "--shell", "seq 1 20000; echo done >&2"))["jobId"].(string)
 	s.mustCtl(t, "spawn", "--wait", "--", "true") // (the first is forgotten: one finished job is kept)
 	if code, _, _ := s.ctl(t, "status", id); code == 0 {
 		t.Fatalf("status of a forgotten job succeeded")
 	}
-	out := s.mustCtl(t, "logs", id)
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if len(lines) != 20001 || lines[0] != id+" | 1" || lines[19999] != id+" | 20000" || lines[20000] != id+" | done" {
-		t.Fatalf("logs of a forgotten job: %d lines, first %q, last %q", len(lines), lines[0], lines[len(lines)-1])
+	for _, ref := range []string{id, "seqs"} {
+		out := s.mustCtl(t, "logs", ref)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 20001 || lines[0] != id+" | 1" || lines[19999] != id+" | 20000" || lines[20000] != id+" | done" {
+			t.Fatalf("logs %s of a forgotten job: %d lines, first %q, last %q", ref, len(lines), lines[0], lines[len(lines)-1])
+		}
+	}
+	// A later job of that name, forgotten too, is the one the name finds.
+	id2 := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--wait", "--output", "disk", "--name", "seqs", "--", "echo", "second"))["jobId"].(string)
+	s.mustCtl(t, "spawn", "--wait", "--", "true")
+	if out := s.mustCtl(t, "logs", "seqs"); out != id2+" | second\n" {
+		t.Fatalf("logs seqs after a second job of that name: %q", out)
+	}
+	if out := s.mustCtl(t, "poll", "seqs"); out != "second\n" {
+		t.Fatalf("poll seqs: %q", out)
+	}
+	if code, _, _ := s.ctl(t, "logs", "nosuchname"); code == 0 {
+		t.Fatalf("logs of a name no job has succeeded")
 	}
 	s.mustCtl(t, "remove", id)
 	if code, _, _ := s.ctl(t, "logs", id); code == 0 {

@@ -102,14 +102,15 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 	// supervisor still has in its files (spawned with --output disk):
 	// printed, not followed (they ended).
 	diskOnly := map[string]bool{}
-	for _, id := range ids {
+	for k, id := range ids {
 		// (a supervisor not answering now is waited for by the follow,
 		// which rides out a restart)
 		var ce *client.ConnectError
 		if _, err := g.on(id).Status(ctx, id); err != nil && !errors.As(err, &ce) {
 			if protocol.CodeOf(err) == protocol.CodeNotFound {
-				if _, perr := g.on(id).Poll(ctx, id, 0, 1); perr == nil {
-					diskOnly[id] = true
+				if res, perr := g.on(id).Poll(ctx, id, 0, 1); perr == nil {
+					ids[k] = res.Job.JobID // (a name: the id of the job on disk that has it)
+					diskOnly[ids[k]] = true
 					continue
 				}
 			}

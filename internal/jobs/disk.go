@@ -13,7 +13,8 @@ import (
 // high-water mark the job's output is not read (gatedLocked, as under a
 // lagging journal) until the writer catches up, or gives up (a stalled
 // or failing disk: the job goes on in memory only, OutputDiskError).
-// Poll reads output the ring evicted from the writer.
+// Poll reads output the ring evicted from the writer, subscribe the
+// output events it evicted (diskEventsLocked).
 
 // Values of Config.OutputDisk: which jobs write their output to disk
 // when their spawn does not say.
@@ -76,7 +77,7 @@ func (j *Job) diskBehindLocked() bool { return j.disk != nil && j.disk.Behind() 
 func (j *Job) storeLocked(c chunk) {
 	j.out.add(c)
 	if j.disk != nil {
-		j.disk.Append(c.Stream, c.Seq, c.Offset, c.Data)
+		j.disk.Append(c.Chunk, c.ts, c.attempt)
 	}
 }
 
@@ -125,4 +126,36 @@ func (j *Job) pollDisk(w *outlog.Writer, cursor, from, maxBytes int64, info prot
 		Job: info, Chunks: r.Chunks, Next: r.Next, More: r.More || r.Next < info.OutputEnd,
 		Truncated: r.Lost > 0 || r.CrashGap, LostBytes: r.Lost, CrashGap: r.CrashGap,
 	}, true, nil
+}
+
+// diskEventsLocked returns the output events with seq >= from that the
+// ring no longer holds, from the job's files: at most limit events and
+// about MaxSubscribeBytes of output, in order (nil: the ring holds every
+// output event from there, or the files do not have them). cut: the
+// events that follow them are not all in the ring (the read stopped at
+// its bounds, or the ring evicted more while the files were read): a
+// reply must end after them (more), and the next subscribe reads on
+// from the files. j.mu is held, and released while the files are read.
+func (j *Job) diskEventsLocked(from uint64, limit int) (evs []protocol.Event, cut bool) {
+	w := j.disk
+	ringFrom := j.out.from()
+	if w == nil || ringFrom == 0 {
+		return nil, false
+	}
+	if first := j.out.firstSeq(); first != 0 && from >= first {
+		return nil, false
+	}
+	j.mu.Unlock()
+	read, more, err := w.Events(from, ringFrom, protocol.MaxSubscribeBytes, limit)
+	j.mu.Lock()
+	if err != nil {
+		j.m.log.Warn("read job output events from disk; answering from memory", "job", j.id, "err", err)
+		return nil, false
+	}
+	evs = make([]protocol.Event, len(read))
+	for i, e := range read {
+		evs[i] = protocol.NewOutputEvent(j.id, e.Seq, e.Ts, e.Stream.Kind(), e.Offset, e.Data)
+		evs[i].Attempt = e.Attempt
+	}
+	return evs, more || j.out.from() > ringFrom
 }

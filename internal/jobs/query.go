@@ -79,6 +79,9 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	// Output events the ring evicted come from the job's files, if it
+	// has them; the ring's from there on.
+	outs, cut := j.diskEventsLocked(from, limit)
 	res := protocol.SubscribeResult{Job: j.infoLocked(), Events: []protocol.Event{}}
 	size := 0
 	next := from // the first seq not yet accounted for
@@ -97,36 +100,49 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 		res.Events = append(res.Events, ev)
 		return true
 	}
-	// Retained events in seq order: job.started, then output chunks merged
-	// with the other retained events (later runs' starts, restarts,
-	// readiness, ownership escapes, earlier terminal events), then the
-	// terminal event.
+	if !cut {
+		after := from
+		if len(outs) > 0 {
+			after = outs[len(outs)-1].Seq + 1
+		}
+		for _, c := range j.out.live() {
+			if c.Seq < after {
+				continue
+			}
+			ev := protocol.Event{V: protocol.Version, JobID: j.id, Seq: c.Seq, Ts: c.ts, Kind: c.Stream.Kind(), Attempt: c.attempt, Payload: c.payload}
+			if ev.Payload == nil { // a chunk restored from the journal
+				ev = protocol.NewOutputEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), c.Offset, c.Data)
+				ev.Attempt = c.attempt
+			}
+			outs = append(outs, ev)
+			if len(outs) > limit {
+				break // enough to fill the reply
+			}
+		}
+	}
+	// Retained events in seq order: job.started, then the output events
+	// merged with the other retained events (later runs' starts,
+	// restarts, readiness, ownership escapes, earlier terminal events),
+	// then the terminal event. A reply cut after the events from the
+	// files ends there.
 	var retained []protocol.Event
 	if j.startedEv != nil && j.startedEv.Seq >= from {
 		retained = append(retained, j.startedEventLocked())
 	}
 	extra := j.extraEvs
-	for _, c := range j.out.live() {
-		for len(extra) > 0 && extra[0].Seq < c.Seq {
+	for _, ev := range outs {
+		for len(extra) > 0 && extra[0].Seq < ev.Seq {
 			if extra[0].Seq >= from {
 				retained = append(retained, extra[0])
 			}
 			extra = extra[1:]
-		}
-		if c.Seq < from {
-			continue
-		}
-		ev := protocol.Event{V: protocol.Version, JobID: j.id, Seq: c.Seq, Ts: c.ts, Kind: c.Stream.Kind(), Attempt: c.attempt, Payload: c.payload}
-		if ev.Payload == nil { // a chunk restored from the journal
-			ev = protocol.NewOutputEvent(j.id, c.Seq, c.ts, c.Stream.Kind(), c.Offset, c.Data)
-			ev.Attempt = c.attempt
 		}
 		retained = append(retained, ev)
 		if len(retained) > limit {
 			break // enough to fill the reply
 		}
 	}
-	if len(retained) <= limit {
+	if len(retained) <= limit && !cut {
 		for _, ev := range extra {
 			if ev.Seq >= from {
 				retained = append(retained, ev)
@@ -140,6 +156,9 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 		if !add(ev) {
 			break
 		}
+	}
+	if cut {
+		res.More = true // (the next subscribe reads on from the files)
 	}
 	if !res.More && len(retained) <= limit && next <= j.seq {
 		res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: j.seq})

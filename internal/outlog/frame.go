@@ -14,21 +14,28 @@ import (
 // A segment file is a sequence of frames, each a fixed header and its
 // data:
 //
-//	magic   1 byte  0xF5
+//	magic   1 byte  0xF6
 //	kind    1 byte  1 stdout, 2 stderr, 3 skip
-//	len     4 bytes data length (big endian)
+//	len     4 bytes data length (big endian, as every field)
 //	aux     8 bytes output frames: the event's seq; skip: the offsets skipped
 //	offset  8 bytes combined output offset of the first byte (of the skip)
-//	crc     4 bytes CRC-32C of the 22 bytes above and the data
+//	ts      8 bytes output frames: the event's time (ms since the epoch)
+//	attempt 4 bytes output frames: the service run the event belongs to
+//	crc     4 bytes CRC-32C of the 34 bytes above and the data
 //
-// A skip frame (no data) says that the offsets [offset, offset+aux) never
-// held output: a job resumed after its supervisor crashed goes on past
-// every offset the dead supervisor may have published. A frame cut short
-// or failing its CRC ends the segment (a write cut by a full disk or a
-// crash); what follows it is not read.
+// Frames of the first format (magic 0xF5: no ts and attempt, the crc
+// after offset, a 26-byte header) are read as well, with ts and attempt
+// 0; a segment may hold both. A skip frame (no data) says that the
+// offsets [offset, offset+aux) never held output: a job resumed after
+// its supervisor crashed goes on past every offset the dead supervisor
+// may have published. A frame cut short or failing its CRC ends the
+// segment (a write cut by a full disk or a crash); what follows it is
+// not read.
 const (
-	headerLen = 26
-	magic     = 0xF5
+	headerLen   = 38
+	magic       = 0xF6
+	headerLenV1 = 26
+	magicV1     = 0xF5
 
 	kindStdout = 1
 	kindStderr = 2
@@ -41,14 +48,16 @@ const maxFrameData = 4 << 20
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// frame is one record: output of one stream at off, or a skip of span
-// offsets at off.
+// frame is one record: output of one stream at off (an output event's,
+// with its seq, time and attempt), or a skip of span offsets at off.
 type frame struct {
-	kind byte
-	seq  uint64
-	off  int64
-	span int64 // skip frames only
-	data []byte
+	kind    byte
+	seq     uint64
+	ts      int64
+	attempt int
+	off     int64
+	span    int64 // skip frames only
+	data    []byte
 }
 
 // end is the offset just past the frame.
@@ -76,9 +85,9 @@ func streamOf(k byte) protocol.Stream {
 	return protocol.Stdout
 }
 
-// appendFrame appends f's encoding to b.
-func appendFrame(b []byte, f *frame) []byte {
-	var h [headerLen]byte
+// putHeader writes f's header (with the CRC of the header and f's data)
+// into h, which is headerLen bytes: the frame on disk is h, then f.data.
+func putHeader(h []byte, f *frame) {
 	h[0], h[1] = magic, f.kind
 	binary.BigEndian.PutUint32(h[2:6], uint32(len(f.data)))
 	aux := f.seq
@@ -87,10 +96,10 @@ func appendFrame(b []byte, f *frame) []byte {
 	}
 	binary.BigEndian.PutUint64(h[6:14], aux)
 	binary.BigEndian.PutUint64(h[14:22], uint64(f.off))
-	crc := crc32.Update(crc32.Checksum(h[:22], crcTable), crcTable, f.data)
-	binary.BigEndian.PutUint32(h[22:26], crc)
-	b = append(b, h[:]...)
-	return append(b, f.data...)
+	binary.BigEndian.PutUint64(h[22:30], uint64(f.ts))
+	binary.BigEndian.PutUint32(h[30:34], uint32(f.attempt))
+	crc := crc32.Update(crc32.Checksum(h[:34], crcTable), crcTable, f.data)
+	binary.BigEndian.PutUint32(h[34:38], crc)
 }
 
 // errTorn says a frame was cut short or corrupt: the segment ends before it.
@@ -109,7 +118,7 @@ type scanner struct {
 // valid part ends at s.pos).
 func (s *scanner) next() (frame, error) {
 	var h [headerLen]byte
-	n, err := io.ReadFull(s.r, h[:])
+	n, err := io.ReadFull(s.r, h[:headerLenV1])
 	if err == io.EOF {
 		return frame{}, io.EOF
 	}
@@ -119,7 +128,21 @@ func (s *scanner) next() (frame, error) {
 		}
 		return frame{}, err
 	}
-	if h[0] != magic || h[1] < kindStdout || h[1] > kindSkip {
+	hl := headerLenV1
+	switch h[0] {
+	case magic:
+		hl = headerLen
+		if _, err := io.ReadFull(s.r, h[headerLenV1:]); err != nil {
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return frame{}, errTorn
+			}
+			return frame{}, err
+		}
+	case magicV1:
+	default:
+		return frame{}, errTorn
+	}
+	if h[1] < kindStdout || h[1] > kindSkip {
 		return frame{}, errTorn
 	}
 	f := frame{kind: h[1], off: int64(binary.BigEndian.Uint64(h[14:22]))}
@@ -133,6 +156,10 @@ func (s *scanner) next() (frame, error) {
 	} else {
 		f.seq = aux
 	}
+	if hl == headerLen {
+		f.ts = int64(binary.BigEndian.Uint64(h[22:30]))
+		f.attempt = int(binary.BigEndian.Uint32(h[30:34]))
+	}
 	if cap(s.buf) < int(dlen) {
 		s.buf = make([]byte, dlen)
 	}
@@ -143,10 +170,10 @@ func (s *scanner) next() (frame, error) {
 		}
 		return frame{}, err
 	}
-	if crc32.Update(crc32.Checksum(h[:22], crcTable), crcTable, f.data) != binary.BigEndian.Uint32(h[22:26]) {
+	if crc32.Update(crc32.Checksum(h[:hl-4], crcTable), crcTable, f.data) != binary.BigEndian.Uint32(h[hl-4:hl]) {
 		return frame{}, errTorn
 	}
-	s.pos += headerLen + int64(dlen)
+	s.pos += int64(hl) + int64(dlen)
 	return f, nil
 }
 

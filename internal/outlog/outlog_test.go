@@ -78,7 +78,7 @@ func TestWriteReadResume(t *testing.T) {
 		if i%3 == 0 {
 			st = protocol.Stderr
 		}
-		w.Append(st, uint64(i+2), off, d)
+		w.Append(protocol.Chunk{Stream: st, Seq: uint64(i + 2), Offset: off, Data: d}, int64(1000+i), 0)
 		want = append(want, d...)
 		off += int64(len(d))
 	}
@@ -108,9 +108,9 @@ func TestWriteReadResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Append(protocol.Stdout, 50, off-10, []byte("0123456789tail")) // (overlaps: only "tail" is new)
+	w.Append(protocol.Chunk{Stream: protocol.Stdout, Seq: 50, Offset: off - 10, Data: []byte("0123456789tail")}, 0, 0) // (overlaps: only "tail" is new)
 	w.Skip(off + 4 + 100)
-	w.Append(protocol.Stdout, 51, off+4+100, []byte("after"))
+	w.Append(protocol.Chunk{Stream: protocol.Stdout, Seq: 51, Offset: off + 4 + 100, Data: []byte("after")}, 0, 0)
 	written(t, w)
 	w.Release()
 	got, _ = readAll(t, s, "job-1", 0)
@@ -133,7 +133,7 @@ func TestRotation(t *testing.T) {
 	off := int64(0)
 	for i := range 100 {
 		d := bytes.Repeat([]byte{byte(i)}, 10000)
-		w.Append(protocol.Stdout, uint64(i+1), off, d)
+		w.Append(protocol.Chunk{Stream: protocol.Stdout, Seq: uint64(i + 1), Offset: off, Data: d}, 0, 0)
 		off += int64(len(d))
 	}
 	written(t, w)

@@ -42,24 +42,110 @@ func (w *Writer) Read(cursor, limit, maxBytes int64) (Result, error) {
 	return read(dir, segs, queue, cursor, limit, maxBytes)
 }
 
+// Event is an output event read back from disk.
+type Event struct {
+	protocol.Chunk
+	// Ts is the event's time (ms since the epoch), Attempt the service
+	// run it belongs to; both 0 for output written by a supervisor
+	// without them (the first file format).
+	Ts      int64
+	Attempt int
+}
+
+// Events returns the job's output events with seq >= from that begin
+// below limit (an output offset), in order, from its segments and what
+// is queued for them: at most maxEvents of them and maxBytes of output
+// (one event at least). Events are whole; what lies between them (output
+// rotated away, offsets skipped after a crash) is passed over: the
+// caller sees the seqs missing. more: a bound stopped the read.
+func (w *Writer) Events(from uint64, limit, maxBytes int64, maxEvents int) (evs []Event, more bool, err error) {
+	w.mu.Lock()
+	segs, queue, dir := slices.Clone(w.segs), slices.Clone(w.queue), w.dir
+	w.mu.Unlock()
+	rd := &reading{limit: limit, max: maxBytes, events: true, minSeq: from, maxEvents: max(maxEvents, 1)}
+	i := seqSegment(dir, segs, from)
+	if err := rd.run(dir, segs[i:], queue); err != nil {
+		return nil, false, err
+	}
+	evs = make([]Event, len(rd.res.Chunks))
+	for k, c := range rd.res.Chunks {
+		evs[k] = Event{Chunk: c, Ts: rd.stamps[k].ts, Attempt: rd.stamps[k].attempt}
+	}
+	return evs, rd.res.More, nil
+}
+
+// seqSegment returns the index of the segment the events with seq >= seq
+// are read from: the last one whose first output event is at most seq
+// (0 when none is). A segment whose first seq cannot be read counts as
+// later (the read starts earlier: never past the events wanted).
+func seqSegment(dir string, segs []seg, seq uint64) int {
+	i := sort.Search(len(segs), func(i int) bool {
+		first, ok := firstSeq(filepath.Join(dir, segName(segs[i].start)), segs[i].size)
+		return !ok || first > seq
+	})
+	return max(i-1, 0)
+}
+
+// firstSeq returns the seq of the first output frame of a segment file
+// (its first size bytes).
+func firstSeq(path string, size int64) (uint64, bool) {
+	f, err := openNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := scanner{r: bufio.NewReaderSize(io.LimitReader(f, size), 64<<10)}
+	for {
+		fr, err := sc.next()
+		if err != nil {
+			return 0, false
+		}
+		if fr.kind != kindSkip {
+			return fr.seq, true
+		}
+	}
+}
+
 // reading is one read's state.
 type reading struct {
 	limit, max int64
-	n          int64
-	res        Result
-	done       bool
+	// events: a read of whole output events with seq >= minSeq (at most
+	// maxEvents), not of output by offset (see Events).
+	events    bool
+	minSeq    uint64
+	maxEvents int
+	stamps    []stamp // (events: Chunks[i]'s)
+
+	n    int64
+	res  Result
+	done bool
+}
+
+// stamp is what an output event carried beside its chunk.
+type stamp struct {
+	ts      int64
+	attempt int
 }
 
 func read(dir string, segs []seg, queue []frame, cursor, limit, maxBytes int64) (Result, error) {
-	rd := &reading{limit: limit, max: maxBytes, res: Result{Next: cursor, Chunks: []protocol.Chunk{}}}
+	rd := &reading{limit: limit, max: maxBytes, res: Result{Next: cursor}}
 	if cursor >= limit {
-		return rd.res, nil
+		return Result{Next: cursor, Chunks: []protocol.Chunk{}}, nil
 	}
 	// From the last segment that starts at or before the cursor.
 	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].start > cursor })-1, 0)
-	for ; i < len(segs) && !rd.done && segs[i].start < limit; i++ {
+	if err := rd.run(dir, segs[i:], queue); err != nil {
+		return Result{}, err
+	}
+	return rd.res, nil
+}
+
+// run reads segs (up to the limit), then queue.
+func (rd *reading) run(dir string, segs []seg, queue []frame) error {
+	rd.res.Chunks = []protocol.Chunk{}
+	for i := 0; i < len(segs) && !rd.done && segs[i].start < rd.limit; i++ {
 		if err := rd.segment(filepath.Join(dir, segName(segs[i].start)), segs[i].size); err != nil {
-			return Result{}, err
+			return err
 		}
 	}
 	for q := range queue {
@@ -68,7 +154,7 @@ func read(dir string, segs []seg, queue []frame, cursor, limit, maxBytes int64) 
 		}
 		rd.take(&queue[q], false)
 	}
-	return rd.res, nil
+	return nil
 }
 
 // segment reads the frames of one segment file (its first size bytes).
@@ -97,6 +183,10 @@ func (rd *reading) segment(path string, size int64) error {
 
 // take adds what of fr lies past the read's position.
 func (rd *reading) take(fr *frame, copyData bool) {
+	if rd.events {
+		rd.takeEvent(fr, copyData)
+		return
+	}
 	res := &rd.res
 	pos := res.Next
 	if fr.end() <= pos {
@@ -144,6 +234,34 @@ func (rd *reading) take(fr *frame, copyData bool) {
 	if res.Next >= rd.limit {
 		rd.done = true
 	}
+}
+
+// takeEvent adds fr, when it is an output event of the read (see Events).
+func (rd *reading) takeEvent(fr *frame, copyData bool) {
+	res := &rd.res
+	if fr.end() <= res.Next {
+		return // (read already)
+	}
+	if fr.off >= rd.limit {
+		rd.done = true
+		return
+	}
+	if fr.kind == kindSkip || fr.seq < rd.minSeq {
+		res.Next = fr.end()
+		return
+	}
+	if len(res.Chunks) > 0 && (len(res.Chunks) >= rd.maxEvents || rd.n+int64(len(fr.data)) > rd.max) {
+		res.More, rd.done = true, true
+		return
+	}
+	d := fr.data
+	if copyData {
+		d = slices.Clone(d)
+	}
+	res.Chunks = append(res.Chunks, protocol.Chunk{Seq: fr.seq, Stream: streamOf(fr.kind), Offset: fr.off, Data: d})
+	rd.stamps = append(rd.stamps, stamp{ts: fr.ts, attempt: fr.attempt})
+	rd.n += int64(len(d))
+	res.Next = fr.end()
 }
 
 // Poll reads the output of job id, not in memory, from its files: as
@@ -195,16 +313,26 @@ func (s *Store) Poll(id string, cursor, maxBytes int64) (protocol.PollResult, er
 // readInfo returns the job's info as recorded, or what can be said
 // without it.
 func readInfo(dir, id string) protocol.JobInfo {
-	var info protocol.JobInfo
-	f, err := openNoFollow(filepath.Join(dir, infoFile), os.O_RDONLY, 0)
-	if err == nil {
-		data, rerr := io.ReadAll(io.LimitReader(f, 1<<20))
-		f.Close()
-		if rerr == nil && json.Unmarshal(data, &info) == nil && info.JobID == id {
-			info.Usage = nil
-			return info
-		}
+	if info, ok := recordedInfo(dir, id); ok {
+		return info
 	}
 	return protocol.JobInfo{JobID: id, State: protocol.StateExited,
 		Error: "not known to this supervisor: output read from its files, without a record of how the job ended"}
+}
+
+// recordedInfo returns the job's info as recorded in its directory
+// (false: none, or not the job's).
+func recordedInfo(dir, id string) (protocol.JobInfo, bool) {
+	var info protocol.JobInfo
+	f, err := openNoFollow(filepath.Join(dir, infoFile), os.O_RDONLY, 0)
+	if err != nil {
+		return info, false
+	}
+	data, rerr := io.ReadAll(io.LimitReader(f, 1<<20))
+	f.Close()
+	if rerr != nil || json.Unmarshal(data, &info) != nil || info.JobID != id {
+		return protocol.JobInfo{}, false
+	}
+	info.Usage = nil
+	return info, true
 }

@@ -7,7 +7,8 @@
 //
 // Writes never block the caller: a Writer queues frames and one
 // goroutine of its own (started on demand, owned by the Store) appends
-// them. A write that fails (a full disk) ends the job's disk output for
+// them, with one writev(2) per batch straight from the output's own
+// buffers (the engine never changes an event's data once made). A write that fails (a full disk) ends the job's disk output for
 // good (memory only from then on), reported through Config.OnError.
 //
 // The root is a 0700 directory of ours; a job's directory is named by

@@ -23,7 +23,10 @@ import (
 const (
 	highWater = 8 << 20
 	lowWater  = 2 << 20
-	batchMax  = 1 << 20 // bytes written per write(2)
+	// A batch (one writev(2)): at most batchMax bytes (more when one
+	// frame is larger), at most batchFrames frames.
+	batchMax    = 4 << 20
+	batchFrames = maxIovecs / 2
 )
 
 // infoFile holds the job's JobInfo as last recorded (JSON), for polls of
@@ -188,13 +191,14 @@ func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
 	return os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
 }
 
-// Append queues output of stream at offset off (seq: its event's).
+// Append queues output event c (its time ts, its service run attempt).
 // Bytes below what was already written (output a crashed supervisor
-// wrote before its successor published it again) are dropped. data must
-// not change afterwards. Nothing happens once the writer failed.
-func (w *Writer) Append(stream protocol.Stream, seq uint64, off int64, data []byte) {
+// wrote before its successor published it again) are dropped. c.Data
+// must not change afterwards. Nothing happens once the writer failed.
+func (w *Writer) Append(c protocol.Chunk, ts int64, attempt int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	data, off := c.Data, c.Offset
 	if w.err != nil || w.removed || len(data) == 0 {
 		return
 	}
@@ -204,7 +208,7 @@ func (w *Writer) Append(stream protocol.Stream, seq uint64, off int64, data []by
 	if off < w.end {
 		data, off = data[w.end-off:], w.end
 	}
-	w.pushLocked(frame{kind: kindOf(stream), seq: seq, off: off, data: data})
+	w.pushLocked(frame{kind: kindOf(c.Stream), seq: c.Seq, ts: ts, attempt: attempt, off: off, data: data})
 }
 
 // Skip records that the offsets from the end of the output to off never
@@ -361,7 +365,9 @@ func (w *Writer) fail(err error) {
 
 // run writes the queue until it is empty, then the info, then exits.
 func (w *Writer) run() {
-	buf := make([]byte, 0, batchMax+headerLen)
+	hdrs := make([]byte, batchFrames*headerLen)
+	var iovs [][]byte
+	var batch []frame
 	for {
 		w.mu.Lock()
 		if w.err != nil || w.removed || len(w.queue) == 0 {
@@ -391,25 +397,37 @@ func (w *Writer) run() {
 			return
 		}
 		// One batch: the frames that fit in the current segment (at least
-		// one), at most batchMax bytes.
+		// one), at most batchMax bytes, written as they are queued (their
+		// headers beside them) by one writev.
 		if err := w.prepareLocked(&w.queue[0]); err != nil {
 			w.mu.Unlock()
 			w.fail(err)
 			continue
 		}
 		f, room := w.f, w.s.cfg.SegmentBytes-w.segs[len(w.segs)-1].size
-		buf = buf[:0]
-		n := 0
-		for n < len(w.queue) {
-			fr := &w.queue[n]
-			if n > 0 && (int64(len(buf))+fr.size() > room || len(buf)+int(fr.size()) > batchMax) {
+		batch = batch[:0]
+		var size int64
+		for _, fr := range w.queue[:min(len(w.queue), batchFrames)] {
+			if len(batch) > 0 && (size+fr.size() > room || size+fr.size() > batchMax) {
 				break
 			}
-			buf = appendFrame(buf, fr)
-			n++
+			batch = append(batch, fr)
+			size += fr.size()
 		}
 		w.mu.Unlock()
-		_, err := f.Write(buf)
+		// (the frames' data never changes: read without the lock)
+		iovs = iovs[:0]
+		for n := range batch {
+			h := hdrs[n*headerLen : (n+1)*headerLen]
+			putHeader(h, &batch[n])
+			iovs = append(iovs, h)
+			if len(batch[n].data) > 0 {
+				iovs = append(iovs, batch[n].data)
+			}
+		}
+		_, err := writev(f, iovs)
+		clear(iovs) // (let the payloads go)
+		clear(batch)
 		w.mu.Lock()
 		if w.err != nil || w.removed {
 			w.mu.Unlock()
@@ -422,20 +440,16 @@ func (w *Writer) run() {
 			w.fail(fmt.Errorf("write output of %s: %w", w.id, err))
 			continue
 		}
-		w.segs[len(w.segs)-1].size += int64(len(buf))
-		w.total += int64(len(buf))
-		var written int64
-		for _, fr := range w.queue[:n] {
-			written += fr.size()
-		}
-		w.queue = slices.Delete(w.queue, 0, n)
+		w.segs[len(w.segs)-1].size += size
+		w.total += size
+		w.queue = slices.Delete(w.queue, 0, len(batch))
 		if len(w.queue) == 0 {
 			w.queue = nil // (let the payloads go)
 		}
-		w.queued -= written
+		w.queued -= size
 		room2 := w.queued < lowWater && w.clearBehindLocked()
 		w.mu.Unlock()
-		w.s.noteBytes(len(buf))
+		w.s.noteBytes(int(size))
 		if room2 && w.onRoom != nil {
 			w.onRoom()
 		}

@@ -123,6 +123,10 @@ func Interleave(b *testing.B, n, par int, runners ...func() error) []Result {
 	return res
 }
 
+// SelfCPU is this process's CPU time so far (all threads; not its
+// children's).
+func SelfCPU() time.Duration { return selfCPU() }
+
 // selfCPU is this process's CPU time so far (all threads).
 func selfCPU() time.Duration {
 	var ru syscall.Rusage

@@ -56,12 +56,19 @@ func (s *Server) outputDiskError(jobID string, err error) {
 }
 
 // pollFromDisk answers a poll of a job not in memory from its files
-// (nil result: it has none, and the original not-found stands).
+// (nil result: it has none, and the original not-found stands). The job
+// is named by its id, or else by its name (of the jobs on disk with that
+// name, the one that ended last).
 func (s *Server) pollFromDisk(a *protocol.PollArgs, notFound error) (any, error) {
 	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
 		return nil, notFound
 	}
 	res, err := s.out.Poll(a.JobID, a.Cursor, a.MaxBytes)
+	if errors.Is(err, outlog.ErrNoOutput) {
+		if id, ok := s.out.Named(a.JobID); ok {
+			res, err = s.out.Poll(id, a.Cursor, a.MaxBytes)
+		}
+	}
 	if errors.Is(err, outlog.ErrNoOutput) {
 		return nil, notFound
 	}

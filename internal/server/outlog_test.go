@@ -423,3 +423,58 @@ func TestOutputOnDiskRestoredJob(t *testing.T) {
 		t.Fatalf("restored job's output: lost %d, first %d, %d bytes of %d", lost, first, len(out), len(want))
 	}
 }
+
+// A job no longer in memory is polled from its files by its name too:
+// of the jobs on disk with that name, the one that ended last, also after
+// a restart; an id comes before a name; a name no job on disk has, or
+// that is not a name, is not-found.
+func TestOutputOnDiskPollByName(t *testing.T) {
+	cfg := diskConfig(t)
+	ts := startServer(t, cfg)
+	spawn := func(name, text string) string {
+		t.Helper()
+		info, fin, err := ts.client.SpawnWait(ctxT(t, 20*time.Second), protocol.SpawnArgs{
+			Name: name, Argv: []string{"echo", text}, Output: protocol.OutputDisk}, 15*time.Second)
+		if err != nil || !fin {
+			t.Fatalf("spawn %s: finished %v, %v", name, fin, err)
+		}
+		forgetBySpawning(t, ts.client, info.JobID)
+		return info.JobID
+	}
+	first := spawn("web", "first")
+	second := spawn("web", "second")
+	spawn("other", "other")
+	check := func(when string) {
+		t.Helper()
+		res, err := ts.client.Poll(ctxT(t, 10*time.Second), "web", 0, 0)
+		if err != nil || res.Job.JobID != second || res.Job.Name != "web" || len(res.Chunks) != 1 || string(res.Chunks[0].Data) != "second\n" {
+			t.Fatalf("%s: poll web: %+v, %v", when, res, err)
+		}
+		if res, err := ts.client.Poll(ctxT(t, 10*time.Second), first, 0, 0); err != nil || string(res.Chunks[0].Data) != "first\n" {
+			t.Fatalf("%s: poll of the first job by its id: %+v, %v", when, res, err)
+		}
+		for _, ref := range []string{"nosuch", "../web", "w*", "j-web", strings.Repeat("w", 100)} {
+			if _, err := ts.client.Poll(ctxT(t, 10*time.Second), ref, 0, 0); !errors.Is(err, protocol.ErrNotFound) {
+				t.Fatalf("%s: poll %.20q: %v, want not-found", when, ref, err)
+			}
+		}
+	}
+	check("forgotten")
+	// A job whose id is the name of another on disk: the id comes first.
+	info, fin, err := ts.client.SpawnWait(ctxT(t, 20*time.Second), protocol.SpawnArgs{
+		JobID: "other", Argv: []string{"echo", "by id"}, Output: protocol.OutputDisk}, 15*time.Second)
+	if err != nil || !fin {
+		t.Fatalf("spawn with id other: %v %v", fin, err)
+	}
+	forgetBySpawning(t, ts.client, info.JobID)
+	if res, err := ts.client.Poll(ctxT(t, 10*time.Second), "other", 0, 0); err != nil || string(res.Chunks[0].Data) != "by id\n" {
+		t.Fatalf("poll other: %+v, %v (want the job of that id)", res, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ts.Server.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts = startServer(t, cfg)
+	check("after a restart")
+}
