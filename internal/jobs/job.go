@@ -101,22 +101,25 @@ type Job struct {
 	// onDisk is set once a record of the job reached the journal (see
 	// Journaled; a restored job came from one): only then does a
 	// successor number past seqSnap and offSnap, and only then is output
-	// held at the reserve gate. gate, while output is held there, is
-	// closed when it may be read again (see awaitGate).
+	// held at the reserve gate.
 	onDisk bool
-	gate   chan struct{}
+	// gate, while output is held (see gatedLocked), is closed when it may
+	// be read again (see awaitGate).
+	gate chan struct{}
 	// heldJournal: output is held for the journal (gatedLocked), as
-	// reported (OutputHeld hook, outputHeld in status). pacers are the
-	// clients that pace the job's output (see Pace).
+	// reported (OutputHeld hook, outputHeld in status).
 	heldJournal bool
-	pacers      map[any]*pacer
+	// pacers are the clients that pace the job's output (see Pace).
+	pacers map[any]*pacer
 	// paceTimer, while output waits for a pacer, fires when the longest
 	// silent pacer has stalled (see paceStalled).
 	paceTimer *time.Timer
 	paceGen   uint64 // (which paceTimer a firing is of)
 	// unheldAt is when held output was last let go: the no-output
 	// watchdog counts from it too (a held job was not quiet).
-	unheldAt  time.Time
+	unheldAt time.Time
+	// overallT and idleT end the run at its overall and its no-output
+	// timeout (see start).
 	overallT  *time.Timer
 	idleT     *time.Timer
 	startedEv *protocol.Event
@@ -156,8 +159,9 @@ type Job struct {
 	lastSampled time.Time
 	lastUsage   protocol.Usage
 
-	// Service jobs (restart policy): svc decides restarts; attempt is the
-	// current run's number; runOffset the output offset where it began.
+	// Service jobs (restart policy): the Backoff decides restarts;
+	// attempt is the current run's number; runOffset the output offset
+	// where it began.
 	svc       *lifecycle.Backoff
 	attempt   int
 	restarts  int
@@ -176,7 +180,9 @@ type Job struct {
 	stopping     bool
 	watchdog     time.Duration
 	watchdogT    *time.Timer
-	limits       *protocol.LimitsInfo
+	// limits is what the current run's limits info reports (see
+	// recordLimits).
+	limits *protocol.LimitsInfo
 	// restartGen tells a restart timer of an earlier delay from the
 	// current one.
 	restartGen uint64
