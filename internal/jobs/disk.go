@@ -71,32 +71,32 @@ func (j *Job) diskRoom() {
 
 // diskBehindLocked says whether the job's output must wait for its
 // writer (see gatedLocked).
-func (j *Job) diskBehindLocked() bool { return j.disk != nil && j.disk.Behind() }
+func (j *Job) diskBehindLocked() bool { return j.out.disk != nil && j.out.disk.Behind() }
 
 // storeLocked retains c in the ring and hands it to the writer.
 func (j *Job) storeLocked(c chunk) {
-	j.out.add(c)
-	if j.disk != nil {
-		j.disk.Append(c.Chunk, c.ts, c.attempt)
+	j.out.ring.add(c)
+	if j.out.disk != nil {
+		j.out.disk.Append(c.Chunk, c.ts, c.attempt)
 	}
 }
 
 // skipOutputLocked moves the output's end to off without output (see
 // ring.skipTo), on disk too.
 func (j *Job) skipOutputLocked(off int64) {
-	j.out.skipTo(off)
-	if j.disk != nil {
-		j.disk.Skip(off)
+	j.out.ring.skipTo(off)
+	if j.out.disk != nil {
+		j.out.disk.Skip(off)
 	}
 }
 
 // diskInfoLocked fills the JobInfo fields of output on disk.
 func (j *Job) diskInfoLocked(info *protocol.JobInfo) {
-	if j.disk == nil {
-		info.OutputDiskError = j.diskErr
+	if j.out.disk == nil {
+		info.OutputDiskError = j.out.diskErr
 		return
 	}
-	if err := j.disk.Err(); err != nil {
+	if err := j.out.disk.Err(); err != nil {
 		info.OutputDiskError = err.Error()
 		return
 	}
@@ -105,8 +105,8 @@ func (j *Job) diskInfoLocked(info *protocol.JobInfo) {
 
 // diskFinishedLocked records the job's end with its files.
 func (j *Job) diskFinishedLocked() {
-	if j.disk != nil {
-		j.disk.Finish(j.infoLocked())
+	if j.out.disk != nil {
+		j.out.disk.Finish(j.infoLocked())
 	}
 }
 
@@ -137,12 +137,12 @@ func (j *Job) pollDisk(w *outlog.Writer, cursor, from, maxBytes int64, info prot
 // reply must end after them (more), and the next subscribe reads on
 // from the files. j.mu is held, and released while the files are read.
 func (j *Job) diskEventsLocked(from uint64, limit int) (evs []protocol.Event, cut bool) {
-	w := j.disk
-	ringFrom := j.out.from()
+	w := j.out.disk
+	ringFrom := j.out.ring.from()
 	if w == nil || ringFrom == 0 {
 		return nil, false
 	}
-	if first := j.out.firstSeq(); first != 0 && from >= first {
+	if first := j.out.ring.firstSeq(); first != 0 && from >= first {
 		return nil, false
 	}
 	j.mu.Unlock()
@@ -157,5 +157,5 @@ func (j *Job) diskEventsLocked(from uint64, limit int) (evs []protocol.Event, cu
 		evs[i] = protocol.NewOutputEvent(j.id, e.Seq, e.Ts, e.Stream.Kind(), e.Offset, e.Data)
 		evs[i].Attempt = e.Attempt
 	}
-	return evs, more || j.out.from() > ringFrom
+	return evs, more || j.out.ring.from() > ringFrom
 }

@@ -10,17 +10,17 @@ import (
 // cgroupPath is the current run's cgroup while it runs (a finished run's
 // cgroup may already serve another job).
 func (j *Job) cgroupPath() string {
-	if j.cg == nil || j.life.State == Exited || j.life.State == Restarting {
+	if j.run.cg == nil || j.life.State == Exited || j.life.State == Restarting {
 		return ""
 	}
-	return j.cg.Path
+	return j.run.cg.Path
 }
 
 func (j *Job) ownership() string {
 	switch {
-	case j.pid == 0:
+	case j.run.pid == 0:
 		return ""
-	case j.cg != nil:
+	case j.run.cg != nil:
 		return "cgroup"
 	}
 	return "pgid"
@@ -31,7 +31,7 @@ func (j *Job) ownership() string {
 // with it, but a program doing this is worth knowing about.
 func (j *Job) detectEscapes(runDone <-chan struct{}) {
 	j.mu.Lock()
-	cg, pgid, isPTY := j.cg, j.pgid, j.isPTY
+	cg, pgid, isPTY := j.run.cg, j.run.pgid, j.in.isPTY
 	gone := over(runDone)
 	j.mu.Unlock()
 	if cg == nil || gone {
@@ -55,8 +55,8 @@ func (j *Job) detectEscapes(runDone <-chan struct{}) {
 		j.mu.Unlock()
 		return
 	}
-	first := !j.escaped
-	j.escaped = true
+	first := !j.run.escaped
+	j.run.escaped = true
 	if first && j.life.State != Exited {
 		j.keepExtraLocked(j.emitLocked(protocol.KindOwnershipEscape, protocol.OwnershipEscapePayload{Pids: escaped}))
 	}

@@ -16,49 +16,49 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	j.closeStdin() // (a write in progress fails at once)
 	j.mu.Lock()
 	j.flushInOrderLocked(0) // (both, oldest first)
-	for i := range j.pending {
+	for i := range j.out.pending {
 		j.flushLocked(i)
-		if b := j.pending[i]; b != nil { // the readers are gone: reuse it
+		if b := j.out.pending[i]; b != nil { // the readers are gone: reuse it
 			j.m.putOutBuf(b)
-			j.pending[i] = nil
+			j.out.pending[i] = nil
 		}
 	}
-	for _, t := range []*time.Timer{j.overallT, j.idleT, j.watchdogT} {
+	for _, t := range []*time.Timer{j.run.overallT, j.run.idleT, j.notify.watchdogT} {
 		if t != nil {
 			t.Stop()
 		}
 	}
-	j.overallT, j.idleT, j.watchdogT = nil, nil, nil
+	j.run.overallT, j.run.idleT, j.notify.watchdogT = nil, nil, nil
 	j.exitCode, j.signal = exitOf(ws)
 	reason := lifecycle.RunReason(j.life, ws.Signaled(), false)
 	j.endedAt = j.m.now()
 	close(j.runDone)
-	sock := j.notifySock
-	j.notifySock = nil
+	sock := j.notify.sock
+	j.notify.sock = nil
 	var attrs []any
 	logInfo := j.m.logInfo()
-	if logInfo || j.svc != nil {
-		attrs = []any{"job", j.id, "pid", j.pid, "reason", string(reason), "signal", j.signal,
-			"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.streamN[0], "stderrBytes", j.streamN[1]}
+	if logInfo || j.svc.backoff != nil {
+		attrs = []any{"job", j.id, "pid", j.run.pid, "reason", string(reason), "signal", j.signal,
+			"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.out.streamN[0], "stderrBytes", j.out.streamN[1]}
 		if j.exitCode != nil {
 			attrs = append(attrs, "exitCode", *j.exitCode)
 		}
 	}
 	var v lifecycle.Verdict
 	var end runEnd
-	if j.svc != nil {
-		attrs = append(attrs, "attempt", j.attempt)
+	if j.svc.backoff != nil {
+		attrs = append(attrs, "attempt", j.svc.attempt)
 		v, end = j.verdictLocked(reason)
 	}
 	if j.endRunLocked(j.stepLocked(lifecycle.RunEnded{Signaled: ws.Signaled(), Verdict: v}), end) {
-		delay := j.restartAt.Sub(j.m.now()).Round(time.Millisecond)
+		delay := j.svc.restartAt.Sub(j.m.now()).Round(time.Millisecond)
 		j.mu.Unlock()
 		j.m.log.Warn("service run ended; restarting", append(attrs, "delay", delay)...)
 		return sock
 	}
 	final := j.life.Reason
 	j.mu.Unlock()
-	if j.svc != nil {
+	if j.svc.backoff != nil {
 		attrs = append(attrs, "finalReason", string(final))
 	}
 	if logInfo {
@@ -71,8 +71,8 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 // (outside j.mu: a write in progress fails at once).
 func (j *Job) closeStdin() {
 	j.mu.Lock()
-	stdin := j.stdin
-	j.stdin = nil
+	stdin := j.in.stdin
+	j.in.stdin = nil
 	j.mu.Unlock()
 	if stdin != nil {
 		stdin.Close()
@@ -82,12 +82,12 @@ func (j *Job) closeStdin() {
 // finishLocked finalizes the job: state Exited, the terminal event, done
 // closed. For a service the reason is the one that ended supervision.
 func (j *Job) finishLocked() {
-	if j.svc != nil && j.life.EndReason != "" {
+	if j.svc.backoff != nil && j.life.EndReason != "" {
 		j.life.Reason = j.life.EndReason
 	}
-	if t := j.restartT; t != nil {
+	if t := j.svc.restartT; t != nil {
 		t.Stop()
-		j.restartT = nil
+		j.svc.restartT = nil
 	}
 	if j.life.State != Exited { // (the lifecycle core moved it there)
 		j.m.log.Error("finalize a job the lifecycle has not ended", "job", j.id, "state", j.life.State.String())
@@ -123,8 +123,8 @@ func (j *Job) finishLocked() {
 // withEndLocked fills in p the job's output end, byte counts and times as
 // of its end (what a terminal event carries of its final info).
 func (j *Job) withEndLocked(p protocol.ExitPayload) protocol.ExitPayload {
-	p.OutputEnd, p.EndedAt, p.LastOutputAt = j.offset, ms(j.endedAt), ms(j.lastOutputAt)
-	p.StdoutBytes, p.StderrBytes = j.streamN[0], j.streamN[1]
+	p.OutputEnd, p.EndedAt, p.LastOutputAt = j.out.offset, ms(j.endedAt), ms(j.lastOutputAt)
+	p.StdoutBytes, p.StderrBytes = j.out.streamN[0], j.out.streamN[1]
 	return p
 }
 

@@ -4,6 +4,43 @@ import (
 	"time"
 )
 
+// jobJournal is what the journal holds of a job, and the reserve of
+// seqs and offsets that follows from it (see seqReserve): the job's
+// output is held once it nears the end of that reserve (see
+// journalHeldLocked). Guarded by Job.mu; set by Journaled.
+type jobJournal struct {
+	// seqSnap is the job's last seq in the journal as last written (its
+	// record reserves seqs up to seqSnap+seqReserve; see Journaled), and
+	// offSnap its output end (offsets up to offSnap+offsetReserve);
+	// reserveAsked is set once a new write was asked for.
+	seqSnap      uint64
+	offSnap      int64
+	reserveAsked bool
+
+	// onDisk is set once a record of the job reached the journal (see
+	// Journaled; a restored job came from one): only then does a
+	// successor number past seqSnap and offSnap, and only then is output
+	// held at the reserve gate.
+	onDisk bool
+}
+
+// jobHold is the gate at which a job's output waits while it must not
+// be read (for the journal, a pacer or the disk writer: see
+// gatedLocked). Guarded by Job.mu.
+type jobHold struct {
+	// gate, while output is held (see gatedLocked), is closed when it may
+	// be read again (see awaitGate).
+	gate chan struct{}
+
+	// forJournal: output is held for the journal (gatedLocked), as
+	// reported (OutputHeld hook, outputHeld in status).
+	forJournal bool
+
+	// unheldAt is when held output was last let go: the no-output
+	// watchdog counts from it too (a held job was not quiet).
+	unheldAt time.Time
+}
+
 // gateSeq and gateOff are where the reserve gate closes: three quarters
 // of a reserve used since the last journal write that landed. A write
 // was asked for at a quarter; a healthy journal lands it within a
@@ -32,7 +69,7 @@ func (j *Job) gatedLocked() bool {
 // full pipe or terminal, as under any slow reader, and nothing is lost.
 // Reading goes on when a journal write lands (Journaled).
 func (j *Job) journalHeldLocked() bool {
-	return j.onDisk && (j.seq >= j.seqSnap+gateSeq || j.offset >= j.offSnap+gateOff)
+	return j.journal.onDisk && (j.out.seq >= j.journal.seqSnap+gateSeq || j.out.offset >= j.journal.offSnap+gateOff)
 }
 
 // gated is gatedLocked for a caller without the lock.
@@ -55,12 +92,12 @@ func (j *Job) awaitGate() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for j.gatedLocked() {
-		if j.gate == nil {
-			j.gate = make(chan struct{})
+		if j.hold.gate == nil {
+			j.hold.gate = make(chan struct{})
 		}
 		j.noteHeldLocked()
 		j.armPaceStallLocked()
-		g := j.gate
+		g := j.hold.gate
 		j.mu.Unlock()
 		<-g
 		j.mu.Lock()
@@ -70,7 +107,7 @@ func (j *Job) awaitGate() {
 // openGateLocked lets held output be read again once it may be (and
 // otherwise keeps what is reported of why it is held right).
 func (j *Job) openGateLocked() {
-	if j.gate == nil {
+	if j.hold.gate == nil {
 		return
 	}
 	if j.gatedLocked() {
@@ -78,32 +115,32 @@ func (j *Job) openGateLocked() {
 		j.armPaceStallLocked() // (a pacer may hold it now: it did not when the gate closed)
 		return
 	}
-	close(j.gate)
-	j.gate = nil
-	if j.paceTimer != nil {
-		j.paceTimer.Stop()
-		j.paceTimer = nil
+	close(j.hold.gate)
+	j.hold.gate = nil
+	if j.pace.timer != nil {
+		j.pace.timer.Stop()
+		j.pace.timer = nil
 	}
-	for _, p := range j.pacers {
+	for _, p := range j.pace.pacers {
 		p.holdingSince = time.Time{} // (nobody holds an open gate: a service's next run starts the clock afresh)
 	}
-	j.unheldAt = j.m.now()
+	j.hold.unheldAt = j.m.now()
 	j.noteHeldLocked()
 }
 
 // noteHeldLocked reports (log, OutputHeld hook, status) whether held
 // output is held for the journal, when that changed.
 func (j *Job) noteHeldLocked() {
-	held := j.gate != nil && j.journalHeldLocked()
-	if held == j.heldJournal {
+	held := j.hold.gate != nil && j.journalHeldLocked()
+	if held == j.hold.forJournal {
 		return
 	}
-	j.heldJournal = held
+	j.hold.forJournal = held
 	if held {
 		j.m.log.Warn("job output held: the journal has not been written for too long (disk full?); the job blocks on its output until a write lands",
-			"job", j.id, "seq", j.seq, "journaledSeq", j.seqSnap, "outputEnd", j.offset, "journaledOutputEnd", j.offSnap)
+			"job", j.id, "seq", j.out.seq, "journaledSeq", j.journal.seqSnap, "outputEnd", j.out.offset, "journaledOutputEnd", j.journal.offSnap)
 	} else {
-		j.m.log.Info("job output read again", "job", j.id, "journaledSeq", j.seqSnap, "leaderExited", j.life.LeaderExited)
+		j.m.log.Info("job output read again", "job", j.id, "journaledSeq", j.journal.seqSnap, "leaderExited", j.life.LeaderExited)
 	}
 	if h := j.m.hooks.OutputHeld; h != nil {
 		h(held)
@@ -112,15 +149,15 @@ func (j *Job) noteHeldLocked() {
 
 // nextSeqLocked numbers the job's next event.
 func (j *Job) nextSeqLocked() {
-	j.seq++
+	j.out.seq++
 	j.checkReserveLocked()
 }
 
 // checkReserveLocked asks for a journal write when a quarter of the seq
 // or offset reserve is used.
 func (j *Job) checkReserveLocked() {
-	if !j.reserveAsked && (j.seq >= j.seqSnap+seqReserve/4 || j.offset >= j.offSnap+offsetReserve/4) {
-		j.reserveAsked = true
+	if !j.journal.reserveAsked && (j.out.seq >= j.journal.seqSnap+seqReserve/4 || j.out.offset >= j.journal.offSnap+offsetReserve/4) {
+		j.journal.reserveAsked = true
 		if h := j.m.hooks.Changed; h != nil {
 			h() // (never blocks)
 		}

@@ -88,11 +88,11 @@ func TestOutputHeldAtReserveGate(t *testing.T) {
 				j.mu.Lock()
 				defer j.mu.Unlock()
 				if tc.offsets {
-					j.offSnap = j.offset + 1000 - gateOff
-					limitOff = j.offSnap + gateOff
+					j.journal.offSnap = j.out.offset + 1000 - gateOff
+					limitOff = j.journal.offSnap + gateOff
 				} else {
-					j.seq = j.seqSnap + gateSeq - 5
-					limitSeq = j.seqSnap + gateSeq
+					j.out.seq = j.journal.seqSnap + gateSeq - 5
+					limitSeq = j.journal.seqSnap + gateSeq
 				}
 			}
 			useReserve()
@@ -157,8 +157,8 @@ func TestNoGateWithoutJournal(t *testing.T) {
 	defer func() { _, _ = j.Kill(protocol.ReasonManualCancel, SigKill); <-j.Done() }()
 	waitFor(t, func() bool { return j.Info().OutputEnd > 0 })
 	j.mu.Lock()
-	from := j.seq + gateSeq
-	j.seq = from
+	from := j.out.seq + gateSeq
+	j.out.seq = from
 	j.mu.Unlock()
 	waitFor(t, func() bool { return j.Info().LastSeq > from+100 })
 	if j.Info().OutputHeld {
@@ -308,7 +308,7 @@ func TestPaceReasonsAndRefusals(t *testing.T) {
 	// The journal falls behind too (as if written long ago).
 	journalAll(m)
 	j.mu.Lock()
-	j.seq = j.seqSnap + gateSeq
+	j.out.seq = j.journal.seqSnap + gateSeq
 	j.openGateLocked() // (what any later change of the gate does)
 	j.mu.Unlock()
 	if i := j.Info(); !i.OutputHeld || !i.OutputPaced {
@@ -329,12 +329,12 @@ func TestPaceReasonsAndRefusals(t *testing.T) {
 	for i := range 1000 {
 		r.add(chunk{Chunk: protocol.Chunk{Seq: uint64(i + 1), Offset: int64(i), Data: []byte{'x'}}})
 	}
-	small := &Job{m: m, out: r}
+	small := &Job{m: m, out: jobOutput{ring: r}}
 	if w := small.paceWindowLocked(); w > m.PaceWindow()/129+1 || w < minPaceWindow {
 		t.Fatalf("window with 1-byte events: %d, want about %d", w, m.PaceWindow()/129)
 	}
-	big := &Job{m: m, out: newRing(2 << 20)}
-	big.out.add(chunk{Chunk: protocol.Chunk{Seq: 1, Data: make([]byte, 64<<10)}})
+	big := &Job{m: m, out: jobOutput{ring: newRing(2 << 20)}}
+	big.out.ring.add(chunk{Chunk: protocol.Chunk{Seq: 1, Data: make([]byte, 64<<10)}})
 	if w := big.paceWindowLocked(); w < m.PaceWindow()*99/100 {
 		t.Fatalf("window with 64 KiB events: %d, want about %d", w, m.PaceWindow())
 	}
@@ -449,7 +449,7 @@ func TestPaceStallWhileJournalHeld(t *testing.T) {
 	waitFor(t, func() bool { return j.Info().OutputEnd > 3*m.PaceWindow() }) // (a pacer at 0 will hold it)
 	journalAll(m)
 	j.mu.Lock()
-	j.seq = j.seqSnap + gateSeq // (the journal fell behind)
+	j.out.seq = j.journal.seqSnap + gateSeq // (the journal fell behind)
 	j.mu.Unlock()
 	waitFor(t, func() bool { return j.Info().OutputHeld })
 	blockedWriting(t, info.Pid)

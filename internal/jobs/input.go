@@ -11,6 +11,35 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// jobInput is a job's input side: its stdin pipe or its terminal, and
+// what is known of the terminal (size, bracketed paste, the unfinished
+// line). Guarded by Job.mu, except wsem (a semaphore made with the job)
+// and termLine (under wsem); isPTY is set before the run's readers
+// start, and they read it without the lock.
+type jobInput struct {
+	// isPTY jobs run in their own session on a terminal: ptmx is its
+	// master side (read for output, written for input). Pipe jobs spawned
+	// with stdin have stdin, the write end of their stdin pipe.
+	isPTY      bool
+	ptmx       *os.File
+	stdin      *os.File
+	rows, cols uint16
+	bracketed  bool
+
+	// bpEdge holds the last bytes of the terminal's output (bpEdgeN of
+	// them), for trackBracketedPasteLocked.
+	bpEdge  [bpEdgeLen]byte
+	bpEdgeN int
+
+	// wsem serializes writes to the job's input (a semaphore, so that
+	// waiting for it counts against the write's time bound).
+	wsem chan struct{}
+
+	// termLine is what the writes to a PTY job's terminal left of an
+	// unfinished line (under wsem: see WriteInput).
+	termLine int
+}
+
 // Write sends data to the job's stdin pipe or terminal, then (eof) closes
 // stdin or sends the terminal's EOF character. A program that does not
 // read gets WriteTimeout: the bytes written so far are reported.
@@ -29,16 +58,16 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	deadline := time.Now().Add(writeTimeout)
 	wait := time.NewTimer(writeTimeout)
 	select {
-	case j.wsem <- struct{}{}:
+	case j.in.wsem <- struct{}{}:
 		wait.Stop()
 	case <-wait.C:
 		return 0, errorf(ErrNoInput, "job %s is not reading its input: an earlier write to it was still waiting after %v (nothing of this one was written)", j.id, writeTimeout)
 	}
-	defer func() { <-j.wsem }()
+	defer func() { <-j.in.wsem }()
 	j.mu.Lock()
-	state, f, isPTY := j.life.State, j.stdin, j.isPTY
+	state, f, isPTY := j.life.State, j.in.stdin, j.in.isPTY
 	if isPTY {
-		f = j.ptmx
+		f = j.in.ptmx
 	}
 	j.mu.Unlock()
 	if state == Exited {
@@ -59,7 +88,7 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	line := 0 // the terminal's unfinished line after data (as far as writes tell)
 	if isPTY {
 		var n int
-		n, line = longestLine(j.termLine, data)
+		n, line = longestLine(j.in.termLine, data)
 		if lineMode && !typed && n > maxTermLine {
 			// The terminal's line discipline keeps 4095 bytes of a line
 			// and drops the rest: the program would get another line
@@ -71,27 +100,27 @@ func (j *Job) WriteInput(data []byte, eof, typed bool) (int, error) {
 	_ = f.SetWriteDeadline(deadline)
 	n, err := f.Write(data)
 	if isPTY {
-		j.termLine = line
+		j.in.termLine = line
 		if n < len(data) {
-			j.termLine = 0 // (unknown: do not refuse on a guess)
+			j.in.termLine = 0 // (unknown: do not refuse on a guess)
 		}
 	}
 	if err == nil && eof {
 		if isPTY {
 			eofs := []byte{4} // VEOF, Ctrl-D
-			if lineMode && j.termLine > 0 {
+			if lineMode && j.in.termLine > 0 {
 				// (in line mode the first one only hands over the
 				// unfinished line; the second is the end of input)
 				eofs = []byte{4, 4}
 			}
-			j.termLine = 0
+			j.in.termLine = 0
 			_, err = f.Write(eofs)
 		} else {
 			if err = f.Close(); errors.Is(err, os.ErrClosed) {
 				err = nil // (the job ended meanwhile, and its stdin was closed for it)
 			}
 			j.mu.Lock()
-			j.stdin = nil
+			j.in.stdin = nil
 			j.mu.Unlock()
 		}
 	}
@@ -166,22 +195,22 @@ const writeTimeout = 2 * time.Second
 func (j *Job) Resize(rows, cols uint16) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if !j.isPTY {
+	if !j.in.isPTY {
 		return errorf(ErrNoInput, "job %s has no terminal (spawn it with pty)", j.id)
 	}
 	switch {
 	case j.life.State == Exited:
 		return errorf(ErrFinished, "job %s has exited", j.id)
-	case j.life.State == Starting || j.life.State == Restarting || j.ptmx == nil:
+	case j.life.State == Starting || j.life.State == Restarting || j.in.ptmx == nil:
 		return errorf(ErrNotRunning, "job %s has no running process right now (%s)", j.id, j.life.State)
 	}
-	if err := setWinsize(j.ptmx, rows, cols); err != nil {
+	if err := setWinsize(j.in.ptmx, rows, cols); err != nil {
 		if inputGone(err) {
 			return errorf(ErrNotRunning, "job %s's terminal is closing (its run is ending): %v", j.id, err)
 		}
 		return fmt.Errorf("resize job %s: %w", j.id, err)
 	}
-	j.rows, j.cols = rows, cols
+	j.in.rows, j.in.cols = rows, cols
 	return nil
 }
 
@@ -197,18 +226,18 @@ const bpEdgeLen = 7
 // reads included (it was missed).
 func (j *Job) trackBracketedPasteLocked(p []byte) {
 	var edge [2 * bpEdgeLen]byte
-	e := append(append(edge[:0], j.bpEdge[:j.bpEdgeN]...), p[:min(len(p), bpEdgeLen)]...)
+	e := append(append(edge[:0], j.in.bpEdge[:j.in.bpEdgeN]...), p[:min(len(p), bpEdgeLen)]...)
 	// (a sequence across the edge comes before any wholly in p)
 	if on, off := bytes.LastIndex(e, bpOn), bytes.LastIndex(e, bpOff); on >= 0 || off >= 0 {
-		j.bracketed = on > off
+		j.in.bracketed = on > off
 	}
 	if on, off := bytes.LastIndex(p, bpOn), bytes.LastIndex(p, bpOff); on >= 0 || off >= 0 {
-		j.bracketed = on > off
+		j.in.bracketed = on > off
 	}
 	if len(p) >= bpEdgeLen {
-		j.bpEdgeN = copy(j.bpEdge[:], p[len(p)-bpEdgeLen:])
+		j.in.bpEdgeN = copy(j.in.bpEdge[:], p[len(p)-bpEdgeLen:])
 	} else {
-		all := append(append(edge[:0], j.bpEdge[:j.bpEdgeN]...), p...)
-		j.bpEdgeN = copy(j.bpEdge[:], all[max(len(all)-bpEdgeLen, 0):])
+		all := append(append(edge[:0], j.in.bpEdge[:j.in.bpEdgeN]...), p...)
+		j.in.bpEdgeN = copy(j.in.bpEdge[:], all[max(len(all)-bpEdgeLen, 0):])
 	}
 }

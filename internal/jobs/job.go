@@ -1,16 +1,11 @@
 package jobs
 
 import (
-	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
-	"github.com/exec-supervisor/exec-supervisor/internal/notify"
-	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -32,10 +27,6 @@ type Job struct {
 
 	timeout, noOutput, grace time.Duration
 
-	// slot: the job holds one of the MaxJobs slots (under m.mu): from its
-	// start (or a queued job's turn) to its end.
-	slot bool
-
 	mu sync.Mutex
 	// done is closed once the job is finalized (replaced when a finished
 	// service is started again); runDone when the current run ended.
@@ -46,10 +37,7 @@ type Job struct {
 	runStarted chan struct{}
 	// life is the job's lifecycle state: it moves only through stepLocked
 	// (lifecycle.Step).
-	life       lifecycle.Life
-	proc       *child
-	pid, pgid  int
-	startTicks uint64
+	life lifecycle.Life
 
 	createdAt, startedAt, endedAt, lastOutputAt time.Time
 	updatedAt                                   time.Time // last state change
@@ -58,150 +46,28 @@ type Job struct {
 	signal   string
 	errMsg   string
 
-	// killDeadline is when SIGKILL follows the first kill.
-	killDeadline time.Time
-	killNow      chan struct{} // closed to escalate to SIGKILL at once
-	// termLine is what the writes to a PTY job's terminal left of an
-	// unfinished line (under wsem: see WriteInput).
-	termLine int
-	// svcFinN is a finished service's place in the order services
-	// finished (0 while it is supervised: see Manager.finSvcs).
-	svcFinN atomic.Uint64
-	// leaderWS is how a one-shot job's leader ended, while the rest of
-	// its group is terminated (journaled: see Snapshot.LeaderExit).
-	leaderWS *syscall.WaitStatus
-
-	seq uint64
-	out *ring
-	// disk writes the job's output to its files (nil: memory only; set
-	// before the job is visible, never changed); diskErr is why it could
-	// not be opened.
-	disk    *outlog.Writer
-	diskErr string
-	offset  int64 // combined output offset of the next byte
-	streamN [2]int64
-	pending [2][]byte
-	flushT  [2]*time.Timer
-	// flushedAt is when each stream's output last became an event (zero:
-	// never): output read a whole merge window after it goes out at once
-	// (see mergeLocked).
-	flushedAt [2]time.Time
-	// pendingSince orders the streams' pending output by when its first
-	// byte was read (from pendingN): flushes go oldest first, so that the
-	// output's order across streams is the order it was read in.
-	pendingSince [2]uint64
-	pendingN     uint64
-	// seqSnap is the job's last seq in the journal as last written (its
-	// record reserves seqs up to seqSnap+seqReserve; see Journaled), and
-	// offSnap its output end (offsets up to offSnap+offsetReserve);
-	// reserveAsked is set once a new write was asked for.
-	seqSnap      uint64
-	offSnap      int64
-	reserveAsked bool
-	// onDisk is set once a record of the job reached the journal (see
-	// Journaled; a restored job came from one): only then does a
-	// successor number past seqSnap and offSnap, and only then is output
-	// held at the reserve gate.
-	onDisk bool
-	// gate, while output is held (see gatedLocked), is closed when it may
-	// be read again (see awaitGate).
-	gate chan struct{}
-	// heldJournal: output is held for the journal (gatedLocked), as
-	// reported (OutputHeld hook, outputHeld in status).
-	heldJournal bool
-	// pacers are the clients that pace the job's output (see Pace).
-	pacers map[any]*pacer
-	// paceTimer, while output waits for a pacer, fires when the longest
-	// silent pacer has stalled (see paceStalled).
-	paceTimer *time.Timer
-	paceGen   uint64 // (which paceTimer a firing is of)
-	// unheldAt is when held output was last let go: the no-output
-	// watchdog counts from it too (a held job was not quiet).
-	unheldAt time.Time
-	// overallT and idleT end the run at its overall and its no-output
-	// timeout (see start).
-	overallT  *time.Timer
-	idleT     *time.Timer
 	startedEv *protocol.Event
 	exitEv    *protocol.Event
 
-	// readersLeft counts the run's output readers still reading; the last
-	// one closes readersDone.
-	readersLeft atomic.Int32
-	readersDone chan struct{}
-	rfiles      []*os.File
-
-	// isPTY jobs run in their own session on a terminal: ptmx is its
-	// master side (read for output, written for input). Pipe jobs spawned
-	// with stdin have stdin, the write end of their stdin pipe.
-	isPTY      bool
-	ptmx       *os.File
-	stdin      *os.File
-	rows, cols uint16
-	bracketed  bool
-	// bpEdge holds the last bytes of the terminal's output (bpEdgeN of
-	// them), for trackBracketedPasteLocked.
-	bpEdge  [bpEdgeLen]byte
-	bpEdgeN int
-	// wsem serializes writes to the job's input (a semaphore, so that
-	// waiting for it counts against the write's time bound).
-	wsem chan struct{}
-
-	// cg is the job's cgroup (nil without cgroup support).
-	cg      *cgroups.Cgroup
-	escaped bool // an ownership escape was reported
 	// extraEvs are retained events other than started, output and exit.
 	extraEvs []protocol.Event
 
-	// lastCPU and lastSampled are the previous resource sample (for CPU%),
-	// lastUsage what it answered (reused while fresh: see usageFresh).
-	lastCPU     float64
-	lastSampled time.Time
-	lastUsage   protocol.Usage
-
-	// Service jobs (restart policy): the Backoff decides restarts;
-	// attempt is the current run's number; runOffset the output offset
-	// where it began.
-	svc       *lifecycle.Backoff
-	attempt   int
-	restarts  int
-	restartT  *time.Timer
-	restartAt time.Time
-	runOffset int64
-	// restartReq: the run is being ended by the restart op.
-	restartReq bool
-	history    []protocol.RunRecord
-
-	// Notify jobs: the run's notify socket and what it was told.
-	notifySock   *notify.Socket
-	ready        bool
-	notifyStatus string
-	lastWatchdog time.Time
-	stopping     bool
-	watchdog     time.Duration
-	watchdogT    *time.Timer
-	// limits is what the current run's limits info reports (see
-	// recordLimits).
-	limits *protocol.LimitsInfo
-	// restartGen tells a restart timer of an earlier delay from the
-	// current one.
-	restartGen uint64
-	// finN is the job's place in the order jobs finished (guarded by the
-	// Manager's mu; 0 until counted).
-	finN uint64
-	// createN is its place in the order jobs were created (or restored):
-	// set before the job is visible, never changed.
-	createN uint64
-	// nameSt is its hold on its name (guarded by the Manager's mu; see
-	// names.go).
-	nameSt nameState
-	// finBytes is what it retained when it finished, charged to
-	// MaxFinishedOutput (Manager.recentBytes): its output and what it
-	// keeps of its spec (see finishedCostLocked).
-	finBytes int64
 	// afterDone are the AfterDone functions still to run (by id).
 	afterDone  map[uint64]func(protocol.JobInfo)
 	afterDoneN uint64
+
+	// The job's parts: each part's type, declared in the file that owns
+	// it, says what guards it.
+	out     jobOutput  // its event and output stream (output.go)
+	journal jobJournal // what the journal holds of it (gate.go)
+	hold    jobHold    // where its output waits while it must not be read (gate.go)
+	pace    jobPacing  // the clients pacing its output (pace.go)
+	in      jobInput   // its stdin pipe or terminal (input.go)
+	run     jobRun     // the current run's process and what watches it (run.go)
+	svc     jobService // a service's restart policy and runs (service.go)
+	notify  jobNotify  // what a notify job's run was told (service.go)
+	usage   jobUsage   // its last resource sample (usage.go)
+	acct    jobAccount // the Manager's account of it, under the Manager's mu (manager.go)
 }
 
 // Reason is a termination reason (an alias of the wire type).
@@ -215,19 +81,23 @@ func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 	args.JobID = "" // (the id is the job's, not part of its spec)
 	j := &Job{
 		m: m, id: id, spec: args,
-		done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
+		done:    make(chan struct{}),
 		runDone: make(chan struct{}), runStarted: make(chan struct{}),
-		createdAt: m.now(), out: newRing(m.cfg.RingBytes), attempt: 1,
+		createdAt: m.now(),
+		run:       jobRun{killNow: make(chan struct{})},
+		in:        jobInput{wsem: make(chan struct{}, 1)},
+		out:       jobOutput{ring: newRing(m.cfg.RingBytes)},
+		svc:       jobService{attempt: 1},
 	}
 	if args.Restart.Enabled() {
 		// A service runs until stopped: no overall timeout unless asked
 		// for (then it bounds each run).
-		j.svc = lifecycle.NewBackoff(*args.Restart)
+		j.svc.backoff = lifecycle.NewBackoff(*args.Restart)
 		j.life.Service = true
 	} else {
 		j.timeout = m.cfg.DefaultTimeout
 	}
-	j.watchdog = time.Duration(args.WatchdogIntervalMs) * time.Millisecond
+	j.notify.watchdog = time.Duration(args.WatchdogIntervalMs) * time.Millisecond
 	if args.TimeoutMs > 0 {
 		j.timeout = time.Duration(args.TimeoutMs) * time.Millisecond
 	}
@@ -315,7 +185,7 @@ func ms(t time.Time) int64 {
 // emitLocked numbers and publishes an event. j.mu must be held.
 func (j *Job) emitLocked(kind protocol.Kind, payload any) protocol.Event {
 	j.nextSeqLocked()
-	ev, err := protocol.NewEvent(j.id, j.seq, ms(j.m.now()), kind, payload)
+	ev, err := protocol.NewEvent(j.id, j.out.seq, ms(j.m.now()), kind, payload)
 	if err != nil {
 		// Payloads are our own plain structs; this cannot happen.
 		j.m.log.Error("encode event", "job", j.id, "kind", string(kind), "err", err)
@@ -366,7 +236,7 @@ const offsetReserve = 1 << 30
 // subscribe asks for it: startedEventLocked). j.mu must be held (or j not
 // yet visible).
 func (j *Job) compactFinishedLocked() {
-	if j.svc != nil {
+	if j.svc.backoff != nil {
 		return // (started again with its whole spec)
 	}
 	j.spec.Env = nil
@@ -381,7 +251,7 @@ func (j *Job) compactFinishedLocked() {
 func (j *Job) startedEventLocked() protocol.Event {
 	ev := *j.startedEv
 	if ev.Payload == nil {
-		rebuilt, err := protocol.NewEvent(j.id, ev.Seq, ev.Ts, ev.Kind, j.startedPayload(j.pid, ev.Attempt))
+		rebuilt, err := protocol.NewEvent(j.id, ev.Seq, ev.Ts, ev.Kind, j.startedPayload(j.run.pid, ev.Attempt))
 		if err == nil {
 			ev.Payload = rebuilt.Payload
 		}
@@ -407,7 +277,7 @@ func (j *Job) finishedCostLocked() int64 {
 	const strHdr = 16   // a string header (a slice element, a map key or value)
 	const mapEntry = 16 // a map entry's share of its buckets, roughly
 	const evHdr = 96    // an event's fixed fields
-	n := len(j.spec.Name) + len(j.spec.Shell) + len(j.spec.Cwd) + len(j.spec.SessionID) + len(j.errMsg) + len(j.notifyStatus)
+	n := len(j.spec.Name) + len(j.spec.Shell) + len(j.spec.Cwd) + len(j.spec.SessionID) + len(j.errMsg) + len(j.notify.status)
 	for _, a := range j.spec.Argv {
 		n += strHdr + len(a)
 	}

@@ -272,7 +272,7 @@ func TestExtraEventsBounded(t *testing.T) {
 	for range 5000 { // as a service's readiness after each of 5000 runs
 		j.keepExtraLocked(j.emitLocked(protocol.KindReady, protocol.ReadyPayload{}))
 	}
-	last := j.seq
+	last := j.out.seq
 	j.mu.Unlock()
 	if n := len(j.extraEvs); n > maxExtraEvs {
 		t.Fatalf("%d extra events retained", n)
@@ -296,8 +296,8 @@ func TestSnapshotTailChunksBounded(t *testing.T) {
 	j.mu.Lock()
 	for range 3000 {
 		j.nextSeqLocked()
-		j.out.add(chunk{Chunk: protocol.Chunk{Seq: j.seq, Stream: protocol.Stdout, Offset: j.offset, Data: []byte{'x'}}})
-		j.offset++
+		j.out.ring.add(chunk{Chunk: protocol.Chunk{Seq: j.out.seq, Stream: protocol.Stdout, Offset: j.out.offset, Data: []byte{'x'}}})
+		j.out.offset++
 	}
 	j.mu.Unlock()
 	r := j.Snapshot().Record
@@ -333,14 +333,14 @@ func TestSeqReserveCountsFromWrittenJournal(t *testing.T) {
 	j := sleepingJob(t)
 	sn := j.Snapshot()
 	j.mu.Lock()
-	snap := j.seqSnap
+	snap := j.journal.seqSnap
 	j.mu.Unlock()
 	if snap != 0 {
 		t.Fatalf("a snapshot alone moved the reserve to %d", snap)
 	}
 	j.m.Journaled([]Snapshot{sn})
 	j.mu.Lock()
-	snap = j.seqSnap
+	snap = j.journal.seqSnap
 	j.mu.Unlock()
 	if snap != sn.Info.LastSeq || snap == 0 {
 		t.Fatalf("after the write: reserve from %d, want %d", snap, sn.Info.LastSeq)
@@ -421,8 +421,8 @@ func TestRestoreRefusesImplausibleRecords(t *testing.T) {
 	}
 	j, _ = m.Get("j-svc")
 	res, _ = j.Events(2, 0)
-	if res.Events[0].Attempt != 0 || res.Events[1].Attempt != 2 || len(j.history) > protocol.HistoryRuns {
-		t.Fatalf("attempts %d %d, history %d", res.Events[0].Attempt, res.Events[1].Attempt, len(j.history))
+	if res.Events[0].Attempt != 0 || res.Events[1].Attempt != 2 || len(j.svc.history) > protocol.HistoryRuns {
+		t.Fatalf("attempts %d %d, history %d", res.Events[0].Attempt, res.Events[1].Attempt, len(j.svc.history))
 	}
 	if len(s.Service.History) != 3000 {
 		t.Fatalf("the record's history was cut too (%d runs): Restore must not modify its record", len(s.Service.History))
@@ -752,8 +752,8 @@ func TestResumedServiceSkipsOffsets(t *testing.T) {
 		t.Fatal(err)
 	}
 	j3, _ := m2.Get("j-skip2")
-	if j3.offset != first+5+offsetReserve || len(j3.out.skips) != 2 || j3.out.evicted != 3 {
-		t.Fatalf("second crash: offset %d (want %d), skips %v, evicted %d (want 3)", j3.offset, first+5+offsetReserve, j3.out.skips, j3.out.evicted)
+	if j3.out.offset != first+5+offsetReserve || len(j3.out.ring.skips) != 2 || j3.out.ring.evicted != 3 {
+		t.Fatalf("second crash: offset %d (want %d), skips %v, evicted %d (want 3)", j3.out.offset, first+5+offsetReserve, j3.out.ring.skips, j3.out.ring.evicted)
 	}
 
 	// A service that printed nothing the journal knows of before the
@@ -803,12 +803,12 @@ func TestOutputAsksForJournalWrite(t *testing.T) {
 	m := New(Config{}, discard(), nil, WithHooks(Hooks{Changed: func() { asked.Add(1) }}))
 	defer m.Close(context.Background())
 	j := &Job{m: m, id: "j-reserve"}
-	j.offset = offsetReserve/4 - 1
+	j.out.offset = offsetReserve/4 - 1
 	j.checkReserveLocked()
 	if asked.Load() != 0 {
 		t.Fatal("asked before a quarter of the reserve was used")
 	}
-	j.offset++
+	j.out.offset++
 	j.checkReserveLocked()
 	j.checkReserveLocked()
 	if asked.Load() != 1 {
@@ -817,11 +817,11 @@ func TestOutputAsksForJournalWrite(t *testing.T) {
 	m.mu.Lock()
 	m.jobs[j.id] = j
 	m.mu.Unlock()
-	m.Journaled([]Snapshot{{Record: journal.Record{JobID: j.id, OutputEnd: j.offset}}})
+	m.Journaled([]Snapshot{{Record: journal.Record{JobID: j.id, OutputEnd: j.out.offset}}})
 	m.mu.Lock()
 	delete(m.jobs, j.id) // (not a real job: Close would wait for it)
 	m.mu.Unlock()
-	j.offset += offsetReserve / 4
+	j.out.offset += offsetReserve / 4
 	j.checkReserveLocked()
 	if asked.Load() != 2 {
 		t.Fatalf("after the write was recorded: asked %d times, want 2", asked.Load())
@@ -1047,8 +1047,8 @@ func TestBracketedPasteAcrossReads(t *testing.T) {
 		for _, r := range c.reads {
 			j.trackBracketedPasteLocked([]byte(r))
 		}
-		if j.bracketed != c.want {
-			t.Errorf("%q: bracketed %v, want %v", c.reads, j.bracketed, c.want)
+		if j.in.bracketed != c.want {
+			t.Errorf("%q: bracketed %v, want %v", c.reads, j.in.bracketed, c.want)
 		}
 	}
 }

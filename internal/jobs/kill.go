@@ -30,7 +30,7 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 	before := j.life
 	effs := j.stepLocked(lifecycle.Kill{Reason: reason, Hard: sig == sigKill})
 	if !before.Killing && j.life.Killing {
-		j.killDeadline = j.m.now().Add(j.grace)
+		j.run.killDeadline = j.m.now().Add(j.grace)
 		first := syscall.SIGTERM
 		if sig == sigKill {
 			first = sigKill
@@ -59,7 +59,7 @@ func (j *Job) applyLocked(effs []lifecycle.Effect) (after func()) {
 			}
 		case lifecycle.ArmGrace:
 			j.m.wg.Add(1)
-			go j.escalateAfterGrace(j.runDone, j.killNow, j.grace, j.isPTY)
+			go j.escalateAfterGrace(j.runDone, j.run.killNow, j.grace, j.in.isPTY)
 		case lifecycle.Escalate:
 			j.escalateLocked()
 		case lifecycle.Journal:
@@ -118,9 +118,9 @@ const ptyHangupAfter = time.Second
 
 func (j *Job) escalateLocked() {
 	select {
-	case <-j.killNow:
+	case <-j.run.killNow:
 	default:
-		close(j.killNow)
+		close(j.run.killNow)
 	}
 }
 
@@ -205,35 +205,35 @@ func (j *Job) Signal(sig syscall.Signal) error {
 // holds everything of the job, while the group number may be free (and
 // reused by anyone) although the cgroup is not empty yet.
 func (j *Job) signalLocked(sig syscall.Signal) error {
-	if j.cg != nil {
+	if j.run.cg != nil {
 		// Every member is ours by construction, even one that escaped.
 		if sig == syscall.SIGKILL {
-			_ = j.cg.Kill()
+			_ = j.run.cg.Kill()
 		} else {
-			j.cg.Signal(sig)
+			j.run.cg.Signal(sig)
 		}
 		if j.life.LeaderExited {
 			return nil
 		}
 	}
-	if j.life.GroupGone || j.pgid <= 1 {
+	if j.life.GroupGone || j.run.pgid <= 1 {
 		return nil
 	}
-	if j.isPTY {
+	if j.in.isPTY {
 		// A terminal session may hold several process groups (job control).
-		return proc.SignalSession(j.pgid, sig)
+		return proc.SignalSession(j.run.pgid, sig)
 	}
-	return proc.SignalGroup(j.pgid, sig)
+	return proc.SignalGroup(j.run.pgid, sig)
 }
 
 // scopeAlive reports whether anything of the job still runs: its process
 // group, or for a PTY job its whole session.
 func (j *Job) scopeAlive() bool {
-	if j.cg != nil {
-		return j.cg.Populated()
+	if j.run.cg != nil {
+		return j.run.cg.Populated()
 	}
-	if j.isPTY {
-		return proc.SessionAlive(j.pgid)
+	if j.in.isPTY {
+		return proc.SessionAlive(j.run.pgid)
 	}
-	return proc.GroupAlive(j.pgid)
+	return proc.GroupAlive(j.run.pgid)
 }

@@ -29,6 +29,37 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
+// jobAccount is the Manager's account of a job: its slot under
+// MaxJobs, its hold on its name, its places in the orders jobs were
+// created and finished in, what it costs against MaxFinishedOutput.
+// Guarded by the Manager's mu unless a field says otherwise.
+type jobAccount struct {
+	// slot: the job holds one of the MaxJobs slots (under m.mu): from its
+	// start (or a queued job's turn) to its end.
+	slot bool
+
+	// nameSt is its hold on its name (guarded by the Manager's mu; see
+	// names.go).
+	nameSt nameState
+
+	// createN is its place in the order jobs were created (or restored):
+	// set before the job is visible, never changed.
+	createN uint64
+
+	// finN is the job's place in the order jobs finished (guarded by the
+	// Manager's mu; 0 until counted).
+	finN uint64
+
+	// svcFinN is a finished service's place in the order services
+	// finished (0 while it is supervised: see Manager.finSvcs).
+	svcFinN atomic.Uint64
+
+	// finBytes is what it retained when it finished, charged to
+	// MaxFinishedOutput (Manager.recentBytes): its output and what it
+	// keeps of its spec (see finishedCostLocked).
+	finBytes int64
+}
+
 // Manager owns every job. Create it with New, stop it with Close.
 type Manager struct {
 	cfg   Config
@@ -95,16 +126,16 @@ type Manager struct {
 
 	mu     sync.Mutex
 	jobs   map[string]*Job
-	active int // jobs holding a slot under MaxJobs (Job.slot)
+	active int // jobs holding a slot under MaxJobs (Job.acct.slot)
 	closed bool
 	// queue holds the queued jobs in the order spawned; queueKick wakes
 	// the queue runner (queue.go).
 	queue     []*Job
 	queueKick chan struct{}
-	// finN numbers finished jobs in the order they finished (Job.finN).
+	// finN numbers finished jobs in the order they finished (Job.acct.finN).
 	finN uint64
 	// createN numbers jobs in the order they were created or restored
-	// (Job.createN).
+	// (Job.acct.createN).
 	createN uint64
 	// Journal snapshots take live (unfinished one-shot jobs and every
 	// service) and the tail of recent (finished one-shot jobs in finN
@@ -310,10 +341,10 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 	if m.wantsDisk(&j.spec) {
 		// (before the job is visible: j.disk never changes after; a
 		// fresh writer does no I/O here)
-		j.disk, j.diskErr = j.newDisk(true)
+		j.out.disk, j.out.diskErr = j.newDisk(true)
 	}
 	m.createN++
-	j.createN = m.createN
+	j.acct.createN = m.createN
 	m.jobs[j.id] = j
 	m.live[j.id] = j
 	m.indexNameLocked(j, true, 0)
@@ -321,7 +352,7 @@ func (m *Manager) SpawnJobWith(args protocol.SpawnArgs, o SpawnOptions) (*Job, p
 		j.life.State = Queued
 		m.enqueueLocked(j)
 	} else {
-		j.slot = true
+		j.acct.slot = true
 		m.active++
 	}
 	m.mu.Unlock()
@@ -352,8 +383,8 @@ func (m *Manager) changed() {
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	j.diskFinishedLocked()
 	m.mu.Lock()
-	if j.slot {
-		j.slot = false
+	if j.acct.slot {
+		j.acct.slot = false
 		m.active--
 		if len(m.queue) > 0 {
 			m.kickQueue() // (a slot for the first queued job)
@@ -363,9 +394,9 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	}
 	m.releaseNameLocked(j, ms(cmp.Or(j.endedAt, m.now())))
 	forgot := 0
-	if j.svc == nil { // services are always journaled
+	if j.svc.backoff == nil { // services are always journaled
 		m.finN++
-		j.finN = m.finN
+		j.acct.finN = m.finN
 		delete(m.live, j.id)
 		forgot = m.addRecentLocked(j)
 	} else {
@@ -373,10 +404,10 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	}
 	m.mu.Unlock()
 	if forgot > 0 {
-		m.noteForgotten(forgot, j.svc != nil)
+		m.noteForgotten(forgot, j.svc.backoff != nil)
 	}
 	if m.hooks.Finished != nil {
-		m.hooks.Finished(reason, j.svc != nil)
+		m.hooks.Finished(reason, j.svc.backoff != nil)
 	}
 }
 
@@ -426,7 +457,7 @@ func (m *Manager) ListAfter(f ListFilter, createdAt int64, createN uint64, id st
 	keys := make([]key, 0, len(m.jobs))
 	for _, j := range m.jobs {
 		if strings.HasPrefix(j.id, f.IDPrefix) && protocol.MatchName(f.Name, j.name()) {
-			keys = append(keys, key{ms(j.createdAt), j.createN, j})
+			keys = append(keys, key{ms(j.createdAt), j.acct.createN, j})
 		}
 	}
 	// Jobs created in the same millisecond go in the order they were
@@ -435,7 +466,7 @@ func (m *Manager) ListAfter(f ListFilter, createdAt int64, createN uint64, id st
 	// an older cursor without it, the job's while it exists, else its id.
 	after, cursorKnown := createN, createN > 0
 	if c := m.jobs[id]; !cursorKnown && id != "" && c != nil {
-		after, cursorKnown = c.createN, true
+		after, cursorKnown = c.acct.createN, true
 	}
 	m.mu.Unlock()
 	slices.SortFunc(keys, func(a, b key) int {
@@ -487,7 +518,7 @@ func (m *Manager) Paced() int {
 	n := 0
 	for _, j := range m.snapshotOf(func() map[string]*Job { return m.live }) {
 		j.mu.Lock()
-		if j.gate != nil && j.pacedLocked() {
+		if j.hold.gate != nil && j.pacedLocked() {
 			n++
 		}
 		j.mu.Unlock()
@@ -527,9 +558,9 @@ func (m *Manager) Remove(id string) error {
 	m.mu.Unlock()
 	j.mu.Unlock()
 	m.changed()
-	if j.disk != nil {
+	if j.out.disk != nil {
 		// Removing a job forgets its output on disk too.
-		if err := j.disk.Remove(); err != nil {
+		if err := j.out.disk.Remove(); err != nil {
 			m.log.Warn("remove job output files", "job", j.id, "err", err)
 		}
 	}

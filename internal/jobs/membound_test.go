@@ -66,7 +66,7 @@ func TestFinishedSpecCharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.mu.Lock()
-	env, fin := j.spec.Env, j.finBytes
+	env, fin := j.spec.Env, j.acct.finBytes
 	j.mu.Unlock()
 	if env != nil {
 		t.Fatal("a finished one-shot job still holds its env")

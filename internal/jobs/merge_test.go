@@ -65,7 +65,7 @@ func waitRead(t *testing.T, j *Job, n, e int64) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		j.mu.Lock()
-		read := j.streamN == [2]int64{n, e}
+		read := j.out.streamN == [2]int64{n, e}
 		j.mu.Unlock()
 		if read {
 			return

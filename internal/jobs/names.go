@@ -37,7 +37,7 @@ func (j *Job) name() string { return j.spec.Name }
 // nameHolderLocked returns the job holding name, or nil. m.mu must be held.
 func (m *Manager) nameHolderLocked(name string) *Job {
 	for _, o := range m.names[name] {
-		if o.nameSt.held {
+		if o.acct.nameSt.held {
 			return o
 		}
 	}
@@ -80,7 +80,7 @@ func (m *Manager) indexNameLocked(j *Job, held bool, endedMs int64) {
 	if m.names == nil {
 		m.names = map[string][]*Job{}
 	}
-	j.nameSt = nameState{held: held, endedMs: endedMs}
+	j.acct.nameSt = nameState{held: held, endedMs: endedMs}
 	m.names[name] = append(m.names[name], j)
 }
 
@@ -88,7 +88,7 @@ func (m *Manager) indexNameLocked(j *Job, held bool, endedMs int64) {
 // be held.
 func (m *Manager) releaseNameLocked(j *Job, endedMs int64) {
 	if j.name() != "" {
-		j.nameSt = nameState{endedMs: endedMs}
+		j.acct.nameSt = nameState{endedMs: endedMs}
 	}
 }
 
@@ -97,8 +97,8 @@ func (m *Manager) releaseNameLocked(j *Job, endedMs int64) {
 func (m *Manager) forgetLocked(j *Job) {
 	if m.jobs[j.id] == j {
 		delete(m.jobs, j.id)
-		if j.disk != nil {
-			j.disk.Release() // (its files stay, for the age sweep)
+		if j.out.disk != nil {
+			j.out.disk.Release() // (its files stay, for the age sweep)
 		}
 	}
 	name := j.name()
@@ -125,10 +125,10 @@ func (m *Manager) Resolve(ref string) string {
 	}
 	var best *Job
 	for _, j := range m.names[ref] {
-		if j.nameSt.held {
+		if j.acct.nameSt.held {
 			return j.id
 		}
-		if best == nil || cmp.Or(cmp.Compare(j.nameSt.endedMs, best.nameSt.endedMs), cmp.Compare(j.createN, best.createN)) > 0 {
+		if best == nil || cmp.Or(cmp.Compare(j.acct.nameSt.endedMs, best.acct.nameSt.endedMs), cmp.Compare(j.acct.createN, best.acct.createN)) > 0 {
 			best = j
 		}
 	}

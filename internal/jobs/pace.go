@@ -4,6 +4,18 @@ import (
 	"time"
 )
 
+// jobPacing is the clients that pace a job's output (see Pace), and the
+// timer that lets a stalled one go. Guarded by Job.mu.
+type jobPacing struct {
+	// pacers are the clients that pace the job's output (see Pace).
+	pacers map[any]*pacer
+
+	// timer, while output waits for a pacer, fires when the longest
+	// silent pacer has stalled (see paceStalled).
+	timer *time.Timer
+	gen   uint64 // (which timer a firing is of)
+}
+
 // pacer is a client pacing a job's output: it has taken the output up to
 // acked, and the job's output is read no further than acked + the pace
 // window (see Pace). stop ends the watch that releases it.
@@ -34,7 +46,7 @@ const minPaceWindow = 4 << 10
 // costs ~130 bytes). Scaled by what the retained output costs.
 func (j *Job) paceWindowLocked() int64 {
 	w := j.m.PaceWindow()
-	if r := j.out; r.cost > 0 && r.bytes < r.cost {
+	if r := j.out.ring; r.cost > 0 && r.bytes < r.cost {
 		w = int64(float64(w) * float64(r.bytes) / float64(r.cost))
 	}
 	return max(w, min(minPaceWindow, j.m.PaceWindow()/2))
@@ -42,11 +54,11 @@ func (j *Job) paceWindowLocked() int64 {
 
 // pacedLocked says whether a pacer holds the job's output.
 func (j *Job) pacedLocked() bool {
-	if len(j.pacers) == 0 {
+	if len(j.pace.pacers) == 0 {
 		return false
 	}
 	w := j.paceWindowLocked()
-	for _, p := range j.pacers {
+	for _, p := range j.pace.pacers {
 		if j.heldByLocked(p, w) {
 			return true
 		}
@@ -56,7 +68,7 @@ func (j *Job) pacedLocked() bool {
 
 // heldByLocked says whether pacer p holds the job (window w): the job
 // read a window past what p took.
-func (j *Job) heldByLocked(p *pacer, w int64) bool { return j.offset >= p.acked+w }
+func (j *Job) heldByLocked(p *pacer, w int64) bool { return j.out.offset >= p.acked+w }
 
 // Pace makes owner (a client connection, say) pace the job's output, or
 // moves its pace on: owner has taken the output up to offset, and the
@@ -76,20 +88,20 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 		return nil
 	}
 	// (offsets a resumed service skipped hold nothing to take)
-	if n := len(j.out.skips); n > 0 {
-		offset = max(offset, j.out.skips[n-1].At+j.out.skips[n-1].N)
+	if n := len(j.out.ring.skips); n > 0 {
+		offset = max(offset, j.out.ring.skips[n-1].At+j.out.ring.skips[n-1].N)
 	}
 	// Nobody took more than was read: an offset past it (a client's
 	// mistake) would hold the job at a window it can never reach, and no
 	// later pace could move it back.
-	offset = min(offset, j.offset)
-	p := j.pacers[owner]
+	offset = min(offset, j.out.offset)
+	p := j.pace.pacers[owner]
 	if p == nil {
-		if j.pacers == nil {
-			j.pacers = map[any]*pacer{}
+		if j.pace.pacers == nil {
+			j.pace.pacers = map[any]*pacer{}
 		}
 		p = &pacer{acked: offset}
-		j.pacers[owner] = p
+		j.pace.pacers[owner] = p
 		if watch != nil {
 			p.stop = watch(func() { j.Unpace(owner) })
 		}
@@ -106,14 +118,14 @@ func (j *Job) Pace(owner any, offset int64, watch func(release func()) (stop fun
 // the job's output waits for a pacer.
 func (j *Job) armPaceStallLocked() {
 	limit := j.m.cfg.PaceStallLimit
-	if limit <= 0 || j.gate == nil {
+	if limit <= 0 || j.hold.gate == nil {
 		return
 	}
 	// Which pacers hold the job now, since when; the timer is for the
 	// one holding it longest.
 	now, w := j.m.now(), j.paceWindowLocked()
 	var first time.Time
-	for _, p := range j.pacers {
+	for _, p := range j.pace.pacers {
 		if !j.heldByLocked(p, w) {
 			p.holdingSince = time.Time{}
 			continue
@@ -125,12 +137,12 @@ func (j *Job) armPaceStallLocked() {
 			first = p.holdingSince
 		}
 	}
-	if first.IsZero() || j.paceTimer != nil {
+	if first.IsZero() || j.pace.timer != nil {
 		return // (none holds it; or a timer is due no later than this one)
 	}
-	j.paceGen++
-	gen := j.paceGen
-	j.paceTimer = time.AfterFunc(max(first.Add(limit).Sub(j.m.now()), 0), func() { j.paceStalled(gen) })
+	j.pace.gen++
+	gen := j.pace.gen
+	j.pace.timer = time.AfterFunc(max(first.Add(limit).Sub(j.m.now()), 0), func() { j.paceStalled(gen) })
 }
 
 // paceStalled releases the pacers that hold the job and have taken
@@ -141,27 +153,27 @@ func (j *Job) armPaceStallLocked() {
 func (j *Job) paceStalled(gen uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if gen != j.paceGen || j.gate == nil {
+	if gen != j.pace.gen || j.hold.gate == nil {
 		return // (a timer stopped too late, or the gate opened meanwhile)
 	}
-	j.paceTimer = nil
+	j.pace.timer = nil
 	limit, now, w := j.m.cfg.PaceStallLimit, j.m.now(), j.paceWindowLocked()
-	for owner, p := range j.pacers {
+	for owner, p := range j.pace.pacers {
 		if !j.heldByLocked(p, w) || p.holdingSince.IsZero() || now.Sub(p.holdingSince) < limit {
 			continue
 		}
-		delete(j.pacers, owner)
+		delete(j.pace.pacers, owner)
 		if p.stop != nil {
 			p.stop()
 		}
 		j.m.log.Warn("job pacer let go: it took none of the job's output for too long (--pace-stall-limit); the job runs on, and what leaves the ring before that follower reads it is a gap for it",
-			"job", j.id, "took", p.acked, "outputEnd", j.offset, "stalledFor", now.Sub(p.holdingSince).Round(time.Millisecond))
+			"job", j.id, "took", p.acked, "outputEnd", j.out.offset, "stalledFor", now.Sub(p.holdingSince).Round(time.Millisecond))
 		if h := j.m.hooks.PaceStalled; h != nil {
 			h()
 		}
 	}
 	j.openGateLocked()
-	if j.gate != nil {
+	if j.hold.gate != nil {
 		j.armPaceStallLocked()
 	}
 }
@@ -170,8 +182,8 @@ func (j *Job) paceStalled(gen uint64) {
 func (j *Job) Unpace(owner any) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if p := j.pacers[owner]; p != nil {
-		delete(j.pacers, owner)
+	if p := j.pace.pacers[owner]; p != nil {
+		delete(j.pace.pacers, owner)
 		if p.stop != nil {
 			p.stop()
 		}
@@ -181,8 +193,8 @@ func (j *Job) Unpace(owner any) {
 
 // clearPacersLocked releases every pacer (the job is over).
 func (j *Job) clearPacersLocked() {
-	for owner, p := range j.pacers {
-		delete(j.pacers, owner)
+	for owner, p := range j.pace.pacers {
+		delete(j.pace.pacers, owner)
 		if p.stop != nil {
 			p.stop()
 		}

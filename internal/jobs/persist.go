@@ -66,20 +66,20 @@ func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.fingerprintLocked()
-	if len(j.pending[0])+len(j.pending[1]) > 2*protocol.OutputHeadroom+TailBytes {
+	if len(j.out.pending[0])+len(j.out.pending[1]) > 2*protocol.OutputHeadroom+TailBytes {
 		// More unpublished output than a record keeps of a job's output
 		// (TailBytes): published now, its merge window cut short, it is
 		// in the tail instead (and the journal stays small).
 		j.flushInOrderLocked(0)
 		j.flushLocked(1)
-	} else if len(j.pending[0]) > protocol.OutputHeadroom && len(j.pending[1]) > protocol.OutputHeadroom {
+	} else if len(j.out.pending[0]) > protocol.OutputHeadroom && len(j.out.pending[1]) > protocol.OutputHeadroom {
 		// Both streams have some: the older is published now, so that only
 		// one stream's is unpublished. Its bytes go out at OutputEnd,
 		// however much more is read first (the other stream flushes it
 		// first, being newer); two would be laid out back to back, where
 		// output read meanwhile on the older one may land between them.
 		older := 0
-		if j.pendingSince[1] < j.pendingSince[0] {
+		if j.out.pendingSince[1] < j.out.pendingSince[0] {
 			older = 1
 		}
 		j.flushLocked(older)
@@ -88,51 +88,51 @@ func (j *Job) Snapshot() Snapshot {
 	s := Snapshot{Info: info, GroupGone: j.life.GroupGone}
 	r := journal.Record{
 		JobID: info.JobID, Name: info.Name, Argv: info.Argv, Shell: info.Shell, Cwd: info.Cwd, Labels: info.Labels, SessionID: info.SessionID,
-		Pid: info.Pid, Pgid: info.Pgid, StartTicks: j.startTicks, BootID: j.m.bootID, State: info.State,
+		Pid: info.Pid, Pgid: info.Pgid, StartTicks: j.run.startTicks, BootID: j.m.bootID, State: info.State,
 		CreatedAt: info.CreatedAt, StartedAt: info.StartedAt, UpdatedAt: ms(j.updatedAt), EndedAt: info.EndedAt, LastOutputAt: info.LastOutputAt,
 		Reason: info.Reason, ExitCode: info.ExitCode, Signal: info.Signal, Error: info.Error,
 		StdoutBytes: info.StdoutBytes, StderrBytes: info.StderrBytes, OutputEnd: info.OutputEnd, LastSeq: info.LastSeq,
 		TimeoutMs: info.TimeoutMs, NoOutputMs: info.NoOutputTimeoutMs,
 		Pty: info.Pty, Rows: info.Rows, Cols: info.Cols, Cgroup: info.Cgroup, OutputDisk: info.OutputDisk || info.OutputDiskError != "",
 	}
-	if j.svc == nil && j.life.State == Exited {
-		s.FinN = j.finN // (set under j.mu too: jobDone)
+	if j.svc.backoff == nil && j.life.State == Exited {
+		s.FinN = j.acct.finN // (set under j.mu too: jobDone)
 	}
-	if j.life.State == Starting && (j.life.PendingKill != "" || j.svc != nil && j.life.EndReason != "") {
+	if j.life.State == Starting && (j.life.PendingKill != "" || j.svc.backoff != nil && j.life.EndReason != "") {
 		// (killed before its process started: it is killed as soon as
 		// the process exists, a crash meanwhile ends it so too)
 		r.PendingEnd = j.life.PendingKill
-		if j.svc != nil {
+		if j.svc.backoff != nil {
 			r.PendingEnd = j.life.EndReason
 		}
 	}
 	if j.life.State == Exiting && j.life.Killing {
 		r.PendingEnd = j.life.Reason
-		if j.svc != nil {
+		if j.svc.backoff != nil {
 			r.PendingEnd = j.life.EndReason // ("": the run was ended, the service goes on)
-			if j.restartReq && j.life.EndReason == "" {
+			if j.svc.restartReq && j.life.EndReason == "" {
 				// (a stop or kill after the restart op wins, as it does
 				// live: see afterRunLocked)
 				r.PendingEnd = protocol.ReasonManualRestart
 			}
 		}
 	}
-	if j.svc == nil {
-		r.OutputSkips = slices.Clone(j.out.skips)
-		if j.life.State != Exited && j.leaderWS != nil {
-			code, sig := exitOf(*j.leaderWS)
+	if j.svc.backoff == nil {
+		r.OutputSkips = slices.Clone(j.out.ring.skips)
+		if j.life.State != Exited && j.run.leaderWS != nil {
+			code, sig := exitOf(*j.run.leaderWS)
 			r.LeaderExit = &journal.LeaderExit{ExitCode: code, Signal: sig}
 		}
 	} else {
 		r.Service = &journal.Service{
-			Spec: j.spec, Attempt: j.attempt, Restarts: j.restarts, Consecutive: j.svc.Consecutive, RunOutputStart: j.runOffset, OutputSkips: slices.Clone(j.out.skips),
-			History: append([]protocol.RunRecord(nil), j.history...),
+			Spec: j.spec, Attempt: j.svc.attempt, Restarts: j.svc.restarts, Consecutive: j.svc.backoff.Consecutive, RunOutputStart: j.svc.runOffset, OutputSkips: slices.Clone(j.out.ring.skips),
+			History: append([]protocol.RunRecord(nil), j.svc.history...),
 		}
-		for _, e := range j.svc.Ends {
+		for _, e := range j.svc.backoff.Ends {
 			r.Service.Ends = append(r.Service.Ends, e.UnixMilli())
 		}
 	}
-	live := j.out.live()
+	live := j.out.ring.live()
 	// (the tail is contiguous: it stops at skipped offsets, see
 	// ring.skipTo; it ends below the output's end when the job skipped
 	// offsets after it)
@@ -161,7 +161,7 @@ func (j *Job) Snapshot() Snapshot {
 	// What was read but is still in the merge window (one stream's at
 	// most, after the flushes above).
 	for i := range 2 {
-		if p := j.pending[i]; len(p) > protocol.OutputHeadroom {
+		if p := j.out.pending[i]; len(p) > protocol.OutputHeadroom {
 			r.OutputUnpublished = append(r.OutputUnpublished, journal.Unpublished{Stream: streams[i], Data: bytes.Clone(p[protocol.OutputHeadroom:]), Attempt: j.attemptTag()})
 		}
 	}
@@ -174,24 +174,24 @@ func (j *Job) Snapshot() Snapshot {
 // leaderExited under j.mu right after): /proc/<pid> is then this process. Without the
 // fingerprint a restarted supervisor could not recognise the orphan.
 func (j *Job) fingerprintLocked() {
-	if j.startTicks != 0 || j.pid <= 0 || j.life.LeaderExited || j.proc == nil {
+	if j.run.startTicks != 0 || j.run.pid <= 0 || j.life.LeaderExited || j.run.proc == nil {
 		return
 	}
-	t, err := proc.StartTicks(j.pid)
+	t, err := proc.StartTicks(j.run.pid)
 	if err != nil {
-		if !j.proc.unreaped() {
+		if !j.run.proc.unreaped() {
 			return // reaped just now (waitLoop is finishing it): nothing to record
 		}
-		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.pid, "err", err)
+		j.m.log.Warn("cannot read the process start time; a restart could not reconcile this job", "job", j.id, "pid", j.run.pid, "err", err)
 		return
 	}
 	// waitLoop may have reaped it just before setting leaderExited: the
 	// ticks are this process's only if it was not reaped after the read
 	// (the Process tracks that through its pidfd, immune to pid reuse).
-	if !j.proc.unreaped() {
+	if !j.run.proc.unreaped() {
 		return
 	}
-	j.startTicks = t
+	j.run.startTicks = t
 }
 
 // Snapshots returns the persistent state of every job not finished and
@@ -228,7 +228,7 @@ func (m *Manager) Snapshots(maxFinished int, cached func(id string, lastSeq uint
 	todo := js[:0]
 	for _, j := range js {
 		j.mu.Lock()
-		finished, seq := j.life.State == Exited, j.seq
+		finished, seq := j.life.State == Exited, j.out.seq
 		j.mu.Unlock()
 		if finished && cached != nil && cached(j.id, seq) {
 			continue
@@ -259,10 +259,10 @@ func (m *Manager) Journaled(snaps []Snapshot) {
 			continue
 		}
 		j.mu.Lock()
-		j.onDisk = true
-		if r := &sn.Record; r.LastSeq > j.seqSnap || r.OutputEnd > j.offSnap {
-			j.seqSnap, j.offSnap = max(j.seqSnap, r.LastSeq), max(j.offSnap, r.OutputEnd)
-			j.reserveAsked = false
+		j.journal.onDisk = true
+		if r := &sn.Record; r.LastSeq > j.journal.seqSnap || r.OutputEnd > j.journal.offSnap {
+			j.journal.seqSnap, j.journal.offSnap = max(j.journal.seqSnap, r.LastSeq), max(j.journal.offSnap, r.OutputEnd)
+			j.journal.reserveAsked = false
 			j.openGateLocked()
 		}
 		j.mu.Unlock()
@@ -303,35 +303,36 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 		}
 	}
 	j := &Job{
-		m: m, id: r.JobID, done: make(chan struct{}), killNow: make(chan struct{}), wsem: make(chan struct{}, 1),
-		spec: protocol.SpawnArgs{Name: m.validRestoredName(r.JobID, r.Name), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd, Labels: r.Labels, SessionID: r.SessionID},
-		out:  newRing(m.cfg.RingBytes), exitCode: r.ExitCode,
-		signal: r.Signal, errMsg: r.Error, pid: r.Pid, pgid: r.Pgid, startTicks: r.StartTicks,
+		m: m, id: r.JobID, done: make(chan struct{}),
+		spec:     protocol.SpawnArgs{Name: m.validRestoredName(r.JobID, r.Name), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd, Labels: r.Labels, SessionID: r.SessionID},
+		exitCode: r.ExitCode,
+		signal:   r.Signal, errMsg: r.Error,
 		timeout: time.Duration(r.TimeoutMs) * time.Millisecond, noOutput: time.Duration(r.NoOutputMs) * time.Millisecond,
-		life:  lifecycle.Life{State: Exited, Reason: r.Reason, LeaderExited: true, GroupGone: true, Killing: true},
-		isPTY: r.Pty,
-		rows:  min(r.Rows, protocol.MaxTermSize), cols: min(r.Cols, protocol.MaxTermSize), // (the journal is input)
+		life: lifecycle.Life{State: Exited, Reason: r.Reason, LeaderExited: true, GroupGone: true, Killing: true},
+		run:  jobRun{killNow: make(chan struct{}), pid: r.Pid, pgid: r.Pgid, startTicks: r.StartTicks},
+		in:   jobInput{wsem: make(chan struct{}, 1), isPTY: r.Pty, rows: min(r.Rows, protocol.MaxTermSize), cols: min(r.Cols, protocol.MaxTermSize)}, // (the journal is input)
+		out:  jobOutput{ring: newRing(m.cfg.RingBytes)},
 	}
 	if m.outlog != nil && r.OutputDisk {
 		// (its files go on: what it republishes, skips, a resumed
 		// service's later runs)
-		j.disk, j.diskErr = j.newDisk(false)
+		j.out.disk, j.out.diskErr = j.newDisk(false)
 		defer func() {
-			if err != nil && j.disk != nil {
-				j.disk.Release()
+			if err != nil && j.out.disk != nil {
+				j.out.disk.Release()
 			}
 		}()
 	}
 	j.createdAt, j.startedAt, j.endedAt = fromMs(r.CreatedAt), fromMs(r.StartedAt), fromMs(r.EndedAt)
 	j.lastOutputAt, j.updatedAt = fromMs(r.LastOutputAt), m.now()
-	j.streamN = [2]int64{r.StdoutBytes, r.StderrBytes}
-	j.offset = r.OutputEnd
-	j.out.end = r.OutputEnd
-	j.seq = r.LastSeq
+	j.out.streamN = [2]int64{r.StdoutBytes, r.StderrBytes}
+	j.out.offset = r.OutputEnd
+	j.out.ring.end = r.OutputEnd
+	j.out.seq = r.LastSeq
 	// What the journal on disk says of it: a successor numbers from
 	// there (a later run of a service resumed below is held at the
 	// reserve gate until its own record is written).
-	j.onDisk, j.seqSnap, j.offSnap = true, r.LastSeq, r.OutputEnd
+	j.journal.onDisk, j.journal.seqSnap, j.journal.offSnap = true, r.LastSeq, r.OutputEnd
 	// The first run's job.started (seq 1), as it was published: the
 	// record's pid is the first run's only for a one-shot job or a
 	// service's first run; a later run's service has it in its history,
@@ -368,10 +369,10 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	if err := checkSkips(skips, tailEnd-int64(len(r.OutputTail)), tailEnd, r.OutputEnd); err != nil {
 		return fmt.Errorf("restore %s: %w", r.JobID, err)
 	}
-	j.out.skips = slices.Clone(skips)
+	j.out.ring.skips = slices.Clone(skips)
 	if len(r.OutputTail) > 0 && r.OutputTailSeq >= 2 {
 		off := tailEnd - int64(len(r.OutputTail))
-		j.out.end = off
+		j.out.ring.end = off
 		if tailChunksValid(&r) {
 			// Each with the seq, stream and offset it had.
 			data := r.OutputTail
@@ -383,26 +384,26 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 				case attempt == 0 && off >= sv.RunOutputStart:
 					attempt = max(sv.Attempt, 1) // the current run's (older journals)
 				}
-				j.out.add(chunk{Chunk: protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: data[:c.Len:c.Len]}, ts: r.LastOutputAt, attempt: attempt})
+				j.out.ring.add(chunk{Chunk: protocol.Chunk{Seq: c.Seq, Stream: c.Stream, Offset: off, Data: data[:c.Len:c.Len]}, ts: r.LastOutputAt, attempt: attempt})
 				data, off = data[c.Len:], off+int64(c.Len)
 			}
 		} else {
-			j.out.add(chunk{Chunk: protocol.Chunk{Seq: r.OutputTailSeq, Stream: protocol.Stdout, Offset: off, Data: r.OutputTail}, ts: r.LastOutputAt})
+			j.out.ring.add(chunk{Chunk: protocol.Chunk{Seq: r.OutputTailSeq, Stream: protocol.Stdout, Offset: off, Data: r.OutputTail}, ts: r.LastOutputAt})
 		}
 	}
-	j.out.end = r.OutputEnd
+	j.out.ring.end = r.OutputEnd
 	// Output before the tail did not survive the restart (the offsets a
 	// service skipped never held any).
-	j.out.evicted = j.out.span(0, tailEnd-int64(len(r.OutputTail)))
-	if j.seq < r.OutputTailSeq {
-		j.seq = r.OutputTailSeq
+	j.out.ring.evicted = j.out.ring.span(0, tailEnd-int64(len(r.OutputTail)))
+	if j.out.seq < r.OutputTailSeq {
+		j.out.seq = r.OutputTailSeq
 	}
 
 	if interrupted {
 		// Events past the record may have gone out before the previous
 		// supervisor died, up to seqReserve past it: number the later
 		// ones past them all (the seqs between are reported missing).
-		j.seq = max(j.seq, r.LastSeq+seqReserve)
+		j.out.seq = max(j.out.seq, r.LastSeq+seqReserve)
 		// Output it had read but not yet published when the record was
 		// taken is published now, where it belongs in the output (a
 		// follower that got it from the dead supervisor sees the same
@@ -412,9 +413,9 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 				if sv := r.Service; sv == nil || p.Attempt > max(sv.Attempt, 1) {
 					p.Attempt = 0 // (as for the tail's chunks)
 				}
-				j.seq++
-				j.storeLocked(chunk{Chunk: protocol.Chunk{Seq: j.seq, Stream: p.Stream, Offset: j.offset, Data: p.Data}, ts: r.LastOutputAt, attempt: p.Attempt})
-				j.offset += int64(len(p.Data))
+				j.out.seq++
+				j.storeLocked(chunk{Chunk: protocol.Chunk{Seq: j.out.seq, Stream: p.Stream, Offset: j.out.offset, Data: p.Data}, ts: r.LastOutputAt, attempt: p.Attempt})
+				j.out.offset += int64(len(p.Data))
 			}
 		}
 	}
@@ -426,23 +427,23 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 		// within the output (those offsets hold nothing now: what the
 		// client missed of them is in the missing seqs).
 		j.skipOutputLocked(r.OutputEnd + offsetReserve)
-		j.offset = j.out.end
+		j.out.offset = j.out.ring.end
 	}
-	if interrupted || j.seq == 0 || j.seq == r.OutputTailSeq {
+	if interrupted || j.out.seq == 0 || j.out.seq == r.OutputTailSeq {
 		// (a new terminal event; also when the record's last seq is not
 		// past its output, as in journals without a terminal event)
-		j.seq++
+		j.out.seq++
 	}
-	if j.startedEv != nil && j.seq <= j.startedEv.Seq {
-		j.seq = j.startedEv.Seq + 1 // (a record whose last seq is not past its start)
+	if j.startedEv != nil && j.out.seq <= j.startedEv.Seq {
+		j.out.seq = j.startedEv.Seq + 1 // (a record whose last seq is not past its start)
 	}
 	kind := protocol.KindFailed
 	if r.Reason == protocol.ReasonExit {
 		kind = protocol.KindExited
 	}
-	ev, _ := protocol.NewEvent(j.id, j.seq, r.EndedAt, kind, protocol.ExitPayload{
+	ev, _ := protocol.NewEvent(j.id, j.out.seq, r.EndedAt, kind, protocol.ExitPayload{
 		Reason: r.Reason, ExitCode: r.ExitCode, Signal: r.Signal, Error: r.Error,
-		DurationMs: max(0, r.EndedAt-r.StartedAt), OutputEnd: j.offset, EndedAt: r.EndedAt,
+		DurationMs: max(0, r.EndedAt-r.StartedAt), OutputEnd: j.out.offset, EndedAt: r.EndedAt,
 		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, LastOutputAt: r.LastOutputAt,
 	})
 	if r.Service != nil {
@@ -466,20 +467,20 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 		name := j.spec.Name
 		j.spec = sv.Spec
 		j.spec.Name = name // (the record's: one name whatever the spec says)
-		j.svc = lifecycle.NewBackoff(*sv.Spec.Restart)
+		j.svc.backoff = lifecycle.NewBackoff(*sv.Spec.Restart)
 		j.life.Service = true
 		var ends []time.Time
 		for _, e := range sv.Ends {
 			ends = append(ends, time.UnixMilli(e))
 		}
-		j.svc.Consecutive, j.svc.Ends = sv.Consecutive, ends
-		j.attempt, j.restarts, j.history = max(sv.Attempt, 1), sv.Restarts, history
-		j.watchdog = time.Duration(sv.Spec.WatchdogIntervalMs) * time.Millisecond
+		j.svc.backoff.Consecutive, j.svc.backoff.Ends = sv.Consecutive, ends
+		j.svc.attempt, j.svc.restarts, j.svc.history = max(sv.Attempt, 1), sv.Restarts, history
+		j.notify.watchdog = time.Duration(sv.Spec.WatchdogIntervalMs) * time.Millisecond
 		j.grace = m.cfg.Grace
 		if sv.Spec.GraceMs > 0 {
 			j.grace = time.Duration(sv.Spec.GraceMs) * time.Millisecond
 		}
-		j.runOffset = r.OutputEnd
+		j.svc.runOffset = r.OutputEnd
 		if interrupted {
 			// The dead supervisor may have published output past the
 			// record, up to offsetReserve past it: the next run writes
@@ -487,7 +488,7 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 			// again for other bytes (a poll cursor would skip them, a
 			// follower drop them as delivered).
 			j.skipOutputLocked(r.OutputEnd + offsetReserve)
-			j.offset = j.out.end
+			j.out.offset = j.out.ring.end
 		}
 	}
 	j.diskFinishedLocked() // (j is not visible yet: no lock needed)
@@ -497,12 +498,12 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 		return fmt.Errorf("restore %s: a job with that id exists", j.id)
 	}
 	m.finN++
-	j.finN = m.finN
+	j.acct.finN = m.finN
 	m.createN++
-	j.createN = m.createN
+	j.acct.createN = m.createN
 	m.jobs[j.id] = j
 	m.indexNameLocked(j, false, r.EndedAt)
-	if j.svc != nil {
+	if j.svc.backoff != nil {
 		m.live[j.id] = j
 		// (noted as finished, not bounded yet: the caller may resume
 		// it, which makes it supervised again)

@@ -56,19 +56,19 @@ func newOutFile(fd, i int) *os.File {
 // startReaders starts a readLoop for each of files, files[i] being
 // stream i's (nil: none), and makes them the run's rfiles.
 func (j *Job) startReaders(files []*os.File) {
-	j.rfiles = nil
+	j.run.rfiles = nil
 	for _, f := range files {
 		if f != nil {
-			j.rfiles = append(j.rfiles, f)
+			j.run.rfiles = append(j.run.rfiles, f)
 		}
 	}
-	j.readersLeft.Store(int32(len(j.rfiles)))
-	if len(j.rfiles) == 0 {
-		close(j.readersDone) // (nothing to read)
+	j.run.readersLeft.Store(int32(len(j.run.rfiles)))
+	if len(j.run.rfiles) == 0 {
+		close(j.run.readersDone) // (nothing to read)
 		return
 	}
-	j.m.wg.Add(len(j.rfiles))
-	done := j.readersDone
+	j.m.wg.Add(len(j.run.rfiles))
+	done := j.run.readersDone
 	for i, f := range files {
 		if f != nil {
 			j.m.runners.run(func() { j.readLoop(i, f, done) })
@@ -128,7 +128,7 @@ func (j *Job) prepare(argv, env []string) (*launch, procFiles, error) {
 		}
 		files.childFds = append(files.childFds, r)
 		j.mu.Lock()
-		j.stdin = w
+		j.in.stdin = w
 		j.mu.Unlock()
 		l.stdio[0] = r
 	}
@@ -232,8 +232,8 @@ func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, e
 	}
 	rows, cols := uint16(j.spec.Pty.Rows), uint16(j.spec.Pty.Cols) // (1..10000 or 0: Validate)
 	j.mu.Lock()
-	if j.rows > 0 && j.cols > 0 {
-		rows, cols = j.rows, j.cols // a service's next run: the size it was last given (resize)
+	if j.in.rows > 0 && j.in.cols > 0 {
+		rows, cols = j.in.rows, j.in.cols // a service's next run: the size it was last given (resize)
 	}
 	j.mu.Unlock()
 	if rows == 0 {
@@ -257,7 +257,7 @@ func (j *Job) preparePTY(path string, argv, env []string) (*launch, procFiles, e
 		env = setEnv(env, "TERM", term)
 	}
 	j.mu.Lock() // the job is already visible to status and the journal
-	j.isPTY, j.ptmx, j.rows, j.cols = true, ptmx, rows, cols
+	j.in.isPTY, j.in.ptmx, j.in.rows, j.in.cols = true, ptmx, rows, cols
 	j.mu.Unlock()
 	files.childFiles = []*os.File{tty}
 	files.parent = []*os.File{ptmx}
@@ -276,10 +276,10 @@ func (j *Job) failSpawn(err error) {
 	j.endedAt = j.m.now()
 	close(j.runStarted)
 	close(j.runDone)
-	sock := j.notifySock
-	j.notifySock = nil
+	sock := j.notify.sock
+	j.notify.sock = nil
 	// (the first start of a service reports its error: no restart)
-	later := j.svc != nil && j.attempt > 1
+	later := j.svc.backoff != nil && j.svc.attempt > 1
 	var v lifecycle.Verdict
 	var end runEnd
 	if later {

@@ -38,7 +38,7 @@ func TestStartTicksFromBootClock(t *testing.T) {
 		j, _ := m.Get(info.JobID)
 		js = append(js, j)
 		j.mu.Lock()
-		clock := j.startTicks
+		clock := j.run.startTicks
 		j.mu.Unlock()
 		if clock != 0 {
 			fromClock++

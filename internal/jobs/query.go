@@ -14,16 +14,16 @@ func (j *Job) Info() protocol.JobInfo {
 func (j *Job) infoLocked() protocol.JobInfo {
 	info := protocol.JobInfo{
 		JobID: j.id, Name: j.spec.Name, State: j.life.State.Wire(), Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
-		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Pid: j.pid, Pgid: j.pgid,
+		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Pid: j.run.pid, Pgid: j.run.pgid,
 		CreatedAt: ms(j.createdAt), StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), LastOutputAt: ms(j.lastOutputAt),
 		ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		TimeoutMs: j.timeout.Milliseconds(), NoOutputTimeoutMs: j.noOutput.Milliseconds(),
-		StdoutBytes: j.streamN[0], StderrBytes: j.streamN[1],
-		RetainedFrom: j.out.from(), OutputEnd: j.offset, LastSeq: j.seq,
-		Pty: j.isPTY, Rows: j.rows, Cols: j.cols, BracketedPaste: j.bracketed, Ownership: j.ownership(),
+		StdoutBytes: j.out.streamN[0], StderrBytes: j.out.streamN[1],
+		RetainedFrom: j.out.ring.from(), OutputEnd: j.out.offset, LastSeq: j.out.seq,
+		Pty: j.in.isPTY, Rows: j.in.rows, Cols: j.in.cols, BracketedPaste: j.in.bracketed, Ownership: j.ownership(),
 		Cgroup:     j.cgroupPath(),
-		StdinOpen:  j.life.State != Exited && j.life.State != Restarting && (j.stdin != nil || j.isPTY && j.ptmx != nil),
-		OutputHeld: j.heldJournal, OutputPaced: j.gate != nil && j.pacedLocked(),
+		StdinOpen:  j.life.State != Exited && j.life.State != Restarting && (j.in.stdin != nil || j.in.isPTY && j.in.ptmx != nil),
+		OutputHeld: j.hold.forJournal, OutputPaced: j.hold.gate != nil && j.pacedLocked(),
 	}
 	if j.life.State == Exited {
 		info.Reason = j.life.Reason
@@ -40,18 +40,18 @@ func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if cursor > j.offset {
+	if cursor > j.out.offset {
 		return protocol.PollResult{}, errorf(ErrInvalid,
-			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.offset)
+			"cursor %d is past the end of the job's output (%d bytes so far)", cursor, j.out.offset)
 	}
-	from := j.out.from()
-	if end, skipped := j.out.skipAt(cursor); skipped && cursor >= from {
+	from := j.out.ring.from()
+	if end, skipped := j.out.ring.skipAt(cursor); skipped && cursor >= from {
 		// Offsets the ring skipped after a supervisor crash: the dead
 		// supervisor may have written what it published there to the
 		// files (its record in the journal ended before).
 		from = end
 	}
-	if w := j.disk; w != nil && cursor < from {
+	if w := j.out.disk; w != nil && cursor < from {
 		// Evicted from the ring, or past the journal's record of a dead
 		// supervisor: from the job's files, if they have it (read
 		// without the job's lock: its output goes on meanwhile).
@@ -63,7 +63,7 @@ func (j *Job) Poll(cursor, maxBytes int64) (protocol.PollResult, error) {
 			return res, err
 		}
 	}
-	res := j.out.poll(cursor, maxBytes)
+	res := j.out.ring.poll(cursor, maxBytes)
 	res.Job = j.infoLocked()
 	return res, nil
 }
@@ -105,7 +105,7 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 		if len(outs) > 0 {
 			after = outs[len(outs)-1].Seq + 1
 		}
-		for _, c := range j.out.live() {
+		for _, c := range j.out.ring.live() {
 			if c.Seq < after {
 				continue
 			}
@@ -160,13 +160,13 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	if cut {
 		res.More = true // (the next subscribe reads on from the files)
 	}
-	if !res.More && len(retained) <= limit && next <= j.seq {
-		res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: j.seq})
+	if !res.More && len(retained) <= limit && next <= j.out.seq {
+		res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: j.out.seq})
 	}
 	if len(res.Missing) > 0 {
 		// Exact from the eviction index; an upper bound (all evicted
 		// output) only for ranges older than what the index keeps.
-		res.MissingBytes, _ = j.out.missingBytes(res.Missing)
+		res.MissingBytes, _ = j.out.ring.missingBytes(res.Missing)
 	}
 	return res, nil
 }

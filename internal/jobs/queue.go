@@ -9,7 +9,7 @@ import (
 // The queue: one-shot jobs spawned with Queue when every slot under
 // MaxJobs is taken wait here (state queued, no process), in the order
 // they were spawned, and start as slots free. A job holds a slot from
-// its start to its end (Job.slot, counted in m.active); a queued job
+// its start to its end (Job.acct.slot, counted in m.active); a queued job
 // holds none. The queue runner, one goroutine of the Manager, gives the
 // slots out; a spawn without Queue takes a free slot at once, as before,
 // even while jobs are queued (it would be refused otherwise).
@@ -68,7 +68,7 @@ func (m *Manager) startNextQueued() bool {
 	}
 	j := m.queue[0]
 	m.queue = slices.Delete(m.queue, 0, 1)
-	j.slot = true
+	j.acct.slot = true
 	m.active++
 	m.mu.Unlock()
 

@@ -12,17 +12,17 @@ import (
 // held, and j.mu (or j not yet visible).
 func (m *Manager) addRecentLocked(j *Job) int {
 	j.compactFinishedLocked()
-	j.finBytes = int64(j.out.cost) + j.finishedCostLocked()
-	m.recent = append(m.recent, finished{finN: j.finN, j: j})
+	j.acct.finBytes = int64(j.out.ring.cost) + j.finishedCostLocked()
+	m.recent = append(m.recent, finished{finN: j.acct.finN, j: j})
 	m.recentN++
-	m.recentBytes += j.finBytes
+	m.recentBytes += j.acct.finBytes
 	return m.boundRecentLocked(j)
 }
 
 // boundRecentLocked forgets the oldest finished one-shot jobs (never
 // keep, the one just finished) while more than MaxFinished are retained
 // or they hold more than MaxFinishedOutput bytes (output, argv and the
-// rest of what they keep: Job.finBytes). It returns how many it
+// rest of what they keep: Job.acct.finBytes). It returns how many it
 // forgot. m.mu must be held.
 func (m *Manager) boundRecentLocked(keep *Job) int {
 	n := 0
@@ -40,7 +40,7 @@ func (m *Manager) boundRecentLocked(keep *Job) int {
 			n++
 		}
 		m.recentN--
-		m.recentBytes -= f.j.finBytes
+		m.recentBytes -= f.j.acct.finBytes
 		f.j = nil
 	}
 	// Emptied entries are dropped here too, not only by the sweep (which
@@ -67,7 +67,7 @@ func (m *Manager) addFinishedServiceLocked(j *Job) int {
 	// removed since are dropped first.
 	kept := m.finSvcs[:0]
 	for _, f := range m.finSvcs {
-		if m.jobs[f.j.id] == f.j && f.j.svcFinN.Load() == f.finN {
+		if m.jobs[f.j.id] == f.j && f.j.acct.svcFinN.Load() == f.finN {
 			kept = append(kept, f)
 		}
 	}
@@ -91,7 +91,7 @@ func (m *Manager) addFinishedServiceLocked(j *Job) int {
 // finSvcs. m.mu must be held.
 func (m *Manager) noteFinishedServiceLocked(j *Job) {
 	m.svcFinN++
-	j.svcFinN.Store(m.svcFinN)
+	j.acct.svcFinN.Store(m.svcFinN)
 	m.finSvcs = append(m.finSvcs, finished{finN: m.svcFinN, j: j})
 }
 
@@ -155,7 +155,7 @@ func (m *Manager) Sweep() int {
 	m.mu.Unlock()
 	n := 0
 	for _, j := range victims {
-		if j.svc != nil {
+		if j.svc.backoff != nil {
 			continue // a service stays (to be started again) until removed
 		}
 		if end, ok := j.finishedAt(); ok && end.Before(cutoff) {
@@ -173,7 +173,7 @@ func (m *Manager) Sweep() int {
 		if f.j != nil && m.jobs[f.j.id] == f.j {
 			kept = append(kept, f)
 			m.recentN++
-			m.recentBytes += f.j.finBytes
+			m.recentBytes += f.j.acct.finBytes
 		}
 	}
 	clear(m.recent[len(kept):])
@@ -198,15 +198,15 @@ type finished struct {
 // that a removed job's output is not held until the next sweep. m.mu must
 // be held.
 func (m *Manager) forgetRecentLocked(j *Job) {
-	if j.finN == 0 {
+	if j.acct.finN == 0 {
 		return
 	}
-	if i, ok := slices.BinarySearchFunc(m.recent, j.finN, func(f finished, n uint64) int {
+	if i, ok := slices.BinarySearchFunc(m.recent, j.acct.finN, func(f finished, n uint64) int {
 		return cmp.Compare(f.finN, n)
 	}); ok && m.recent[i].j == j {
 		m.recent[i].j = nil
 		m.recentN--
-		m.recentBytes -= j.finBytes
+		m.recentBytes -= j.acct.finBytes
 	}
 }
 
@@ -216,7 +216,7 @@ func (m *Manager) RetainedBytes() int64 {
 	var n int64
 	for _, j := range m.snapshotOf(func() map[string]*Job { return m.jobs }) {
 		j.mu.Lock()
-		n += int64(j.out.cost)
+		n += int64(j.out.ring.cost)
 		j.mu.Unlock()
 	}
 	return n

@@ -101,9 +101,9 @@ func TestRecentStaysCompact(t *testing.T) {
 	for i := range 10000 {
 		j := &Job{id: fmt.Sprintf("j-%d", i)}
 		m.finN++
-		j.finN = m.finN
+		j.acct.finN = m.finN
 		m.jobs[j.id] = j
-		m.recent = append(m.recent, finished{finN: j.finN, j: j})
+		m.recent = append(m.recent, finished{finN: j.acct.finN, j: j})
 		m.recentN++
 		m.boundRecentLocked(j)
 	}

@@ -2,13 +2,55 @@ package jobs
 
 import (
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
 	"github.com/exec-supervisor/exec-supervisor/internal/jobs/lifecycle"
 	"github.com/exec-supervisor/exec-supervisor/internal/proc"
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 	"golang.org/x/sys/unix"
 )
+
+// jobRun is the current run's process and what watches it: its
+// cgroup, its output readers, its timers and how its kill escalates.
+// Reset for a service's next run (beginRunLocked). Guarded by
+// Job.mu; the run's own goroutines (runLoop, readLoop, waitLoop and what
+// follows the reaping) read what does not change during the run
+// without it: proc, pgid, cg, rfiles, readersDone, killNow.
+type jobRun struct {
+	proc       *child
+	pid, pgid  int
+	startTicks uint64
+
+	// cg is the job's cgroup (nil without cgroup support).
+	cg      *cgroups.Cgroup
+	escaped bool // an ownership escape was reported
+
+	// limits is what the current run's limits info reports (see
+	// recordLimits).
+	limits *protocol.LimitsInfo
+
+	// readersLeft counts the run's output readers still reading; the last
+	// one closes readersDone.
+	readersLeft atomic.Int32
+	readersDone chan struct{}
+	rfiles      []*os.File
+
+	// overallT and idleT end the run at its overall and its no-output
+	// timeout (see start).
+	overallT *time.Timer
+	idleT    *time.Timer
+
+	// killDeadline is when SIGKILL follows the first kill.
+	killDeadline time.Time
+	killNow      chan struct{} // closed to escalate to SIGKILL at once
+
+	// leaderWS is how a one-shot job's leader ended, while the rest of
+	// its group is terminated (journaled: see Snapshot.LeaderExit).
+	leaderWS *syscall.WaitStatus
+}
 
 // waitLoop waits for the process of a run read by readLoops (a
 // terminal's, or one without a pidfd), then finishes the run
@@ -16,7 +58,7 @@ import (
 // runLoop.
 func (j *Job) waitLoop() {
 	defer j.m.wg.Done()
-	p := j.proc // (a service's next run gets a proc of its own)
+	p := j.run.proc // (a service's next run gets a proc of its own)
 	ws, err := p.wait()
 	j.afterReap(p, ws, err)
 }
@@ -168,7 +210,7 @@ func (j *Job) runLoop(p *child, out, held [2]int) {
 		if open > 0 {
 			handOff()
 		} else {
-			close(j.readersDone)
+			close(j.run.readersDone)
 		}
 	}
 	j.afterReap(p, ws, err)
@@ -215,19 +257,19 @@ func (j *Job) afterReap(p *child, ws syscall.WaitStatus, err error) {
 	j.mu.Lock()
 	j.stepLocked(lifecycle.LeaderExited{})
 	j.openGateLocked()
-	killing, deadline, cg, runDone := j.life.Killing, j.killDeadline, j.cg, j.runDone
+	killing, deadline, cg, runDone := j.life.Killing, j.run.killDeadline, j.run.cg, j.runDone
 	j.mu.Unlock()
 
 	// Usually nothing is left once the leader is gone: one check of the
 	// scope then (no escape can hide in an empty cgroup).
 	empty := true
 	if j.scopeAlive() {
-		if j.svc == nil {
+		if j.svc.backoff == nil {
 			// Ending the rest may take the grace period: how the leader
 			// ended is journaled meanwhile, so that a supervisor crash
 			// then does not lose it.
 			j.mu.Lock()
-			j.leaderWS = &ws
+			j.run.leaderWS = &ws
 			j.mu.Unlock()
 			j.m.changed()
 		}
@@ -267,20 +309,20 @@ func (j *Job) clearGroup(killing bool, deadline time.Time) bool {
 		return true
 	}
 	if !killing {
-		j.m.log.Info("job leader exited; terminating the rest of its process group", "job", j.id, "pgid", j.pgid)
+		j.m.log.Info("job leader exited; terminating the rest of its process group", "job", j.id, "pgid", j.run.pgid)
 		j.mu.Lock()
 		_ = j.signalLocked(syscall.SIGTERM)
 		_ = j.signalLocked(syscall.SIGCONT) // (as in kill)
 		j.mu.Unlock()
 		deadline = j.m.now().Add(j.grace)
 	}
-	if !proc.WaitGone(j.scopeAlive, time.Until(deadline), j.killNow) {
+	if !proc.WaitGone(j.scopeAlive, time.Until(deadline), j.run.killNow) {
 		j.mu.Lock()
 		after := j.applyLocked(j.stepLocked(lifecycle.GroupOutlived{}))
 		j.mu.Unlock()
 		after()
 		if !proc.WaitGone(j.scopeAlive, 5*time.Second, nil) {
-			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.pgid)
+			j.m.log.Error("process group survived SIGKILL", "job", j.id, "pgid", j.run.pgid)
 			j.markGroupGone()
 			return false
 		}
@@ -305,11 +347,11 @@ func waitGroupGone(pgid int, d time.Duration, stop <-chan struct{}) bool {
 // the group may hold a pipe open; after DrainTimeout the pipes are closed.
 func (j *Job) drain() {
 	j.mu.Lock()
-	ch := j.readersDone
+	ch := j.run.readersDone
 	j.mu.Unlock()
 	select {
 	case <-ch: // the usual case: EOF came with the exit
-		for _, f := range j.rfiles {
+		for _, f := range j.run.rfiles {
 			f.Close()
 		}
 		return
@@ -321,12 +363,12 @@ func (j *Job) drain() {
 	case <-ch:
 	case <-t.C:
 		j.m.log.Warn("job output pipes still open after its process group ended (a process escaped the group); closing them", "job", j.id)
-		for _, f := range j.rfiles {
+		for _, f := range j.run.rfiles {
 			f.Close()
 		}
 		<-ch
 	}
-	for _, f := range j.rfiles {
+	for _, f := range j.run.rfiles {
 		f.Close()
 	}
 }

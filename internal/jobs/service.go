@@ -18,6 +18,43 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
+// jobService is a service job's restart policy and the state of its
+// runs (backoff nil: a one-shot job). Guarded by Job.mu; backoff is
+// set before the job is visible and never changed.
+type jobService struct {
+	// Service jobs (restart policy): the Backoff decides restarts;
+	// attempt is the current run's number; runOffset the output offset
+	// where it began.
+	backoff   *lifecycle.Backoff
+	attempt   int
+	restarts  int
+	restartT  *time.Timer
+	restartAt time.Time
+	runOffset int64
+
+	// restartReq: the run is being ended by the restart op.
+	restartReq bool
+	history    []protocol.RunRecord
+
+	// restartGen tells a restart timer of an earlier delay from the
+	// current one.
+	restartGen uint64
+}
+
+// jobNotify is what a notify job's run was told through its notify
+// socket (sd_notify: READY, STATUS, STOPPING, WATCHDOG). Guarded by
+// Job.mu; watchdog is set before the job is visible, never changed.
+type jobNotify struct {
+	// Notify jobs: the run's notify socket and what it was told.
+	sock         *notify.Socket
+	ready        bool
+	status       string
+	stopping     bool
+	lastWatchdog time.Time
+	watchdog     time.Duration
+	watchdogT    *time.Timer
+}
+
 // runEnd is what a service's run end leaves for scheduling the next run
 // (see scheduleRestartLocked).
 type runEnd struct {
@@ -50,26 +87,26 @@ func (j *Job) verdictLocked(reason Reason) (lifecycle.Verdict, runEnd) {
 		// The supervisor is going away (a drain: --shutdown=wait). A run
 		// its policy would restart ends supervision as a shutdown does,
 		// so that the next supervisor resumes the service.
-		v.Closing = j.restartReq || j.svc.Wants(reason, j.exitCode)
-	case j.restartReq:
-		j.svc.Reset()
+		v.Closing = j.svc.restartReq || j.svc.backoff.Wants(reason, j.exitCode)
+	case j.svc.restartReq:
+		j.svc.backoff.Reset()
 		v.Restart = true
 		rec.Reason = protocol.ReasonManualRestart
-	case j.svc.Wants(reason, j.exitCode):
-		v.Delay, inWindow, v.Limited = j.svc.Next(now, ran)
+	case j.svc.backoff.Wants(reason, j.exitCode):
+		v.Delay, inWindow, v.Limited = j.svc.backoff.Next(now, ran)
 		if v.Limited {
 			last := describeEnd(reason, j.exitCode, j.signal)
 			j.errMsg = fmt.Sprintf("%d run ends within %v (maxRestarts %d); last run: %s; start it again with start or restart",
-				inWindow, time.Duration(j.svc.Policy.RestartWindowMs)*time.Millisecond, *j.svc.Policy.MaxRestarts, last)
-			j.m.log.Error("service hit its restart limit; not restarting", "job", j.id, "attempt", j.attempt, "lastRun", last)
+				inWindow, time.Duration(j.svc.backoff.Policy.RestartWindowMs)*time.Millisecond, *j.svc.backoff.Policy.MaxRestarts, last)
+			j.m.log.Error("service hit its restart limit; not restarting", "job", j.id, "attempt", j.svc.attempt, "lastRun", last)
 		} else {
 			v.Restart = true
 		}
 	}
 	rec.Restarted = v.Restart
-	j.history = append(j.history, rec)
-	if n := len(j.history) - protocol.HistoryRuns; n > 0 {
-		j.history = append(j.history[:0:0], j.history[n:]...)
+	j.svc.history = append(j.svc.history, rec)
+	if n := len(j.svc.history) - protocol.HistoryRuns; n > 0 {
+		j.svc.history = append(j.svc.history[:0:0], j.svc.history[n:]...)
 	}
 	return v, runEnd{rec: rec, ran: ran, inWindow: inWindow}
 }
@@ -94,19 +131,19 @@ func (j *Job) endRunLocked(effs []lifecycle.Effect, end runEnd) (restarting bool
 // scheduleRestartLocked arms the next run of a service now Restarting,
 // after delay.
 func (j *Job) scheduleRestartLocked(delay time.Duration, end runEnd) {
-	j.restarts++
-	j.restartAt = j.m.now().Add(delay)
+	j.svc.restarts++
+	j.svc.restartAt = j.m.now().Add(delay)
 	j.keepExtraLocked(j.emitLocked(protocol.KindRestarting, protocol.RestartingPayload{
-		Attempt: j.attempt, NextAttempt: j.attempt + 1, Reason: end.rec.Reason, ExitCode: j.exitCode,
+		Attempt: j.svc.attempt, NextAttempt: j.svc.attempt + 1, Reason: end.rec.Reason, ExitCode: j.exitCode,
 		Signal: j.signal, Error: j.errMsg, DurationMs: end.ran.Milliseconds(), DelayMs: delay.Milliseconds(),
-		RestartAt: ms(j.restartAt), RestartsInWindow: end.inWindow,
+		RestartAt: ms(j.svc.restartAt), RestartsInWindow: end.inWindow,
 	}))
 	if h := j.m.hooks.Restarted; h != nil {
 		h()
 	}
-	j.restartGen++
-	gen := j.restartGen
-	j.restartT = time.AfterFunc(delay, func() { j.restartFired(gen) })
+	j.svc.restartGen++
+	gen := j.svc.restartGen
+	j.svc.restartT = time.AfterFunc(delay, func() { j.restartFired(gen) })
 }
 
 func describeEnd(r Reason, code *int, sig string) string {
@@ -123,7 +160,7 @@ func describeEnd(r Reason, code *int, sig string) string {
 // last lines.
 func (j *Job) runRecordLocked(reason Reason) protocol.RunRecord {
 	rec := protocol.RunRecord{
-		Attempt: j.attempt, StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), Pid: j.pid,
+		Attempt: j.svc.attempt, StartedAt: ms(j.startedAt), EndedAt: ms(j.endedAt), Pid: j.run.pid,
 		Reason: reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		Tail: []string{},
 	}
@@ -139,17 +176,17 @@ func (j *Job) runRecordLocked(reason Reason) protocol.RunRecord {
 // runOutputLocked returns up to max of the newest retained bytes of the
 // current run's output (stdout and stderr interleaved as produced).
 func (j *Job) runOutputLocked(max int) []byte {
-	live := j.out.live()
+	live := j.out.ring.live()
 	var parts [][]byte
 	n := 0
 	for i := len(live) - 1; i >= 0 && n < max; i-- {
 		c := live[i]
 		d := c.Data
-		if end := c.Offset + int64(len(d)); end <= j.runOffset {
+		if end := c.Offset + int64(len(d)); end <= j.svc.runOffset {
 			break
 		}
-		if c.Offset < j.runOffset {
-			d = d[j.runOffset-c.Offset:]
+		if c.Offset < j.svc.runOffset {
+			d = d[j.svc.runOffset-c.Offset:]
 		}
 		if room := max - n; len(d) > room {
 			d = d[len(d)-room:]
@@ -196,11 +233,11 @@ func TailLines(b []byte, n int) []string {
 // restartFired starts the next run once the restart delay is over.
 func (j *Job) restartFired(gen uint64) {
 	j.mu.Lock()
-	if j.life.State != Restarting || gen != j.restartGen {
+	if j.life.State != Restarting || gen != j.svc.restartGen {
 		j.mu.Unlock()
 		return // stopped, killed or started by hand meanwhile
 	}
-	j.restartT = nil
+	j.svc.restartT = nil
 	if j.m.closing() {
 		j.endRunLocked(j.stepLocked(lifecycle.Drained{}), runEnd{})
 		j.mu.Unlock()
@@ -214,28 +251,28 @@ func (j *Job) restartFired(gen uint64) {
 // beginRunLocked resets the per-run state for the next attempt and moves
 // the job to Starting; the caller then calls start.
 func (j *Job) beginRunLocked() {
-	if t := j.restartT; t != nil {
+	if t := j.svc.restartT; t != nil {
 		t.Stop()
-		j.restartT = nil
+		j.svc.restartT = nil
 	}
 	j.stepLocked(lifecycle.NextRun{}) // (Starting, nothing of the last run's fate)
-	j.attempt++
-	j.runOffset = j.offset
-	j.proc = nil
-	j.pid, j.pgid = 0, 0
-	j.startTicks = 0
+	j.svc.attempt++
+	j.svc.runOffset = j.out.offset
+	j.run.proc = nil
+	j.run.pid, j.run.pgid = 0, 0
+	j.run.startTicks = 0
 	j.exitCode, j.signal, j.errMsg = nil, "", ""
 	j.endedAt = time.Time{} // (the last run's end: this one has none yet)
-	j.killDeadline = time.Time{}
-	j.killNow = make(chan struct{})
-	j.rfiles, j.ptmx, j.stdin = nil, nil, nil
-	j.bracketed, j.escaped = false, false
-	j.cg = nil
-	j.lastCPU, j.lastSampled = 0, time.Time{}
-	j.ready, j.notifyStatus, j.stopping, j.lastWatchdog = false, "", false, time.Time{}
-	j.limits = nil
-	j.restartReq = false
-	j.restartAt = time.Time{}
+	j.run.killDeadline = time.Time{}
+	j.run.killNow = make(chan struct{})
+	j.run.rfiles, j.in.ptmx, j.in.stdin = nil, nil, nil
+	j.in.bracketed, j.run.escaped = false, false
+	j.run.cg = nil
+	j.usage.lastCPU, j.usage.lastSampled = 0, time.Time{}
+	j.notify.ready, j.notify.status, j.notify.stopping, j.notify.lastWatchdog = false, "", false, time.Time{}
+	j.run.limits = nil
+	j.svc.restartReq = false
+	j.svc.restartAt = time.Time{}
 	j.runDone = make(chan struct{})
 	j.runStarted = make(chan struct{})
 }
@@ -260,7 +297,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		return protocol.JobInfo{}, err
 	}
 	j.mu.Lock()
-	if j.svc == nil {
+	if j.svc.backoff == nil {
 		j.mu.Unlock()
 		return protocol.JobInfo{}, errorf(ErrInvalid,
 			"job %s is not a service (spawned without a restart policy); spawn it again instead", id)
@@ -277,7 +314,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 			j.mu.Unlock()
 			return j.Info(), nil
 		}
-		j.restartReq = true
+		j.svc.restartReq = true
 		runDone := j.runDone
 		j.mu.Unlock()
 		m.log.Info("service restart requested", "job", id)
@@ -291,7 +328,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		j.mu.Unlock()
 		return j.Info(), errorf(ErrJobRunning, "job %s is stopping; start it once it has exited", id)
 	case Restarting:
-		j.svc.Reset()
+		j.svc.backoff.Reset()
 		j.beginRunLocked()
 		j.mu.Unlock()
 		m.log.Info("service started again (start op or resume) while waiting to restart", "job", id)
@@ -320,12 +357,12 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		j.mu.Unlock()
 		return protocol.JobInfo{}, nameErr
 	}
-	j.slot = true
+	j.acct.slot = true
 	m.active++
 	if j.name() != "" {
-		j.nameSt.held = true
+		j.acct.nameSt.held = true
 	}
-	j.svcFinN.Store(0) // (supervised again: not a finished service)
+	j.acct.svcFinN.Store(0) // (supervised again: not a finished service)
 	m.mu.Unlock()
 	// The old terminal event stays in the sequence; a new one follows
 	// when this supervision ends.
@@ -334,7 +371,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		j.exitEv = nil
 	}
 	j.done = make(chan struct{})
-	j.svc.Reset()
+	j.svc.backoff.Reset()
 	j.beginRunLocked()
 	j.mu.Unlock()
 	m.log.Info("service started again (start op or resume)", "job", id)
@@ -370,8 +407,8 @@ func (m *Manager) Stop(id string) (protocol.KillResult, error) {
 func (j *Job) History() []protocol.RunRecord {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := make([]protocol.RunRecord, len(j.history))
-	copy(out, j.history)
+	out := make([]protocol.RunRecord, len(j.svc.history))
+	copy(out, j.svc.history)
 	return out
 }
 
@@ -379,20 +416,20 @@ func (j *Job) History() []protocol.RunRecord {
 func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
 	info.Notify = j.spec.Notify
 	if j.spec.Notify && (j.life.State == Running || j.life.State == Exiting) {
-		info.Ready, info.NotifyStatus, info.Stopping = j.ready, j.notifyStatus, j.stopping
-		info.LastWatchdogAt = ms(j.lastWatchdog)
+		info.Ready, info.NotifyStatus, info.Stopping = j.notify.ready, j.notify.status, j.notify.stopping
+		info.LastWatchdogAt = ms(j.notify.lastWatchdog)
 	}
-	info.Limits = j.limits
-	if j.svc == nil {
+	info.Limits = j.run.limits
+	if j.svc.backoff == nil {
 		return
 	}
 	now := j.m.now()
-	info.Restart = j.svc.Policy.Policy
-	info.Attempt = j.attempt
-	info.Restarts = j.restarts
-	info.RestartsInWindow = j.svc.InWindow(now)
+	info.Restart = j.svc.backoff.Policy.Policy
+	info.Attempt = j.svc.attempt
+	info.Restarts = j.svc.restarts
+	info.RestartsInWindow = j.svc.backoff.InWindow(now)
 	if j.life.State == Restarting {
-		info.NextRestartAt = ms(j.restartAt)
+		info.NextRestartAt = ms(j.svc.restartAt)
 	}
 	if j.life.State == Running || j.life.State == Exiting {
 		info.UptimeMs = now.Sub(j.startedAt).Milliseconds()
@@ -409,7 +446,7 @@ func (j *Job) notifyPath() (string, error) {
 	if err := notify.EnsureDir(dir); err != nil {
 		return "", fmt.Errorf("notify socket directory: %w", err)
 	}
-	return filepath.Join(dir, fmt.Sprintf("%s.%d.sock", j.id, j.attempt)), nil
+	return filepath.Join(dir, fmt.Sprintf("%s.%d.sock", j.id, j.svc.attempt)), nil
 }
 
 // openNotify creates the run's notify socket and returns env with
@@ -434,11 +471,11 @@ func (j *Job) openNotify(env []string, runDone, runStarted <-chan struct{}) ([]s
 		return env, fmt.Errorf("notify socket: %w", err)
 	}
 	j.mu.Lock()
-	j.notifySock = sock
+	j.notify.sock = sock
 	j.mu.Unlock()
 	env = setEnv(env, "NOTIFY_SOCKET", sock.Addr())
-	if j.watchdog > 0 {
-		env = setEnv(env, "WATCHDOG_USEC", strconv.FormatInt(j.watchdog.Microseconds(), 10))
+	if j.notify.watchdog > 0 {
+		env = setEnv(env, "WATCHDOG_USEC", strconv.FormatInt(j.notify.watchdog.Microseconds(), 10))
 	}
 	return env, nil
 }
@@ -452,7 +489,7 @@ func closeNotify(s *notify.Socket) {
 // ownsPid reports whether pid is a process of the current run.
 func (j *Job) ownsPid(pid int, runDone <-chan struct{}) bool {
 	j.mu.Lock()
-	cg, pgid, isPTY := j.cg, j.pgid, j.isPTY
+	cg, pgid, isPTY := j.run.cg, j.run.pgid, j.in.isPTY
 	gone := over(runDone)
 	j.mu.Unlock()
 	if gone || pid <= 1 {
@@ -484,19 +521,19 @@ func (j *Job) notified(msg notify.Message, runDone <-chan struct{}) {
 		return
 	}
 	if st, ok := msg.Status(); ok {
-		j.notifyStatus = truncateUTF8(st, 1024)
+		j.notify.status = truncateUTF8(st, 1024)
 	}
 	if msg.Stopping() {
-		j.stopping = true
+		j.notify.stopping = true
 	}
 	if msg.Watchdog() {
-		j.lastWatchdog = j.m.now()
+		j.notify.lastWatchdog = j.m.now()
 	}
 	trigger := msg.Fields["WATCHDOG"] == "trigger"
-	if msg.Ready() && !j.ready {
-		j.ready = true
-		j.keepExtraLocked(j.emitLocked(protocol.KindReady, protocol.ReadyPayload{Attempt: j.attempt, Status: j.notifyStatus}))
-		j.m.log.Info("job ready", "job", j.id, "attempt", j.attempt, "status", j.notifyStatus)
+	if msg.Ready() && !j.notify.ready {
+		j.notify.ready = true
+		j.keepExtraLocked(j.emitLocked(protocol.KindReady, protocol.ReadyPayload{Attempt: j.svc.attempt, Status: j.notify.status}))
+		j.m.log.Info("job ready", "job", j.id, "attempt", j.svc.attempt, "status", j.notify.status)
 	}
 	j.m.changed()
 	j.mu.Unlock()
@@ -521,17 +558,17 @@ func (j *Job) watchdogFired(runDone <-chan struct{}) {
 		j.mu.Unlock()
 		return
 	}
-	last := j.lastWatchdog
+	last := j.notify.lastWatchdog
 	if last.IsZero() || last.Before(j.startedAt) {
 		last = j.startedAt
 	}
-	if quiet := j.m.now().Sub(last); quiet < j.watchdog {
-		j.watchdogT = time.AfterFunc(j.watchdog-quiet, func() { j.watchdogFired(runDone) })
+	if quiet := j.m.now().Sub(last); quiet < j.notify.watchdog {
+		j.notify.watchdogT = time.AfterFunc(j.notify.watchdog-quiet, func() { j.watchdogFired(runDone) })
 		j.mu.Unlock()
 		return
 	}
 	j.mu.Unlock()
-	j.m.log.Warn("job missed its watchdog; killing it as hung", "job", j.id, "interval", j.watchdog)
+	j.m.log.Warn("job missed its watchdog; killing it as hung", "job", j.id, "interval", j.notify.watchdog)
 	j.killRun(runDone, protocol.ReasonWatchdog)
 }
 
@@ -573,15 +610,15 @@ func (j *Job) wrapLimits(path string, argv []string) (string, []string, error) {
 func (j *Job) recordLimits(applied []string, unavailable map[string]string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.limits == nil {
-		j.limits = &protocol.LimitsInfo{}
+	if j.run.limits == nil {
+		j.run.limits = &protocol.LimitsInfo{}
 	}
-	j.limits.Applied = append(j.limits.Applied, applied...)
+	j.run.limits.Applied = append(j.run.limits.Applied, applied...)
 	for k, v := range unavailable {
-		if j.limits.Unavailable == nil {
-			j.limits.Unavailable = map[string]string{}
+		if j.run.limits.Unavailable == nil {
+			j.run.limits.Unavailable = map[string]string{}
 		}
-		j.limits.Unavailable[k] = v
+		j.run.limits.Unavailable[k] = v
 	}
 }
 

@@ -84,8 +84,8 @@ func (j *Job) start() error {
 		argv = []string{"/bin/sh", "-c", j.spec.Shell}
 	}
 	j.mu.Lock()
-	attempt, runDone, runStarted := j.attempt, j.runDone, j.runStarted
-	service := j.svc != nil
+	attempt, runDone, runStarted := j.svc.attempt, j.runDone, j.runStarted
+	service := j.svc.backoff != nil
 	j.mu.Unlock()
 	if h := j.m.hooks.BeforeServiceRun; h != nil && service && attempt > 1 {
 		h(j.id)
@@ -109,7 +109,7 @@ func (j *Job) start() error {
 		if cg, cgfd, err = j.m.cgroups.Acquire(j.hasCgroupLimits()); err == nil {
 			j.applyCgroupLimits(cg)
 			j.mu.Lock()
-			j.cg = cg
+			j.run.cg = cg
 			j.mu.Unlock()
 			l.sys.UseCgroupFD = true
 			l.sys.CgroupFD = cgfd
@@ -140,12 +140,12 @@ func (j *Job) start() error {
 	files.closeChild()
 	if err != nil {
 		j.mu.Lock()
-		cg := j.cg
+		cg := j.run.cg
 		j.mu.Unlock()
 		if cg != nil {
 			_ = j.m.cgroups.Release(cg, true, time.Second) // nothing ever ran in it
 			j.mu.Lock()
-			j.cg = nil
+			j.run.cg = nil
 			j.mu.Unlock()
 		}
 		files.closeParent()
@@ -160,17 +160,17 @@ func (j *Job) start() error {
 		p.startTicks = 0
 	}
 	j.mu.Lock()
-	j.proc = p
-	j.pid = p.pid
+	j.run.proc = p
+	j.run.pid = p.pid
 	// The process fingerprint, when the boot clock gave it (else the
 	// first snapshot of the running job reads it: fingerprintLocked).
-	j.startTicks = p.startTicks
-	j.pgid = p.pid // Setpgid with Pgid 0 (or Setsid): the leader's pid
+	j.run.startTicks = p.startTicks
+	j.run.pgid = p.pid // Setpgid with Pgid 0 (or Setsid): the leader's pid
 	j.startedAt = j.m.now()
 	j.lastOutputAt = j.startedAt
 	started := j.applyLocked(j.stepLocked(lifecycle.Started{})) // (a kill asked for while starting follows)
 	close(runStarted)
-	ev := j.emitLocked(protocol.KindStarted, j.startedPayload(j.pid, j.attemptTag()))
+	ev := j.emitLocked(protocol.KindStarted, j.startedPayload(j.run.pid, j.attemptTag()))
 	if j.startedEv == nil && ev.Seq == 1 {
 		j.startedEv = &ev
 	} else {
@@ -179,22 +179,22 @@ func (j *Job) start() error {
 		j.keepExtraLocked(ev)
 	}
 	if j.timeout > 0 {
-		j.overallT = time.AfterFunc(j.timeout, func() { j.killRun(runDone, protocol.ReasonOverallTimeout) })
+		j.run.overallT = time.AfterFunc(j.timeout, func() { j.killRun(runDone, protocol.ReasonOverallTimeout) })
 	}
 	if j.noOutput > 0 {
-		j.idleT = time.AfterFunc(j.noOutput, func() { j.idleFired(runDone) })
+		j.run.idleT = time.AfterFunc(j.noOutput, func() { j.idleFired(runDone) })
 	}
-	if j.watchdog > 0 {
-		j.watchdogT = time.AfterFunc(j.watchdog, func() { j.watchdogFired(runDone) })
+	if j.notify.watchdog > 0 {
+		j.notify.watchdogT = time.AfterFunc(j.notify.watchdog, func() { j.watchdogFired(runDone) })
 	}
 	if j.m.logInfo() { // (the attributes cost allocations even when not logged)
 		// Before its output and exit are read (so before they are
 		// logged). (argv and cwd are client input of up to a request's
 		// size: the line shows their beginning.)
-		j.m.log.Info("job started", "job", j.id, "pid", j.pid, "argv", logArgv(argv), "cwd", Clip(j.spec.Cwd, LogArgBytes), "attempt", attempt,
+		j.m.log.Info("job started", "job", j.id, "pid", j.run.pid, "argv", logArgv(argv), "cwd", Clip(j.spec.Cwd, LogArgBytes), "attempt", attempt,
 			"timeout", j.timeout, "noOutputTimeout", j.noOutput)
 	}
-	j.readersDone = make(chan struct{})
+	j.run.readersDone = make(chan struct{})
 	if j.runLoops(files, p) {
 		// One goroutine reads both pipes and reaps it (see runLoop).
 		out := files.out
@@ -209,7 +209,7 @@ func (j *Job) start() error {
 		j.m.wg.Add(1)
 		j.m.runners.run(j.waitLoop)
 	}
-	if j.cg != nil {
+	if j.run.cg != nil {
 		j.m.watchEscapes(j, runDone)
 	}
 	j.mu.Unlock()
@@ -223,10 +223,10 @@ func (j *Job) start() error {
 // attemptTag is the attempt number events carry: the run number for
 // service jobs, 0 (absent) for one-shot jobs.
 func (j *Job) attemptTag() int {
-	if j.svc == nil {
+	if j.svc.backoff == nil {
 		return 0
 	}
-	return j.attempt
+	return j.svc.attempt
 }
 
 // killRun ends the run whose runDone is given with reason, unless that

@@ -10,6 +10,15 @@ import (
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
+// jobUsage is a job's last resource sample. Guarded by Job.mu.
+type jobUsage struct {
+	// lastCPU and lastSampled are the previous resource sample (for CPU%),
+	// lastUsage what it answered (reused while fresh: see usageFresh).
+	lastCPU     float64
+	lastSampled time.Time
+	lastUsage   protocol.Usage
+}
+
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on every
 // Linux architecture Go supports).
 const clockTicks = 100
@@ -113,14 +122,14 @@ func (m *Manager) attachUsage(infos []protocol.JobInfo) {
 		u := &protocol.Usage{Processes: a.procs, RSSBytes: a.rss, CPUSeconds: a.cpu, SampledAt: now.UnixMilli()}
 		if j := jobs[i]; j != nil {
 			j.mu.Lock()
-			prevCPU, prevAt := j.lastCPU, j.lastSampled
+			prevCPU, prevAt := j.usage.lastCPU, j.usage.lastSampled
 			if prevAt.IsZero() {
 				prevCPU, prevAt = 0, j.startedAt
 			}
 			if dt := now.Sub(prevAt).Seconds(); dt > 0.001 {
 				u.CPUPercent = max(0, (a.cpu-prevCPU)/dt*100)
 			}
-			j.lastCPU, j.lastSampled, j.lastUsage = a.cpu, now, *u
+			j.usage.lastCPU, j.usage.lastSampled, j.usage.lastUsage = a.cpu, now, *u
 			j.mu.Unlock()
 		}
 		in.Usage = u
@@ -132,10 +141,10 @@ func (m *Manager) attachUsage(infos []protocol.JobInfo) {
 func (j *Job) freshUsage(now time.Time) *protocol.Usage {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.lastSampled.IsZero() || now.Sub(j.lastSampled) >= usageFresh || now.Before(j.lastSampled) {
+	if j.usage.lastSampled.IsZero() || now.Sub(j.usage.lastSampled) >= usageFresh || now.Before(j.usage.lastSampled) {
 		return nil
 	}
-	u := j.lastUsage
+	u := j.usage.lastUsage
 	return &u
 }
 
@@ -181,7 +190,7 @@ func (j *Job) liveCgroup() *cgroups.Cgroup {
 	if j.life.State != Running && j.life.State != Exiting {
 		return nil
 	}
-	return j.cg
+	return j.run.cg
 }
 
 // pidsRSS returns how many of pids are live processes, and the sum of
