@@ -48,7 +48,7 @@ type jobRun struct {
 	killNow      chan struct{} // closed to escalate to SIGKILL at once
 
 	// leaderWS is how a one-shot job's leader ended, while the rest of
-	// its group is terminated (journaled: see Snapshot.LeaderExit).
+	// its group is terminated (journaled: see journal.Record.LeaderExit).
 	leaderWS *syscall.WaitStatus
 }
 
