@@ -137,8 +137,15 @@ func (d *dnsServer) answer(req []byte) ([]byte, bool) {
 		switch q.Type {
 		case dnsmessage.TypeA:
 			for _, a := range d.a[name] {
-				ip := net.ParseIP(a).To4()
-				_ = b.AResource(rr, dnsmessage.AResource{A: [4]byte(ip)})
+				if ip := net.ParseIP(a).To4(); ip != nil {
+					_ = b.AResource(rr, dnsmessage.AResource{A: [4]byte(ip)})
+				}
+			}
+		case dnsmessage.TypeAAAA:
+			for _, a := range d.a[name] {
+				if ip := net.ParseIP(a); ip.To4() == nil {
+					_ = b.AAAAResource(rr, dnsmessage.AAAAResource{AAAA: [16]byte(ip.To16())})
+				}
 			}
 		case dnsmessage.TypeSRV:
 			for _, s := range d.srv[name] {
@@ -318,6 +325,15 @@ func TestPoolFindsMembersByAddress(t *testing.T) {
 	dns.fail(false)
 	dns.set(map[string][]string{"hosts.test.": {"127.0.0.2"}}, nil)
 	want = want[:1]
+	awaitKeys()
+
+	// A dual-stack name (A and AAAA records of the same hosts): one
+	// member per host, not two; a name with only AAAA records: those.
+	dns.set(map[string][]string{"hosts.test.": {"::1", "127.0.0.3", "fd00::2", "127.0.0.2"}}, nil)
+	want = []string{"tcp://127.0.0.2:18790", "tcp://127.0.0.3:18790"}
+	awaitKeys()
+	dns.set(map[string][]string{"hosts.test.": {"fd00::2", "::1"}}, nil)
+	want = []string{"tcp://[::1]:18790", "tcp://[fd00::2]:18790"}
 	awaitKeys()
 }
 

@@ -67,14 +67,15 @@ func (p *Pool) resolve(life context.Context) {
 	p.setMembers(ms)
 }
 
-// dnsMembers makes members of addresses, sorted, without duplicates.
+// dnsMembers makes members of addresses (of one family: see oneFamily),
+// sorted, without duplicates.
 func dnsMembers(addrs []string, controlPort, eventPort int) []PoolMember {
-	sort.Strings(addrs)
+	ips := oneFamily(addrs)
+	slices.SortFunc(ips, func(a, b netip.Addr) int { return a.Compare(b) })
+	ips = slices.Compact(ips)
 	var ms []PoolMember
-	for i, a := range addrs {
-		if i > 0 && a == addrs[i-1] {
-			continue
-		}
+	for _, ip := range ips {
+		a := ip.String()
 		ms = append(ms, PoolMember{
 			Control: "tcp://" + net.JoinHostPort(a, strconv.Itoa(controlPort)),
 			Event:   "tcp://" + net.JoinHostPort(a, strconv.Itoa(eventPort)),
@@ -156,6 +157,17 @@ func hostAddr(ctx context.Context, r DNSResolver, target string) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("SRV target %s: %w", target, err)
 	}
+	l := oneFamily(addrs)
+	if len(l) == 0 {
+		return "", fmt.Errorf("SRV target %s: no address", target)
+	}
+	return slices.MinFunc(l, func(a, b netip.Addr) int { return a.Compare(b) }).String(), nil
+}
+
+// oneFamily is the IPv4 addresses of addrs if there are any, else its
+// IPv6 ones: a dual-stack name (A and AAAA records) names each host once
+// in each family, and one supervisor must not become two members.
+func oneFamily(addrs []string) []netip.Addr {
 	var v4, v6 []netip.Addr
 	for _, a := range addrs {
 		ip, err := netip.ParseAddr(a)
@@ -167,12 +179,10 @@ func hostAddr(ctx context.Context, r DNSResolver, target string) (string, error)
 			v6 = append(v6, ip)
 		}
 	}
-	for _, l := range [][]netip.Addr{v4, v6} {
-		if len(l) > 0 {
-			return slices.MinFunc(l, func(a, b netip.Addr) int { return a.Compare(b) }).String(), nil
-		}
+	if len(v4) > 0 {
+		return v4
 	}
-	return "", fmt.Errorf("SRV target %s: no address", target)
+	return v6
 }
 
 // dedupMembers sorts ms by control endpoint and leaves out a member whose
