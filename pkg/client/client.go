@@ -75,6 +75,9 @@ type Client struct {
 	pacers   map[*follower]struct{}
 	repacing bool
 	repaceWG sync.WaitGroup
+	// dropWG counts connections given up and being closed (see drop):
+	// Close waits for them.
+	dropWG sync.WaitGroup
 	// quit is closed by Close: followers (their own event connections)
 	// stop on it.
 	quit chan struct{}
@@ -136,6 +139,7 @@ func (c *Client) Close() error {
 		cn.close()
 	}
 	c.repaceWG.Wait()
+	c.dropWG.Wait()
 	c.local.close()
 	return nil
 }
@@ -259,8 +263,12 @@ func (c *Client) drop(cn *conn) {
 		return
 	}
 	c.conn = nil
+	c.dropWG.Add(1) // (under mu: before Close can wait)
 	c.mu.Unlock()
-	go cn.close()
+	go func() { // (not here: drop may run on cn's own reader, which close waits for)
+		defer c.dropWG.Done()
+		cn.close()
+	}()
 }
 
 // addPacer and removePacer keep the paced Follows in progress.
