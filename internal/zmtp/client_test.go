@@ -128,10 +128,17 @@ func subscribeAndWait(t *testing.T, p *Publisher, c *Client, topic string) {
 	if err := c.Subscribe(topic); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !p.subscribed(topic) {
+	awaitSubscribers(t, p, topic, 1)
+}
+
+// awaitSubscribers waits until at least n subscribers of p take topic
+// (subscriptions travel asynchronously).
+func awaitSubscribers(t *testing.T, p *Publisher, topic string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.subscribedN(topic) < n {
 		if time.Now().After(deadline) {
-			t.Fatal("subscription never arrived")
+			t.Fatalf("%d of %d subscriptions to %q arrived", p.subscribedN(topic), n, topic)
 		}
 		time.Sleep(time.Millisecond) // no notification for a processed subscription
 	}

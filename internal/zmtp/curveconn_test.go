@@ -47,6 +47,27 @@ func (s *curveSetup) dial(t *testing.T, typ, endpoint string, client CurveKeyPai
 		Curve: &CurveClient{Server: server, Key: client}})
 }
 
+// pubSub listens a PUB on loopback with pol (s's policy when nil) and
+// bound max, and connects a CURVE SUB of s's client to it; both are
+// closed when the test ends.
+func (s *curveSetup) pubSub(t *testing.T, pol *Policy, max int) (*Publisher, *Client) {
+	t.Helper()
+	if pol == nil {
+		pol = s.policy()
+	}
+	p, err := ListenPub(context.Background(), "tcp://127.0.0.1:0", pol, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, err := s.dial(t, "SUB", "tcp://"+p.Addr().String(), s.client, s.server.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
 // curveEchoRouter is echoRouter with policy pol on a tcp port of loopback.
 func curveEchoRouter(t *testing.T, pol *Policy) string {
 	t.Helper()
@@ -98,16 +119,7 @@ func TestCurveClientAgainstRouter(t *testing.T) {
 // TestCurveSubAgainstPub: our SUB and our PUB over CURVE.
 func TestCurveSubAgainstPub(t *testing.T) {
 	s := newCurveSetup(t)
-	p, err := ListenPub(context.Background(), "tcp://127.0.0.1:0", s.policy(), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := s.dial(t, "SUB", "tcp://"+p.Addr().String(), s.client, s.server.Public)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p, c := s.pubSub(t, nil, 1<<20)
 	expectTopicFiltered(t, p, c)
 }
 
@@ -117,16 +129,7 @@ func TestCurveSubAgainstPub(t *testing.T) {
 // nonces go up in the order the frames are written, whoever boxes them.
 func TestCurvePubMixedSizesInOrder(t *testing.T) {
 	s := newCurveSetup(t)
-	p, err := ListenPub(context.Background(), "tcp://127.0.0.1:0", s.policy(), 64<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := s.dial(t, "SUB", "tcp://"+p.Addr().String(), s.client, s.server.Public)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p, c := s.pubSub(t, nil, 64<<20)
 	subscribeAndWait(t, p, c, "t")
 	sizes := []int{10, curveDirectMax - 100, curveDirectMax + 1, 200 << 10, 0, 3, 1 << 20, 64 << 10}
 	const n = 200

@@ -113,13 +113,7 @@ func TestCurvePubCloseMidBatch(t *testing.T) {
 		}
 		subs = append(subs, c)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for p.subscribedN("t") < 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("subscriptions never arrived")
-		}
-		time.Sleep(time.Millisecond) // no notification for a processed subscription
-	}
+	awaitSubscribers(t, p, "t", 3)
 	big := bytes.Repeat([]byte("b"), 1<<20)
 	const n = 60
 	var wg sync.WaitGroup
@@ -156,8 +150,9 @@ func TestCurvePubCloseMidBatch(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	deadline := time.Now().Add(20 * time.Second)
 	for p.subscribedN("t") != 1 {
-		if time.Now().After(deadline.Add(10 * time.Second)) {
+		if time.Now().After(deadline) {
 			t.Fatalf("%d subscribers left, want 1", p.subscribedN("t"))
 		}
 		time.Sleep(time.Millisecond) // (no notification for a subscriber gone)
@@ -175,16 +170,7 @@ func TestCurvePubDirectPartThenQueued(t *testing.T) {
 	s := newCurveSetup(t)
 	pol := s.policy()
 	pol.WriteTimeout = 60 * time.Second // (nobody reads during a round)
-	p, err := ListenPub(context.Background(), "tcp://127.0.0.1:0", pol, 512<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := s.dial(t, "SUB", "tcp://"+p.Addr().String(), s.client, s.server.Public)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p, c := s.pubSub(t, pol, 512<<20)
 	subscribeAndWait(t, p, c, "t")
 	p.mu.Lock()
 	var q *outQueue

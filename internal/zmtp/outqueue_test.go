@@ -38,13 +38,7 @@ func TestPubDirectWrites(t *testing.T) {
 		}
 		subs = append(subs, c)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.subscribedN("t") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("subscriptions never arrived")
-		}
-		time.Sleep(time.Millisecond) // no notification for a processed subscription
-	}
+	awaitSubscribers(t, p, "t", 2)
 	// Big messages (several times a socket buffer) between small ones.
 	const n = 40
 	msgs := make([][]byte, n+5) // (made once: the readers compare, not rebuild)
