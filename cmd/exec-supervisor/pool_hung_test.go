@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,33 +61,7 @@ func TestPoolHungMember(t *testing.T) {
 		}
 	}
 
-	type outcome struct {
-		what string
-		err  error
-		at   time.Time
-	}
-	outcomes := make(chan outcome, 2*len(theirs))
-	var wg sync.WaitGroup
-	for _, j := range theirs {
-		started := make(chan struct{})
-		var once sync.Once
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			err := pool.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
-				once.Do(func() { close(started) })
-				return nil
-			})
-			once.Do(func() { close(started) })
-			outcomes <- outcome{"follow " + j.JobID, err, time.Now()}
-		}()
-		go func() {
-			defer wg.Done()
-			_, _, err := pool.Wait(ctx, j.JobID, time.Minute)
-			outcomes <- outcome{"wait " + j.JobID, err, time.Now()}
-		}()
-		<-started
-	}
+	watch := followAndWait(ctx, pool, theirs)
 
 	// Stop it; continue it whatever happens (before its process's own
 	// cleanup, which signals it: cleanups run last first).
@@ -133,24 +106,7 @@ func TestPoolHungMember(t *testing.T) {
 	}
 
 	// Followers and waiters: an explicit error naming it.
-	var slowest time.Duration
-	for range 2 * len(theirs) {
-		select {
-		case o := <-outcomes:
-			var me *client.MemberError
-			if !errors.As(o.err, &me) || me.Member != victim || !errors.Is(o.err, client.ErrMemberDown) {
-				t.Fatalf("%s: got %v, want a *MemberError of %s", o.what, o.err, victim)
-			}
-			slowest = max(slowest, o.at.Sub(stopped))
-		case <-time.After(timeout + 20*time.Second):
-			t.Fatalf("followers/waiters of the stopped supervisor's jobs hang")
-		}
-	}
-	wg.Wait()
-	t.Logf("%d followers and %d waiters failed with a *MemberError within %v of SIGSTOP", len(theirs), len(theirs), slowest)
-	if slowest > timeout {
-		t.Errorf("followers/waiters took %v, over the client's request timeout %v", slowest, timeout)
-	}
+	watch.expectMemberDown(t, victim, stopped, timeout, timeout+20*time.Second)
 	// Calls made now fail at once, naming it; a list names it beside
 	// the others' jobs.
 	if _, err := pool.Status(ctx, theirs[0].JobID); !errors.Is(err, client.ErrMemberDown) {
@@ -166,19 +122,7 @@ func TestPoolHungMember(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		up := false
-		for _, m := range pool.Members() {
-			up = up || m.Member == victim && m.Up
-		}
-		if up {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the continued supervisor is not up in the pool: %+v", pool.Members())
-		}
-		time.Sleep(20 * time.Millisecond) // (polling the pool's view, with a deadline)
-	}
+	awaitMemberUp(t, pool, victim)
 	for _, j := range theirs {
 		got, err := pool.Status(ctx, j.JobID)
 		if err != nil || got.Member != victim || got.State != protocol.StateRunning {

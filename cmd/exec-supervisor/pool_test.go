@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -99,6 +100,89 @@ func startThree(t *testing.T) three {
 // affinity; one supervisor SIGKILLed mid-run: new spawns land on the
 // others, followers and waiters of its jobs get a *MemberError naming it
 // within the client's request timeout, and after its restart the pool
+// watched are the followers and waiters of some jobs of a pool (see
+// followAndWait).
+type watched struct {
+	outcomes chan watchOutcome
+	wg       sync.WaitGroup
+	n        int
+}
+
+type watchOutcome struct {
+	what string
+	err  error
+	at   time.Time
+}
+
+// followAndWait follows and waits for each of jobs through pool, once
+// every follow has started.
+func followAndWait(ctx context.Context, pool *client.Pool, jobs []client.PoolJob) *watched {
+	w := &watched{outcomes: make(chan watchOutcome, 2*len(jobs)), n: 2 * len(jobs)}
+	for _, j := range jobs {
+		started := make(chan struct{})
+		var once sync.Once
+		w.wg.Add(2)
+		go func() {
+			defer w.wg.Done()
+			err := pool.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
+				once.Do(func() { close(started) })
+				return nil
+			})
+			once.Do(func() { close(started) })
+			w.outcomes <- watchOutcome{"follow " + j.JobID, err, time.Now()}
+		}()
+		go func() {
+			defer w.wg.Done()
+			_, _, err := pool.Wait(ctx, j.JobID, time.Minute)
+			w.outcomes <- watchOutcome{"wait " + j.JobID, err, time.Now()}
+		}()
+		<-started
+	}
+	return w
+}
+
+// expectMemberDown checks that every follower and waiter ended with a
+// *MemberError of member, within timeout of since (a hang fails after
+// hang); it returns when the slowest ended, after since.
+func (w *watched) expectMemberDown(t *testing.T, member string, since time.Time, timeout, hang time.Duration) time.Duration {
+	t.Helper()
+	var slowest time.Duration
+	for range w.n {
+		select {
+		case o := <-w.outcomes:
+			var me *client.MemberError
+			if !errors.As(o.err, &me) || me.Member != member || !errors.Is(o.err, client.ErrMemberDown) {
+				t.Fatalf("%s: got %v, want a *MemberError of %s", o.what, o.err, member)
+			}
+			slowest = max(slowest, o.at.Sub(since))
+		case <-time.After(hang):
+			t.Fatalf("followers/waiters of %s's jobs hang", member)
+		}
+	}
+	w.wg.Wait()
+	t.Logf("%d followers and waiters failed with a *MemberError within %v", w.n, slowest)
+	if slowest > timeout {
+		t.Errorf("followers/waiters took %v, over the client's request timeout %v", slowest, timeout)
+	}
+	return slowest
+}
+
+// awaitMemberUp waits until the pool sees member up.
+func awaitMemberUp(t *testing.T, pool *client.Pool, member string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		for _, m := range pool.Members() {
+			if m.Member == member && m.Up {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not up in the pool: %+v", member, pool.Members())
+		}
+		time.Sleep(20 * time.Millisecond) // (polling the pool's view, with a deadline)
+	}
+}
+
 // reports those jobs' recorded fates; nothing hangs, no goroutine is left.
 func TestPoolOfThreeOverCurve(t *testing.T) {
 	if testing.Short() {
@@ -174,32 +258,7 @@ func TestPoolOfThreeOverCurve(t *testing.T) {
 			long = append(long, j)
 		}
 	}
-	type outcome struct {
-		what string
-		err  error
-		at   time.Time
-	}
-	outcomes := make(chan outcome, 2*len(long))
-	for _, j := range long {
-		started := make(chan struct{})
-		var once sync.Once
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			err := pool.Follow(ctx, j.JobID, 1, func(ev protocol.Event) error {
-				once.Do(func() { close(started) })
-				return nil
-			})
-			once.Do(func() { close(started) })
-			outcomes <- outcome{"follow " + j.JobID, err, time.Now()}
-		}()
-		go func() {
-			defer wg.Done()
-			_, _, err := pool.Wait(ctx, j.JobID, time.Minute)
-			outcomes <- outcome{"wait " + j.JobID, err, time.Now()}
-		}()
-		<-started
-	}
+	watch := followAndWait(ctx, pool, long)
 	killed := time.Now()
 	sups[victim].kill9()
 
@@ -232,24 +291,7 @@ func TestPoolOfThreeOverCurve(t *testing.T) {
 	}
 
 	// Followers and waiters: an explicit error naming the victim.
-	var slowest time.Duration
-	for range 2 * len(long) {
-		select {
-		case o := <-outcomes:
-			var me *client.MemberError
-			if !errors.As(o.err, &me) || me.Member != victim || !errors.Is(o.err, client.ErrMemberDown) {
-				t.Fatalf("%s: got %v, want a *MemberError of %s", o.what, o.err, victim)
-			}
-			slowest = max(slowest, o.at.Sub(killed))
-		case <-time.After(timeout + 10*time.Second):
-			t.Fatalf("followers/waiters of the killed supervisor's jobs hang")
-		}
-	}
-	wg.Wait()
-	t.Logf("%d followers and %d waiters failed with a *MemberError within %v of the kill", len(long), len(long), slowest)
-	if slowest > timeout {
-		t.Errorf("followers/waiters took %v, over the client's request timeout %v", slowest, timeout)
-	}
+	watch.expectMemberDown(t, victim, killed, timeout, timeout+10*time.Second)
 
 	// Partial list while it is down.
 	list, err := pool.ListJobs(ctx, protocol.ListJobsArgs{})
@@ -266,19 +308,7 @@ func TestPoolOfThreeOverCurve(t *testing.T) {
 		}
 	}
 	launchHost(t, vh, curve)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		up := false
-		for _, m := range pool.Members() {
-			up = up || m.Member == victim && m.Up
-		}
-		if up {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the restarted supervisor is not up in the pool: %+v", pool.Members())
-		}
-		time.Sleep(20 * time.Millisecond) // (polling the pool's view, with a deadline)
-	}
+	awaitMemberUp(t, pool, victim)
 	fates := map[string]int{}
 	for _, j := range jobs {
 		if j.Member != victim {
