@@ -142,13 +142,5 @@ func TestPoolHungMember(t *testing.T) {
 			t.Errorf("kill %s: %v", j.JobID, err)
 		}
 	}
-	pool.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // (polling for the goroutines' end, with a deadline)
-	}
-	if n := runtime.NumGoroutine(); n > goroutines {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("goroutines: %d before the pool, %d after Close:\n%s", goroutines, n, buf[:runtime.Stack(buf, true)])
-	}
+	closeLeavesNoGoroutines(t, pool, goroutines)
 }

@@ -167,6 +167,21 @@ func (w *watched) expectMemberDown(t *testing.T, member string, since time.Time,
 	return slowest
 }
 
+// closeLeavesNoGoroutines closes pool and checks that no more goroutines
+// than before it (goroutines) are left.
+func closeLeavesNoGoroutines(t *testing.T, pool *client.Pool, goroutines int) {
+	t.Helper()
+	pool.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // (polling for the goroutines' end, with a deadline)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines: %d before the pool, %d after Close:\n%s", goroutines, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
 // awaitMemberUp waits until the pool sees member up.
 func awaitMemberUp(t *testing.T, pool *client.Pool, member string) {
 	t.Helper()
@@ -335,13 +350,5 @@ func TestPoolOfThreeOverCurve(t *testing.T) {
 			}
 		}
 	}
-	pool.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // (polling for the goroutines' end, with a deadline)
-	}
-	if n := runtime.NumGoroutine(); n > goroutines {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("goroutines: %d before the pool, %d after Close:\n%s", goroutines, n, buf[:runtime.Stack(buf, true)])
-	}
+	closeLeavesNoGoroutines(t, pool, goroutines)
 }

@@ -478,19 +478,7 @@ func TestLogs(t *testing.T) {
 		if st := s.jsonStatus(t, id)["state"]; st != "running" {
 			t.Fatalf("job state %v before the gate opened, want running", st)
 		}
-		type result struct {
-			code      int
-			out, errs string
-		}
-		done := make(chan result, 1)
-		go func() {
-			// Not execctl/mustCtl: t.Fatal must not run off the test goroutine.
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			var out, errb proctest.Buffer
-			code := run(ctx, append(s.globals(), "logs", "-f", id), &out, &errb)
-			done <- result{code, out.String(), errb.String()}
-		}()
+		done := bgCtl(t, append(s.globals(), "logs", "-f", id)...)
 		if err := os.WriteFile(gate, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 )
@@ -259,18 +258,7 @@ func TestHostsFollowAcross(t *testing.T) {
 	h := startHosts(t, 2)
 	a := h.spawnOn(t, 0, "sh", "-c", "read x; echo done-a")
 	b := h.spawnOn(t, 1, "sh", "-c", "read x; echo done-b")
-	type result struct {
-		code      int
-		out, errs string
-	}
-	done := make(chan result, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var out, errb proctest.Buffer
-		code := run(ctx, append(h.flags(), "--json", "logs", "-f", a, b), &out, &errb)
-		done <- result{code, out.String(), errb.String()}
-	}()
+	done := bgCtl(t, append(h.flags(), "--json", "logs", "-f", a, b)...)
 	h.must(t, "write", a, "x")
 	h.must(t, "write", b, "y")
 	r := <-done

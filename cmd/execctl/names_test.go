@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/internal/server"
 )
 
@@ -44,19 +43,7 @@ func TestJobNames(t *testing.T) {
 		t.Fatalf("status build shows no name:\n%s", out)
 	}
 	s.mustCtl(t, "write", "build", "hello")
-	type result struct {
-		code      int
-		out, errs string
-	}
-	done := make(chan result, 1)
-	go func() {
-		// Not mustCtl: t.Fatal must not run off the test goroutine.
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		var out, errb proctest.Buffer
-		code := run(ctx, append(s.globals(), "logs", "-f", "build"), &out, &errb)
-		done <- result{code, out.String(), errb.String()}
-	}()
+	done := bgCtl(t, append(s.globals(), "logs", "-f", "build")...)
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(s.mustCtl(t, "poll", "build"), "got hello") {
 		if time.Now().After(deadline) {
