@@ -101,6 +101,18 @@ func startServer(t testing.TB, cfg Config) *testServer {
 	return ts
 }
 
+// restart closes the server and starts a new one on the same
+// configuration (its state directory): a supervisor restart.
+func (ts *testServer) restart(t testing.TB) *testServer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ts.Server.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, ts.cfg)
+}
+
 type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -126,12 +125,7 @@ func TestOutputOnDiskSubscribe(t *testing.T) {
 		t.Fatalf("follow: %v, %d bytes of stdout (want %d)", err, out.Len(), len(wantOut))
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := ts.Server.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts = startServer(t, cfg)
+	ts = ts.restart(t)
 	check("after a restart")
 }
 

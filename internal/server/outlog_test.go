@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -132,12 +131,7 @@ func TestOutputOnDiskWholeOutput(t *testing.T) {
 	check("forgotten")
 
 	// A restart: a new supervisor on the same state directory.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := ts.Server.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts = startServer(t, cfg)
+	ts = ts.restart(t)
 	check("after a restart")
 
 	if err := ts.client.Remove(ctxT(t, 10*time.Second), id); err != nil {
@@ -408,12 +402,7 @@ func TestOutputOnDiskRestoredJob(t *testing.T) {
 	if err != nil || !fin {
 		t.Fatalf("spawn: %v %v", fin, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := ts.Server.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts = startServer(t, cfg)
+	ts = ts.restart(t)
 	st, err := ts.client.Status(ctxT(t, 10*time.Second), info.JobID)
 	if err != nil || !st.OutputDisk || st.RetainedFrom == 0 {
 		t.Fatalf("restored job: %+v, %v (want output on disk, the ring holding the tail only)", st, err)
@@ -470,11 +459,6 @@ func TestOutputOnDiskPollByName(t *testing.T) {
 	if res, err := ts.client.Poll(ctxT(t, 10*time.Second), "other", 0, 0); err != nil || string(res.Chunks[0].Data) != "by id\n" {
 		t.Fatalf("poll other: %+v, %v (want the job of that id)", res, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := ts.Server.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts = startServer(t, cfg)
+	ts = ts.restart(t)
 	check("after a restart")
 }
