@@ -49,14 +49,22 @@ func (m *Manager) wantsDisk(spec *protocol.SpawnArgs) bool {
 }
 
 // newDisk returns the writer of a new job (fresh: files of an earlier
-// job of its id are replaced) or of a restored one (appending to its
-// files). A failure leaves the job in memory only: the error is
-// reported and returned as text. Called before the job is visible.
+// job of its id are replaced; the job as spawned is recorded with them,
+// so that its name finds them even if it never ends under this
+// supervisor) or of a restored one (appending to its files). A failure
+// leaves the job in memory only: the error is reported and returned as
+// text. Called before the job is visible.
 func (j *Job) newDisk(fresh bool) (*outlog.Writer, string) {
 	w, err := j.m.outlog.Open(j.id, fresh, j.diskRoom)
 	if err != nil {
 		j.m.outlog.NoteError(j.id, err)
 		return nil, err.Error()
+	}
+	if fresh {
+		w.Begin(protocol.JobInfo{
+			JobID: j.id, Name: j.spec.Name, State: protocol.StateStarting, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+			Labels: j.spec.Labels, SessionID: j.spec.SessionID, CreatedAt: ms(j.createdAt), OutputDisk: true,
+		})
 	}
 	return w, ""
 }

@@ -310,13 +310,16 @@ func (s *Store) Poll(id string, cursor, maxBytes int64) (protocol.PollResult, er
 	}, nil
 }
 
-// readInfo returns the job's info as recorded, or what can be said
-// without it.
+// readInfo returns the job's info as recorded when it ended, or what can
+// be said without that record: the job as recorded at its spawn (its
+// name, command and creation time), or its id only.
 func readInfo(dir, id string) protocol.JobInfo {
-	if info, ok := recordedInfo(dir, id); ok {
-		return info
+	rec, ok := recordedInfo(dir, id)
+	if ok && rec.State == protocol.StateExited {
+		return rec
 	}
-	return protocol.JobInfo{JobID: id, State: protocol.StateExited,
+	return protocol.JobInfo{JobID: id, Name: rec.Name, Argv: rec.Argv, Shell: rec.Shell, Cwd: rec.Cwd, Labels: rec.Labels,
+		SessionID: rec.SessionID, CreatedAt: rec.CreatedAt, State: protocol.StateExited,
 		Error: "not known to this supervisor: output read from its files, without a record of how the job ended"}
 }
 
@@ -334,5 +337,8 @@ func recordedInfo(dir, id string) (protocol.JobInfo, bool) {
 		return protocol.JobInfo{}, false
 	}
 	info.Usage = nil
+	if info.Name != "" && protocol.ValidJobName(info.Name) != nil {
+		info.Name = "" // (the file is input: a name is looked up by)
+	}
 	return info, true
 }

@@ -30,7 +30,11 @@ const (
 )
 
 // infoFile holds the job's JobInfo as last recorded (JSON), for polls of
-// a job no longer in memory.
+// a job no longer in memory: as spawned (Begin: state starting, no end)
+// from when its files are made, as it ended (Finish) once it did.
+// Supervisors before Begin wrote it only at the end: a reader takes a
+// record whose state is not exited as one of a job whose end is not
+// known (see readInfo).
 const infoFile = "info.json"
 
 // seg is one segment file: its first offset and its size on disk (what
@@ -65,6 +69,11 @@ type Writer struct {
 	behind  bool
 	stallT  *time.Timer
 	info    *protocol.JobInfo // to record when the queue is written
+	// begun is the job as spawned (Begin), recorded as soon as its
+	// files are made, before its first output: a job whose supervisor
+	// dies before it ends is still found by its name.
+	begun *protocol.JobInfo
+	ended bool // Finish was called: Begin records nothing
 	// idleClose: close the file once the queue is written (the job
 	// finished or was forgotten; a later Append opens it again).
 	idleClose bool
@@ -269,6 +278,19 @@ func (w *Writer) Err() error {
 	return w.err
 }
 
+// Begin records info (the job's, as spawned: its name, command and
+// creation time) in its directory as soon as the directory is made,
+// before its first output. It does no I/O here (the writer's goroutine
+// does, when output or Finish starts it). Finish's record replaces it.
+func (w *Writer) Begin(info protocol.JobInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removed || w.ended {
+		return
+	}
+	w.begun = &info
+}
+
 // Finish records info (the job's, as it ended) once what is queued is
 // written, and closes the current segment (a later Append opens it again).
 func (w *Writer) Finish(info protocol.JobInfo) {
@@ -277,7 +299,7 @@ func (w *Writer) Finish(info protocol.JobInfo) {
 	if w.removed {
 		return
 	}
-	w.info = &info
+	w.info, w.begun, w.ended = &info, nil, true
 	w.idleClose = true
 	w.kickLocked()
 }
@@ -363,13 +385,22 @@ func (w *Writer) fail(err error) {
 	}
 }
 
-// run writes the queue until it is empty, then the info, then exits.
+// run writes the record of the job as spawned (Begin) first, then the
+// queue until it is empty, then the info, then exits.
 func (w *Writer) run() {
 	hdrs := make([]byte, batchFrames*headerLen)
 	var iovs [][]byte
 	var batch []frame
 	for {
 		w.mu.Lock()
+		if rec := w.begun; rec != nil && w.err == nil && !w.removed {
+			w.begun = nil
+			w.mu.Unlock()
+			if err := w.writeInfo(rec); err != nil {
+				w.fail(err)
+			}
+			continue
+		}
 		if w.err != nil || w.removed || len(w.queue) == 0 {
 			info := w.info
 			w.info = nil
