@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
+	"github.com/exec-supervisor/exec-supervisor/internal/proctest"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -60,9 +62,10 @@ func crashedNamedJob(t *testing.T, name string, lines int) (*sup, env, string, s
 // TestForgottenAfterCrash: a named job whose supervisor died before the
 // job ended, unknown to the next supervisor, is found in its files by
 // its name (recorded when its files were made), polled whole, with an
-// end said to be unknown (reason supervisor-restart).
+// end said to be unknown (reason supervisor-restart), and followed
+// (execctl logs -f) to that end.
 func TestForgottenAfterCrash(t *testing.T) {
-	s, _, id, want := crashedNamedJob(t, "crashy", 3000)
+	s, e, id, want := crashedNamedJob(t, "crashy", 3000)
 	ctx := ctxFor(t, 30*time.Second)
 	var got strings.Builder
 	var info protocol.JobInfo
@@ -85,5 +88,16 @@ func TestForgottenAfterCrash(t *testing.T) {
 	}
 	if _, err := s.client.Status(ctx, "crashy"); !errors.Is(err, protocol.ErrNotFound) {
 		t.Fatalf("status of the forgotten job: %v, want not-found", err)
+	}
+	// Followed by name: replayed from the files to an end said to be
+	// unknown, nothing said lost.
+	var stderr proctest.Buffer
+	cmd := exec.CommandContext(ctx, execctlBinary, "--control", e.ctl, "--event", e.evt, "logs", "-f", "crashy")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if err != nil || stderr.String() != "" || len(lines) != 3002 || lines[0] != id+" | 1" || lines[3000] != id+" | done" ||
+		lines[3001] != id+" | [ended: supervisor-restart]" {
+		t.Fatalf("logs -f crashy: %v, stderr %q, %d lines, last %q", err, stderr.String(), len(lines), lines[len(lines)-1])
 	}
 }

@@ -187,6 +187,7 @@ func (r *ring) missingBytes(rs []protocol.SeqRange) (int64, bool) {
 			continue
 		}
 		rs[i].Bytes = to - from // (no skipped offsets in it)
+		rs[i].NoOutput = to == from
 		n += rs[i].Bytes
 	}
 	if !exact {

@@ -35,8 +35,8 @@ func (s *Store) Named(name string) (id string, ok bool) {
 		if !found || info.Name != name {
 			continue
 		}
-		if !ok || cmp.Or(cmp.Compare(endKey(info), endKey(best)), cmp.Compare(info.CreatedAt, best.CreatedAt)) > 0 {
-			best, ok = info, true
+		if !ok || cmp.Or(cmp.Compare(endKey(info.JobInfo), endKey(best)), cmp.Compare(info.CreatedAt, best.CreatedAt)) > 0 {
+			best, ok = info.JobInfo, true
 		}
 	}
 	return best.JobID, ok

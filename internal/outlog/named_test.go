@@ -39,7 +39,8 @@ func TestBeginRecordsName(t *testing.T) {
 	}
 	data, res := readAll(t, s, "j-crashed", 0)
 	if string(data) != "hello\n" || res.Job.Name != "web" || res.Job.State != protocol.StateExited ||
-		len(res.Job.Argv) != 2 || res.Job.CreatedAt != 100 || !strings.Contains(res.Job.Error, "without a record of how the job ended") {
+		len(res.Job.Argv) != 2 || res.Job.CreatedAt != 100 || !strings.Contains(res.Job.Error, "without a record of how the job ended") ||
+		res.Job.Reason != protocol.ReasonSupervisorRestart {
 		t.Fatalf("poll: %q, job %+v", data, res.Job)
 	}
 
@@ -49,7 +50,7 @@ func TestBeginRecordsName(t *testing.T) {
 		t.Helper()
 		w := begin(id, created)
 		w.Append(protocol.Chunk{Seq: 2, Offset: 0, Data: []byte(id)}, 1, 0)
-		w.Finish(protocol.JobInfo{JobID: id, Name: "web", State: protocol.StateExited, CreatedAt: created, EndedAt: ended, Reason: protocol.ReasonExit})
+		w.Finish(protocol.JobInfo{JobID: id, Name: "web", State: protocol.StateExited, CreatedAt: created, EndedAt: ended, Reason: protocol.ReasonExit}, nil)
 		w.Begin(protocol.JobInfo{JobID: id, Name: "late", State: protocol.StateStarting}) // (ignored after Finish)
 		written(t, w)
 		w.Release()

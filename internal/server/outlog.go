@@ -55,20 +55,28 @@ func (s *Server) outputDiskError(jobID string, err error) {
 		"job", jobID, "err", err, "dir", s.cfg.OutputPath(), "othersSinceLastLogged", n)
 }
 
-// pollFromDisk answers a poll of a job not in memory from its files
-// (nil result: it has none, and the original not-found stands). The job
-// is named by its id, or else by its name (of the jobs on disk with that
-// name, the one that ended last).
+// diskJob returns the id of the job not in memory, with files, that ref
+// names: its id, or else its name (of the jobs on disk with that name,
+// the one that ended last: outlog.Store.Named).
+func (s *Server) diskJob(ref string) (string, bool) {
+	if s.out.Has(ref) {
+		return ref, true
+	}
+	return s.out.Named(ref)
+}
+
+// pollFromDisk answers a poll of a job not in memory from its files (the
+// original not-found stands when it has none). The job is named by its
+// id, or else by its name (diskJob).
 func (s *Server) pollFromDisk(a *protocol.PollArgs, notFound error) (any, error) {
 	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
 		return nil, notFound
 	}
-	res, err := s.out.Poll(a.JobID, a.Cursor, a.MaxBytes)
-	if errors.Is(err, outlog.ErrNoOutput) {
-		if id, ok := s.out.Named(a.JobID); ok {
-			res, err = s.out.Poll(id, a.Cursor, a.MaxBytes)
-		}
+	id, ok := s.diskJob(a.JobID)
+	if !ok {
+		return nil, notFound
 	}
+	res, err := s.out.Poll(id, a.Cursor, a.MaxBytes)
 	if errors.Is(err, outlog.ErrNoOutput) {
 		return nil, notFound
 	}
@@ -76,6 +84,28 @@ func (s *Server) pollFromDisk(a *protocol.PollArgs, notFound error) (any, error)
 		return nil, err
 	}
 	res.InstanceID = s.instanceID
+	res.Job.Error = strings.ToValidUTF8(res.Job.Error, "\uFFFD")
+	return res, nil
+}
+
+// subscribeFromDisk answers a subscribe of a job not in memory from its
+// files (jobs.Manager.DiskEvents; the original not-found stands when it
+// has none), named as for poll (diskJob).
+func (s *Server) subscribeFromDisk(a *protocol.SubscribeArgs, notFound error) (protocol.SubscribeResult, error) {
+	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
+		return protocol.SubscribeResult{}, notFound
+	}
+	id, ok := s.diskJob(a.JobID)
+	if !ok {
+		return protocol.SubscribeResult{}, notFound
+	}
+	res, err := s.jobs.DiskEvents(id, a.FromSeq, a.Limit)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return protocol.SubscribeResult{}, notFound
+	}
+	if err != nil {
+		return protocol.SubscribeResult{}, err
+	}
 	res.Job.Error = strings.ToValidUTF8(res.Job.Error, "\uFFFD")
 	return res, nil
 }

@@ -525,6 +525,10 @@ type SeqRange struct {
 	// Bytes is the output the range's events carried, where the
 	// supervisor knows it exactly (in subscribe's missing; 0 otherwise).
 	Bytes int64 `msgpack:"bytes,omitempty" json:"bytes,omitempty"`
+	// NoOutput says the range's events carried no output, as the
+	// supervisor knows exactly (events other than output: job.started,
+	// job.ready, ...); false: they did (Bytes), or it is not known.
+	NoOutput bool `msgpack:"noOutput,omitempty" json:"noOutput,omitempty"`
 }
 
 // HealthResult is the result of OpHealth.
@@ -621,6 +625,10 @@ type GapPayload struct {
 	// Bytes is the output the missing events carried, when known (a gap
 	// pkg/client makes of subscribe's missing ranges; 0: unknown).
 	Bytes int64 `msgpack:"bytes,omitempty" json:"bytes,omitempty"`
+	// NoOutput says the missing events carried no output (a gap
+	// pkg/client makes of a missing range that says so): no output was
+	// lost, only events of other kinds.
+	NoOutput bool `msgpack:"noOutput,omitempty" json:"noOutput,omitempty"`
 }
 
 // HeartbeatPayload is the payload of KindHeartbeat.
