@@ -1288,9 +1288,20 @@ func TestLogsFromDisk(t *testing.T) {
 	if code, _, _ := s.ctl(t, "logs", "nosuchname"); code == 0 {
 		t.Fatalf("logs of a name no job has succeeded")
 	}
+	// remove of the name two forgotten jobs have: refused, with their ids.
+	if code, _, errs := s.ctl(t, "remove", "seqs"); code != 1 || !strings.Contains(errs, id2+" "+id) || !strings.Contains(errs, "remove one by its id") {
+		t.Fatalf("remove seqs (two forgotten jobs of that name): exit %d, %q", code, errs)
+	}
 	s.mustCtl(t, "remove", id)
 	if code, _, _ := s.ctl(t, "logs", id); code == 0 {
 		t.Fatalf("logs of a removed job succeeded")
+	}
+	// Now one has it: removed by its name.
+	if out := s.mustCtl(t, "remove", "seqs"); out != id2+" removed\n" {
+		t.Fatalf("remove seqs (one forgotten job of that name): %q", out)
+	}
+	if code, _, _ := s.ctl(t, "logs", "seqs"); code == 0 {
+		t.Fatalf("logs of a removed name succeeded")
 	}
 	if code, _, errs := s.ctl(t, "spawn", "--output", "tape", "--", "true"); code != 2 || !strings.Contains(errs, "--output") {
 		t.Fatalf("spawn --output tape: exit %d, %q", code, errs)

@@ -3,6 +3,7 @@ package outlog
 import (
 	"cmp"
 	"os"
+	"slices"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -15,14 +16,24 @@ import (
 // created. ok false: none. It reads the record of every job on disk: for
 // a job no longer in memory, looked up by an operator.
 func (s *Store) Named(name string) (id string, ok bool) {
-	if protocol.ValidJobName(name) != nil {
+	ids := s.NamedAll(name)
+	if len(ids) == 0 {
 		return "", false
+	}
+	return ids[0], true
+}
+
+// NamedAll returns the ids of every job on disk named name, in Named's
+// order (the one Named finds first). It reads every job's record.
+func (s *Store) NamedAll(name string) []string {
+	if protocol.ValidJobName(name) != nil {
+		return nil
 	}
 	ents, err := os.ReadDir(s.cfg.Dir)
 	if err != nil {
-		return "", false
+		return nil
 	}
-	var best protocol.JobInfo
+	var found []protocol.JobInfo
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
@@ -31,15 +42,18 @@ func (s *Store) Named(name string) (id string, ok bool) {
 		if err != nil {
 			continue
 		}
-		info, found := recordedInfo(dir, e.Name())
-		if !found || info.Name != name {
-			continue
-		}
-		if !ok || cmp.Or(cmp.Compare(endKey(info.JobInfo), endKey(best)), cmp.Compare(info.CreatedAt, best.CreatedAt)) > 0 {
-			best, ok = info.JobInfo, true
+		if rec, ok := recordedInfo(dir, e.Name()); ok && rec.Name == name {
+			found = append(found, rec.JobInfo)
 		}
 	}
-	return best.JobID, ok
+	slices.SortFunc(found, func(a, b protocol.JobInfo) int {
+		return cmp.Or(cmp.Compare(endKey(b), endKey(a)), cmp.Compare(b.CreatedAt, a.CreatedAt), cmp.Compare(a.JobID, b.JobID))
+	})
+	ids := make([]string, len(found))
+	for i, info := range found {
+		ids[i] = info.JobID
+	}
+	return ids
 }
 
 // endKey is when a job on disk ended, for Named: as recorded, or its

@@ -210,12 +210,13 @@ func (s *Server) opRemove(_ *zmtp.Peer, _ *protocol.Request, a *protocol.JobArgs
 	if a.JobID == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
 	}
-	if err := s.jobs.Remove(a.JobID); err != nil {
-		if err = s.removeFromDisk(a.JobID, err); err != nil {
+	id := a.JobID
+	if err := s.jobs.Remove(id); err != nil {
+		if id, err = s.removeFromDisk(id, err); err != nil {
 			return nil, err
 		}
 	}
-	return protocol.RemoveResult{JobID: a.JobID}, nil
+	return protocol.RemoveResult{JobID: id}, nil
 }
 
 // listJobs answers list-jobs: one page of the jobs after a.After, at most

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -111,17 +112,53 @@ func (s *Server) subscribeFromDisk(a *protocol.SubscribeArgs, notFound error) (p
 }
 
 // removeFromDisk deletes the files of a job not in memory (remove of a
-// job forgotten by retention).
-func (s *Server) removeFromDisk(id string, notFound error) error {
+// job forgotten by retention) and returns its id. ref names it by its
+// id, or else by its name when one job on disk has that name: removal
+// cannot be undone and a forgotten job has no status to check it by, so
+// a name several such jobs have is refused with their ids (newest
+// first), not taken as the newest's as poll takes it.
+func (s *Server) removeFromDisk(ref string, notFound error) (string, error) {
 	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
-		return notFound
+		return "", notFound
+	}
+	id := ref
+	if !s.out.Has(ref) {
+		ids := s.out.NamedAll(ref)
+		switch len(ids) {
+		case 0:
+			return "", notFound
+		case 1:
+			id = ids[0]
+		default:
+			return "", ambiguousName(ref, ids)
+		}
 	}
 	if err := s.out.Remove(id); errors.Is(err, outlog.ErrNoOutput) {
-		return notFound
+		return "", notFound
 	} else if err != nil {
-		return err
+		return "", err
 	}
-	return nil
+	return id, nil
+}
+
+// maxNamedIDs bounds the ids an ambiguous name's error lists.
+const maxNamedIDs = 20
+
+// ambiguousName is the error of a remove whose name several jobs on disk
+// have (ids: theirs, newest first): invalid-argument, their ids in the
+// message and in details (reason ambiguous-name, jobIds space-separated;
+// at most maxNamedIDs of them, the newest).
+func ambiguousName(name string, ids []string) error {
+	shown := ids[:min(len(ids), maxNamedIDs)]
+	list := strings.Join(shown, " ")
+	more := ""
+	if len(ids) > len(shown) {
+		more = fmt.Sprintf(" and %d older", len(ids)-len(shown))
+	}
+	e := protocol.Errorf(protocol.CodeInvalidArgument,
+		"%d jobs no longer in memory are named %q (newest first: %s%s): remove one by its id", len(ids), name, list, more)
+	e.Details = map[string]string{"reason": "ambiguous-name", "jobIds": list}
+	return e
 }
 
 // closeOutlog waits (bounded by ctx) for the last output to be written.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,5 +210,80 @@ func TestOutputOnDiskSubscribeForgotten(t *testing.T) {
 	}
 	if last := evs[len(evs)-1]; fmt.Sprint(runs) != "[1:run 1\n 2:run 2\n 3:run 3\n]" || !last.Kind.Terminal() || last.Attempt != 3 {
 		t.Fatalf("the forgotten service: %q, last event %s of attempt %d", runs, last.Kind, last.Attempt)
+	}
+}
+
+// remove of a name finds a forgotten job on disk when exactly one has
+// it (the reply gives its id); a name several forgotten jobs have is
+// refused with their ids, newest first, and nothing is deleted; an id
+// comes before a name; a name a job in memory has names that job; refs
+// that are no name of a job on disk are not-found.
+func TestOutputOnDiskRemoveByName(t *testing.T) {
+	cfg := diskConfig(t)
+	ts := startServer(t, cfg)
+	spawn := func(id, name string) string {
+		t.Helper()
+		info, fin, err := ts.client.SpawnWait(ctxT(t, 20*time.Second), protocol.SpawnArgs{
+			JobID: id, Name: name, Argv: []string{"echo", name}, Output: protocol.OutputDisk}, 15*time.Second)
+		if err != nil || !fin {
+			t.Fatalf("spawn %s: finished %v, %v", name, fin, err)
+		}
+		forgetBySpawning(t, ts.client, info.JobID)
+		return info.JobID
+	}
+	onDisk := func(id string) bool {
+		_, err := ts.client.Poll(ctxT(t, 10*time.Second), id, 0, 0)
+		return err == nil
+	}
+	first, second := spawn("", "web"), spawn("", "web")
+	var pe *protocol.Error
+	err := ts.client.Remove(ctxT(t, 10*time.Second), "web")
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidArgument || pe.Details["reason"] != "ambiguous-name" ||
+		pe.Details["jobIds"] != second+" "+first || !strings.Contains(pe.Message, second) {
+		t.Fatalf("remove of a name two forgotten jobs have: %v (details %v)", err, pe)
+	}
+	if !onDisk(first) || !onDisk(second) {
+		t.Fatal("a refused remove deleted files")
+	}
+	if err := ts.client.Remove(ctxT(t, 10*time.Second), second); err != nil {
+		t.Fatal(err)
+	}
+	var res protocol.RemoveResult
+	if err := ts.client.Call(ctxT(t, 10*time.Second), protocol.OpRemove, protocol.JobArgs{JobID: "web"}, &res); err != nil || res.JobID != first {
+		t.Fatalf("remove web, one job on disk named so: %+v, %v", res, err)
+	}
+	if onDisk(first) {
+		t.Fatal("remove by name left the files")
+	}
+	if err := ts.client.Remove(ctxT(t, 10*time.Second), "web"); !errors.Is(err, protocol.ErrNotFound) {
+		t.Fatalf("remove web again: %v, want not-found", err)
+	}
+
+	// An id before a name: a job of id "api" and one named "api".
+	byID, named := spawn("api", "other"), spawn("", "api")
+	if err := ts.client.Call(ctxT(t, 10*time.Second), protocol.OpRemove, protocol.JobArgs{JobID: "api"}, &res); err != nil || res.JobID != byID {
+		t.Fatalf("remove api: %+v, %v; want the job of that id", res, err)
+	}
+	if !onDisk(named) {
+		t.Fatal("the job named api was removed with the one of that id")
+	}
+	// A finished job in memory of that name is the one removed.
+	info, fin, err := ts.client.SpawnWait(ctxT(t, 20*time.Second), protocol.SpawnArgs{Name: "api", Argv: []string{"true"}, Output: protocol.OutputDisk}, 15*time.Second)
+	if err != nil || !fin {
+		t.Fatal(err)
+	}
+	if err := ts.client.Call(ctxT(t, 10*time.Second), protocol.OpRemove, protocol.JobArgs{JobID: "api"}, &res); err != nil || res.JobID != info.JobID {
+		t.Fatalf("remove api with a job of that name in memory: %+v, %v", res, err)
+	}
+	if !onDisk(named) {
+		t.Fatal("the forgotten job named api was removed instead of the one in memory")
+	}
+	for _, ref := range []string{"ap*", "../api", "j-api", "nosuch", string(bytes.Repeat([]byte{'a'}, 100))} {
+		if err := ts.client.Remove(ctxT(t, 10*time.Second), ref); !errors.Is(err, protocol.ErrNotFound) {
+			t.Fatalf("remove %.20q: %v, want not-found", ref, err)
+		}
+	}
+	if !onDisk(named) {
+		t.Fatal("a refused remove deleted files")
 	}
 }
