@@ -144,10 +144,9 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 		r.res.More = true // (the next subscribe reads on from the files)
 	}
 	r.end(j.out.seq)
-	if len(r.res.Missing) > 0 {
-		// Exact from the eviction index; an upper bound (all evicted
-		// output) only for ranges older than what the index keeps.
-		r.res.MissingBytes, _ = j.out.ring.missingBytes(r.res.Missing)
-	}
+	// Exact from the events around each range (those read from the
+	// files among them) or the eviction index; an upper bound (at most
+	// all evicted output) for the others.
+	sizeMissing(&r.res, j.out.ring.outputMap())
 	return r.res, nil
 }

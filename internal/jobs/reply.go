@@ -68,7 +68,7 @@ type outputMap struct {
 // around it in the reply (an output event's offset and end, a terminal
 // event's output end, the start of the output before seq 1) or from m,
 // and sets res.MissingBytes: their sum, plus an upper bound of the
-// output of the others.
+// output of the others (within m.bound).
 func sizeMissing(res *protocol.SubscribeResult, m outputMap) {
 	res.MissingBytes = 0
 	if len(res.Missing) == 0 {
@@ -79,21 +79,15 @@ func sizeMissing(res *protocol.SubscribeResult, m outputMap) {
 	inexact := false
 	for i := range res.Missing {
 		rg := &res.Missing[i]
-		lo, okLo := offsetAt(res.Events, rg.From, last, m)
-		hi, okHi := offsetAt(res.Events, rg.To+1, last, m)
-		if okLo && okHi && hi >= lo && (m.skipsIn == nil || !m.skipsIn(lo, hi)) {
-			rg.Bytes, rg.NoOutput = hi-lo, hi == lo
+		loMin, _, okLo := outAt(res.Events, rg.From-1, last, m)
+		hiMin, hiMax, okHi := outAt(res.Events, rg.To, last, m)
+		if okLo && okHi && hiMin >= loMin && (m.skipsIn == nil || !m.skipsIn(loMin, hiMin)) {
+			rg.Bytes, rg.NoOutput = hiMin-loMin, hiMin == loMin
 			exact += rg.Bytes
 			continue
 		}
 		inexact = true
-		if !okHi {
-			hi = m.end
-		}
-		if !okLo {
-			lo = 0
-		}
-		bounds += max(hi-lo, 0)
+		bounds += max(hiMax-loMin, 0)
 	}
 	if inexact && m.bound >= 0 {
 		bounds = min(bounds, max(m.bound-exact, 0))
@@ -101,54 +95,67 @@ func sizeMissing(res *protocol.SubscribeResult, m outputMap) {
 	res.MissingBytes = exact + bounds
 }
 
-// offsetAt returns the offset at which the output of the events with
-// seq >= seq begins, when known exactly: from the events of evs (in seq
-// order) next to seq, walking over events other than output that carry
-// no offset; at seq 1 or before it, 0; past last, the output's end; or
-// from m.at.
-func offsetAt(evs []protocol.Event, seq, last uint64, m outputMap) (int64, bool) {
-	if seq <= 1 {
-		return 0, true
+// outAt returns the output offset after the events with seq <= s (the
+// offset at which the output of those after them begins), from the
+// events of evs (in seq order): exact (min == max) when an event that
+// tells it (an output event, a terminal event) is next to s with only
+// events that carry no output between, or when the events on both sides
+// that tell it meet; else the range it lies in (offsets never go back).
+// At seq 0 it is 0, at last the output's end. m.at is asked when evs do
+// not tell.
+func outAt(evs []protocol.Event, s, last uint64, m outputMap) (lo, hi int64, exact bool) {
+	if s == 0 {
+		return 0, 0, true
 	}
-	if seq > last {
-		return m.end, true
+	if s >= last {
+		return m.end, m.end, true
 	}
-	find := func(s uint64) (protocol.Event, bool) {
-		k := sort.Search(len(evs), func(k int) bool { return evs[k].Seq >= s })
-		if k < len(evs) && evs[k].Seq == s {
-			return evs[k], true
+	k := sort.Search(len(evs), func(k int) bool { return evs[k].Seq > s }) // (evs[:k] are <= s)
+	lo, loExact, found := int64(0), true, false
+	want := s // (the seq the walk down needs next to stay exact)
+	for i := k - 1; i >= 0; i-- {
+		if evs[i].Seq != want {
+			loExact = false
 		}
-		return protocol.Event{}, false
-	}
-	// The event before seq (and those before it, while they carry no
-	// output and no offset): where its output ends.
-	for s := seq - 1; ; s-- {
-		if s == 0 {
-			return 0, true
-		}
-		ev, ok := find(s)
-		if !ok {
+		want = evs[i].Seq - 1
+		if off, n, ok := eventOutput(evs[i]); ok {
+			lo, found = off+n, true
 			break
 		}
-		if off, n, ok := eventOutput(ev); ok {
-			return off + n, true
-		}
 	}
-	// The event at seq (and those after it, likewise): where its output
-	// begins.
-	for s := seq; s <= last; s++ {
-		ev, ok := find(s)
-		if !ok {
+	if !found && want != 0 {
+		loExact = false // (events before the first in evs are not known)
+	}
+	hi, hiExact := m.end, true
+	want, found = s+1, false
+	for i := k; i < len(evs); i++ {
+		if evs[i].Seq != want {
+			hiExact = false
+		}
+		want = evs[i].Seq + 1
+		if off, _, ok := eventOutput(evs[i]); ok {
+			hi, found = off, true
 			break
 		}
-		if off, _, ok := eventOutput(ev); ok {
-			return off, true
-		}
+	}
+	if !found && want <= last {
+		hiExact = false // (events after the last in evs are not known)
+	}
+	switch {
+	case loExact:
+		return lo, lo, true
+	case hiExact:
+		return hi, hi, true
 	}
 	if m.at != nil {
-		return m.at(seq)
+		if off, ok := m.at(s + 1); ok {
+			return off, off, true
+		}
 	}
-	return 0, false
+	if lo >= hi {
+		return lo, lo, lo == hi // (lo > hi: offsets that go back, input)
+	}
+	return lo, hi, false
 }
 
 // eventOutput returns where ev's output lies: an output event's offset

@@ -504,9 +504,10 @@ type SubscribeResult struct {
 	Events []Event `msgpack:"events" json:"events"`
 	// Missing lists seq ranges in [FromSeq, LastSeq] no longer retained.
 	Missing []SeqRange `msgpack:"missing,omitempty" json:"missing,omitempty"`
-	// MissingBytes is the output size of the missing events (exact, or
-	// all evicted output for ranges older than the supervisor's index of
-	// its last 4096 evicted events).
+	// MissingBytes is the output size of the missing events: exact where
+	// the events around a range (or the supervisor's index of its last
+	// 4096 evicted events) tell where its output begins and ends, else an
+	// upper bound (at most all evicted output).
 	MissingBytes int64 `msgpack:"missingBytes" json:"missingBytes"`
 	// More is true when Limit cut the reply short.
 	More bool `msgpack:"more" json:"more"`
