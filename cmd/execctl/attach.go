@@ -168,6 +168,9 @@ func (*AttachCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 		case protocol.KindGap:
 			// (output this terminal did not keep up with: said, not
 			// spliced silently)
+			if !lostOutput(ev) {
+				break
+			}
 			fmt.Fprint(g.stderr, "\r\n")
 			gapNotice(g, id, ev)
 			fmt.Fprint(g.stderr, "\r")

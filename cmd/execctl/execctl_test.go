@@ -1268,6 +1268,13 @@ func TestLogsFromDisk(t *testing.T) {
 		if len(lines) != 20001 || lines[0] != id+" | 1" || lines[19999] != id+" | 20000" || lines[20000] != id+" | done" {
 			t.Fatalf("logs %s of a forgotten job: %d lines, first %q, last %q", ref, len(lines), lines[0], lines[len(lines)-1])
 		}
+		// Followed: replayed from the files to its end, nothing said
+		// lost (the events other than output are not in the files).
+		code, out, errs := s.ctl(t, "logs", "-f", ref)
+		lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if code != 0 || errs != "" || len(lines) != 20002 || lines[0] != id+" | 1" || lines[20000] != id+" | done" || lines[20001] != id+" | [ended: exit code 0]" {
+			t.Fatalf("logs -f %s of a forgotten job: exit %d, stderr %q, %d lines, last %q", ref, code, errs, len(lines), lines[len(lines)-1])
+		}
 	}
 	// A later job of that name, forgotten too, is the one the name finds.
 	id2 := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--wait", "--output", "disk", "--name", "seqs", "--", "echo", "second"))["jobId"].(string)
@@ -1281,9 +1288,20 @@ func TestLogsFromDisk(t *testing.T) {
 	if code, _, _ := s.ctl(t, "logs", "nosuchname"); code == 0 {
 		t.Fatalf("logs of a name no job has succeeded")
 	}
+	// remove of the name two forgotten jobs have: refused, with their ids.
+	if code, _, errs := s.ctl(t, "remove", "seqs"); code != 1 || !strings.Contains(errs, id2+" "+id) || !strings.Contains(errs, "remove one by its id") {
+		t.Fatalf("remove seqs (two forgotten jobs of that name): exit %d, %q", code, errs)
+	}
 	s.mustCtl(t, "remove", id)
 	if code, _, _ := s.ctl(t, "logs", id); code == 0 {
 		t.Fatalf("logs of a removed job succeeded")
+	}
+	// Now one has it: removed by its name.
+	if out := s.mustCtl(t, "remove", "seqs"); out != id2+" removed\n" {
+		t.Fatalf("remove seqs (one forgotten job of that name): %q", out)
+	}
+	if code, _, _ := s.ctl(t, "logs", "seqs"); code == 0 {
+		t.Fatalf("logs of a removed name succeeded")
 	}
 	if code, _, errs := s.ctl(t, "spawn", "--output", "tape", "--", "true"); code != 2 || !strings.Contains(errs, "--output") {
 		t.Fatalf("spawn --output tape: exit %d, %q", code, errs)

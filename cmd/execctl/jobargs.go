@@ -46,12 +46,17 @@ func (g *globals) oneJob(ctx context.Context, fs *pflag.FlagSet) (string, error)
 	return g.resolveJob(ctx, fs.Arg(0))
 }
 
-// resolveJob returns the job id that arg names: a job's id, its name
-// (spawn --name), or an unambiguous prefix of an id (with or without its
-// "j-"), as the ids execctl list shows, in that order. A whole generated
-// id is taken as it is (no round trip); anything else is asked of the
-// supervisor, so that the commands that follow events (logs -f, wait)
-// know the id their topics carry.
+// resolveJob returns the job id that arg names: a job's id or its name
+// (spawn --name), of a job in memory, else of a job no longer in memory
+// whose output the supervisor keeps in files; only when none has it, an
+// unambiguous prefix of the id of a job in memory (with or without its
+// "j-"), as the ids execctl list shows. A name made of hex digits
+// ("beef", "123") is a name first. A job no longer in memory is returned
+// as arg names it (the op resolves it, among the files). A whole
+// generated id is taken as it
+// is (no round trip); anything else is asked of the supervisor, so that
+// the commands that follow events (logs -f, wait) know the id their
+// topics carry.
 func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
 	ids, err := g.resolveJobs(ctx, []string{arg}, false)
 	if err != nil {
@@ -61,8 +66,8 @@ func (g *globals) resolveJob(ctx context.Context, arg string) (string, error) {
 }
 
 // resolveJobs is resolveJob for several (a status for each that is not a
-// generated id, then a listing of the ids with that prefix for each that
-// names no job whole). patient commands (wait, logs) give a supervisor
+// generated id, then a poll for each the status does not find, then a
+// listing of the ids with that prefix for each that names no job whole). patient commands (wait, logs) give a supervisor
 // that does not answer yet (one restarting) as long as they would for a
 // whole id (firstReachFor).
 func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) ([]string, error) {
@@ -84,6 +89,14 @@ func (g *globals) resolveJobs(ctx context.Context, args []string, patient bool) 
 		}
 		if protocol.CodeOf(err) != protocol.CodeNotFound {
 			return nil, err
+		}
+		// Not in memory: a job of that id or name in the supervisor's
+		// files (poll reads them: a forgotten job), before any prefix.
+		// The reference stays as given: the op resolves it again as it
+		// must (remove refuses a name several forgotten jobs have, where
+		// poll reads the newest), and logs maps it to the id it follows.
+		if _, err := g.client.Poll(ctx, arg, 0, 1); err == nil {
+			continue
 		}
 		digits := strings.TrimPrefix(jobPrefix(arg), "j-")
 		if !hexDigits(digits) {

@@ -42,6 +42,9 @@ func eventJSON(ev protocol.Event) jsonEvent {
 // gapNotice tells, on stderr, which of a job's events a follower did not
 // get (their output is lost).
 func gapNotice(g *globals, id string, ev protocol.Event) {
+	if !lostOutput(ev) {
+		return // (events other than output: nothing lost to say)
+	}
 	var p protocol.GapPayload
 	_ = ev.DecodePayload(&p)
 	if p.Bytes > 0 {
@@ -49,6 +52,17 @@ func gapNotice(g *globals, id string, ev protocol.Event) {
 		return
 	}
 	fmt.Fprintf(g.stderr, "execctl: [events %d..%d of %s are missing (no longer retained, or not recorded before a supervisor crash): any output in them is lost]\n", p.From, p.To, id)
+}
+
+// lostOutput reports whether ev is a gap that may have cost output: not
+// one whose events the supervisor knows carried none (job.started,
+// job.ready, ...).
+func lostOutput(ev protocol.Event) bool {
+	if ev.Kind != protocol.KindGap {
+		return false
+	}
+	var p protocol.GapPayload
+	return ev.DecodePayload(&p) != nil || !p.NoOutput
 }
 
 // lostExit is the exit code of a follow that ended with code but could

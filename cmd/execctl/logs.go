@@ -98,10 +98,10 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 		return dup
 	})
 	errs := make([]error, len(ids))
-	// diskOnly are the jobs no longer in memory whose output the
-	// supervisor still has in its files (spawned with --output disk):
-	// printed, not followed (they ended).
-	diskOnly := map[string]bool{}
+	// A job no longer in memory whose output the supervisor still has in
+	// its files (spawned with --output disk) is printed from them, and
+	// with -f replayed from them to its end, as a job in memory that
+	// ended is.
 	for k, id := range ids {
 		// (a supervisor not answering now is waited for by the follow,
 		// which rides out a restart)
@@ -110,7 +110,6 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 			if protocol.CodeOf(err) == protocol.CodeNotFound {
 				if res, perr := g.on(id).Poll(ctx, id, 0, 1); perr == nil {
 					ids[k] = res.Job.JobID // (a name: the id of the job on disk that has it)
-					diskOnly[ids[k]] = true
 					continue
 				}
 			}
@@ -128,7 +127,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 				prefix = fmt.Sprintf("\x1b[%dm%s\x1b[0m | ", 31+i%6, id)
 			}
 			lw := &lineWriter{prefix: prefix, mu: &mu}
-			if !*follow || diskOnly[id] {
+			if !*follow {
 				for cursor := int64(0); ; {
 					res, err := g.on(id).Poll(ctx, id, cursor, 0)
 					if err != nil {
@@ -162,7 +161,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 				return
 			}
 			errs[i] = followPeriods(ctx, g, id, *pace, func(ev protocol.Event) error {
-				if ev.Kind == protocol.KindGap {
+				if lostOutput(ev) {
 					lost.Store(true)
 				}
 				if g.json {
@@ -170,7 +169,7 @@ func (*LogsCommand) Run(ctx context.Context, g *globals, args []string) (int, er
 					defer mu.Unlock()
 					return printJSON(g.stdout, g.eventJSON(ev))
 				}
-				if ev.Kind == protocol.KindGap {
+				if lostOutput(ev) {
 					lw.flush(g.stdout)
 					gapNotice(g, id, ev)
 				}
@@ -249,6 +248,9 @@ func followPeriods(ctx context.Context, g *globals, id string, paced bool, fn cl
 			return err
 		}
 		info, err := g.on(id).Status(ctx, id)
+		if protocol.CodeOf(err) == protocol.CodeNotFound {
+			return nil // (it left memory since: it cannot go on)
+		}
 		if err != nil {
 			return err
 		}

@@ -198,3 +198,51 @@ func TestJobNamesAcrossSupervisorCrash(t *testing.T) {
 		t.Fatalf("spawn --name web while the resumed service runs: exit %d, %s", code, errs)
 	}
 }
+
+// TestHexNameOfForgottenJob: a name made of hex digits is a name first:
+// a forgotten job (output on disk) of that name is found by it, even
+// when it is shorter than an id prefix may be, or when a job in memory
+// has an id that it abbreviates; a prefix is the fallback when no job
+// has that id or name, in memory or on disk.
+func TestHexNameOfForgottenJob(t *testing.T) {
+	t.Parallel()
+	s := startSupervisorWith(t, func(c *server.Config) { c.Jobs.MaxFinished = 1 })
+	spawnForgotten := func(name, text string) string {
+		t.Helper()
+		id := jsonObject(t, s.mustCtl(t, "--json", "spawn", "--wait", "--output", "disk", "--name", name, "--", "echo", text))["jobId"].(string)
+		s.mustCtl(t, "spawn", "--wait", "--", "true") // (forgets it: one finished job is kept)
+		return id
+	}
+	short := spawnForgotten("abc", "short")
+	named := spawnForgotten("beef", "named")
+	running := s.spawnID(t, "--id", "j-beef000000000001", "--", "sleep", "300")
+	t.Cleanup(func() { s.ctl(t, "kill", running) })
+
+	for _, c := range []struct{ args, want string }{
+		{"logs abc", short + " | short\n"},
+		{"poll abc", "short\n"},
+		{"logs beef", named + " | named\n"},
+		{"logs -f beef", named + " | named\n" + named + " | [ended: exit code 0]\n"},
+		{"status beef0", "j-beef000000000001"}, // (a prefix: no job has that name)
+	} {
+		out := s.mustCtl(t, strings.Fields(c.args)...)
+		if strings.HasPrefix(c.args, "status") {
+			if !strings.Contains(out, c.want) {
+				t.Fatalf("%s: %q, want job %s", c.args, out, c.want)
+			}
+			continue
+		}
+		if out != c.want {
+			t.Fatalf("%s: %q, want %q", c.args, out, c.want)
+		}
+	}
+	if out := s.mustCtl(t, "remove", "beef"); out != named+" removed\n" {
+		t.Fatalf("remove beef: %q, want the forgotten job named so removed", out)
+	}
+	if out := s.mustCtl(t, "status", "beef"); !strings.Contains(out, running) {
+		t.Fatalf("status beef once no job has that name: %q, want the job whose id it abbreviates", out)
+	}
+	if code, _, errs := s.ctl(t, "logs", "abd"); code != exitUsage || !strings.Contains(errs, "at least 4") {
+		t.Fatalf("logs abd (no such name, too short a prefix): exit %d, %q", code, errs)
+	}
+}

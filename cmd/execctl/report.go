@@ -210,6 +210,8 @@ func hintFor(name string, pe *protocol.Error) string {
 		return "spawn the job with --stdin (or --pty) to write to it"
 	case name == "spawn" && pe.Details["field"] == "pty":
 		return "--rows and --cols must be 1..10000"
+	case name == "remove" && pe.Details["reason"] == "ambiguous-name":
+		return "remove one by its id (execctl logs ID shows its output)"
 	}
 	switch c {
 	case protocol.CodeNotFound:

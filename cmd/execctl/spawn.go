@@ -210,7 +210,7 @@ func followJob(ctx context.Context, g *globals, id string, paced bool) (int, err
 	err := followOn(ctx, g, id, &next, paced, func(ev protocol.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
-		lost = lost || ev.Kind == protocol.KindGap
+		lost = lost || lostOutput(ev)
 		if ev.Kind.Terminal() {
 			if err := ev.DecodePayload(&final); err != nil {
 				return err

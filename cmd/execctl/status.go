@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -320,13 +321,17 @@ func (*RemoveCommand) Run(ctx context.Context, g *globals, args []string) (int, 
 	if err != nil {
 		return 0, err
 	}
-	if err := g.on(id).Remove(ctx, id); err != nil {
+	// (the reply names the job removed by its id: a name of a job no
+	// longer in memory is resolved by the supervisor, among its files)
+	var res protocol.RemoveResult
+	if err := g.on(id).Call(ctx, protocol.OpRemove, &protocol.JobArgs{JobID: id}, &res); err != nil {
 		return 0, err
 	}
+	res.JobID = cmp.Or(res.JobID, id)
 	if g.json {
-		return exitOK, printJSON(g.stdout, protocol.RemoveResult{JobID: id})
+		return exitOK, printJSON(g.stdout, res)
 	}
-	fmt.Fprintf(g.stdout, "%s removed\n", id)
+	fmt.Fprintf(g.stdout, "%s removed\n", res.JobID)
 	return exitOK, nil
 }
 

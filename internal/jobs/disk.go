@@ -1,6 +1,9 @@
 package jobs
 
 import (
+	"errors"
+	"slices"
+
 	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -49,14 +52,22 @@ func (m *Manager) wantsDisk(spec *protocol.SpawnArgs) bool {
 }
 
 // newDisk returns the writer of a new job (fresh: files of an earlier
-// job of its id are replaced) or of a restored one (appending to its
-// files). A failure leaves the job in memory only: the error is
-// reported and returned as text. Called before the job is visible.
+// job of its id are replaced; the job as spawned is recorded with them,
+// so that its name finds them even if it never ends under this
+// supervisor) or of a restored one (appending to its files). A failure
+// leaves the job in memory only: the error is reported and returned as
+// text. Called before the job is visible.
 func (j *Job) newDisk(fresh bool) (*outlog.Writer, string) {
 	w, err := j.m.outlog.Open(j.id, fresh, j.diskRoom)
 	if err != nil {
 		j.m.outlog.NoteError(j.id, err)
 		return nil, err.Error()
+	}
+	if fresh {
+		w.Begin(protocol.JobInfo{
+			JobID: j.id, Name: j.spec.Name, State: protocol.StateStarting, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
+			Labels: j.spec.Labels, SessionID: j.spec.SessionID, CreatedAt: ms(j.createdAt), OutputDisk: true,
+		})
 	}
 	return w, ""
 }
@@ -103,10 +114,12 @@ func (j *Job) diskInfoLocked(info *protocol.JobInfo) {
 	info.OutputDisk = true
 }
 
-// diskFinishedLocked records the job's end with its files.
+// diskFinishedLocked records the job's end with its files: its info and
+// its terminal event (j.exitEv), which a subscribe of the job once it
+// left memory replays (DiskEvents).
 func (j *Job) diskFinishedLocked() {
 	if j.out.disk != nil {
-		j.out.disk.Finish(j.infoLocked())
+		j.out.disk.Finish(j.infoLocked(), j.exitEv)
 	}
 }
 
@@ -158,4 +171,55 @@ func (j *Job) diskEventsLocked(from uint64, limit int) (evs []protocol.Event, cu
 		evs[i].Attempt = e.Attempt
 	}
 	return evs, more || j.out.ring.from() > ringFrom
+}
+
+// DiskEvents answers a subscribe of job id, no longer in memory, from
+// its files (outlog.Store.Replay): its output events with seq >= from,
+// then its terminal event (as recorded when it ended, or made from its
+// record), as Job.Events answers for a job that ended. The seqs between
+// them are missing (the other events are not in the files); a range
+// the files show held no output says so (NoOutput). ErrNotFound when
+// the job has no files.
+func (m *Manager) DiskEvents(id string, from uint64, limit int) (protocol.SubscribeResult, error) {
+	if limit <= 0 || limit > protocol.MaxSubscribeEvents {
+		limit = protocol.MaxSubscribeEvents
+	}
+	from = max(from, 1)
+	if m.outlog == nil {
+		return protocol.SubscribeResult{}, errorf(ErrNotFound, "no job of id %.64q", id)
+	}
+	rp, err := m.outlog.Replay(id, from, protocol.MaxSubscribeBytes, limit)
+	if errors.Is(err, outlog.ErrNoOutput) {
+		return protocol.SubscribeResult{}, errorf(ErrNotFound, "no job of id %.64q", id)
+	}
+	if err != nil {
+		return protocol.SubscribeResult{}, err
+	}
+	r := newReply(rp.Info, from, limit)
+	for _, e := range rp.Events {
+		ev := protocol.NewOutputEvent(id, e.Seq, e.Ts, e.Stream.Kind(), e.Offset, e.Data)
+		ev.Attempt = e.Attempt
+		if !r.add(ev) {
+			break
+		}
+	}
+	if rp.More {
+		r.res.More = true
+	} else if rp.Terminal.Seq >= from {
+		r.add(rp.Terminal)
+	}
+	r.end(rp.Info.LastSeq)
+	sizeMissing(&r.res, outputMap{
+		at: func(seq uint64) (int64, bool) {
+			if seq == from && rp.BeforeKnown {
+				return rp.Before, true
+			}
+			return 0, false
+		},
+		skipsIn: func(a, b int64) bool {
+			return rp.ManySkips || slices.ContainsFunc(rp.Skips, func(s outlog.Span) bool { return s.At < b && s.At+s.N > a })
+		},
+		end: rp.Info.OutputEnd, bound: -1,
+	})
+	return r.res, nil
 }

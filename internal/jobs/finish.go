@@ -117,6 +117,7 @@ func (j *Job) finishLocked() {
 		Reason: j.life.Reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		DurationMs: ran.Milliseconds(),
 	})))
+	j.diskFinishedLocked() // (with its terminal event)
 	j.closeDoneLocked()
 }
 

@@ -381,7 +381,6 @@ func (m *Manager) changed() {
 
 // jobDone counts j finished. j.mu is held (its output is final).
 func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
-	j.diskFinishedLocked()
 	m.mu.Lock()
 	if j.acct.slot {
 		j.acct.slot = false

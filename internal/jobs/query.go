@@ -82,24 +82,7 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	// Output events the ring evicted come from the job's files, if it
 	// has them; the ring's from there on.
 	outs, cut := j.diskEventsLocked(from, limit)
-	res := protocol.SubscribeResult{Job: j.infoLocked(), Events: []protocol.Event{}}
-	size := 0
-	next := from // the first seq not yet accounted for
-	// add appends ev (seq >= from, in order); seqs skipped since the last
-	// one are no longer retained and reported missing.
-	add := func(ev protocol.Event) bool {
-		if len(res.Events) >= limit || (len(res.Events) > 0 && size+len(ev.Payload) > protocol.MaxSubscribeBytes) {
-			res.More = true
-			return false
-		}
-		if ev.Seq > next {
-			res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: ev.Seq - 1})
-		}
-		next = ev.Seq + 1
-		size += len(ev.Payload)
-		res.Events = append(res.Events, ev)
-		return true
-	}
+	r := newReply(j.infoLocked(), from, limit)
 	if !cut {
 		after := from
 		if len(outs) > 0 {
@@ -153,20 +136,17 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 		}
 	}
 	for _, ev := range retained {
-		if !add(ev) {
+		if !r.add(ev) {
 			break
 		}
 	}
 	if cut {
-		res.More = true // (the next subscribe reads on from the files)
+		r.res.More = true // (the next subscribe reads on from the files)
 	}
-	if !res.More && len(retained) <= limit && next <= j.out.seq {
-		res.Missing = append(res.Missing, protocol.SeqRange{From: next, To: j.out.seq})
-	}
-	if len(res.Missing) > 0 {
-		// Exact from the eviction index; an upper bound (all evicted
-		// output) only for ranges older than what the index keeps.
-		res.MissingBytes, _ = j.out.ring.missingBytes(res.Missing)
-	}
-	return res, nil
+	r.end(j.out.seq)
+	// Exact from the events around each range (those read from the
+	// files among them) or the eviction index; an upper bound (at most
+	// all evicted output) for the others.
+	sizeMissing(&r.res, j.out.ring.outputMap())
+	return r.res, nil
 }

@@ -170,29 +170,11 @@ func (r *ring) offsetFrom(seq uint64) (int64, bool) {
 	return r.end, exact
 }
 
-// missingBytes sums the output of the seq ranges rs that are no longer
-// retained, and says whether the sum is exact (otherwise it is an upper
-// bound: everything evicted). Each range whose output is known exactly
-// gets it in Bytes.
-func (r *ring) missingBytes(rs []protocol.SeqRange) (int64, bool) {
-	var n int64
-	exact := true
-	for i, m := range rs {
-		from, ok1 := r.offsetFrom(m.From)
-		to, ok2 := r.offsetFrom(m.To + 1)
-		if !ok1 || !ok2 || r.skipsIn(from, to) {
-			// (across skipped offsets: what the dead supervisor published
-			// there is not known)
-			exact = false
-			continue
-		}
-		rs[i].Bytes = to - from // (no skipped offsets in it)
-		n += rs[i].Bytes
-	}
-	if !exact {
-		return r.evicted, false
-	}
-	return n, true
+// outputMap is what the ring knows of the output's offsets beyond the
+// events of a reply, for sizeMissing: its index of evicted events, its
+// skipped offsets, and all it evicted as the bound of what is missing.
+func (r *ring) outputMap() outputMap {
+	return outputMap{at: r.offsetFrom, skipsIn: r.skipsIn, end: r.end, bound: r.evicted}
 }
 
 // from is the offset of the oldest retained byte.

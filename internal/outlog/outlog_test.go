@@ -87,7 +87,7 @@ func TestWriteReadResume(t *testing.T) {
 		t.Fatalf("read while writing: %v, %+v", err, r.Lost)
 	}
 	written(t, w)
-	w.Finish(protocol.JobInfo{JobID: "job-1", State: protocol.StateExited, OutputEnd: off})
+	w.Finish(protocol.JobInfo{JobID: "job-1", State: protocol.StateExited, OutputEnd: off}, nil)
 	written(t, w)
 	w.Release()
 	got, res := readAll(t, s, "job-1", 0)

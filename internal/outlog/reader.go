@@ -2,7 +2,6 @@ package outlog
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -115,6 +114,15 @@ type reading struct {
 	minSeq    uint64
 	maxEvents int
 	stamps    []stamp // (events: Chunks[i]'s)
+	// events: where the output of the events read begins, when known
+	// (the end of an output frame before them, or 0 when the read began
+	// at the job's first frame: atStart, the segment from offset 0); the
+	// skip frames passed (at most maxSkips, then manySkips).
+	atStart           bool
+	before            int64
+	beforeKnown       bool
+	skips             []Span
+	manySkips, passed bool
 
 	n    int64
 	res  Result
@@ -246,13 +254,26 @@ func (rd *reading) takeEvent(fr *frame, copyData bool) {
 		rd.done = true
 		return
 	}
+	if fr.kind == kindSkip {
+		if len(rd.skips) < maxSkips {
+			rd.skips = append(rd.skips, Span{At: fr.off, N: fr.span})
+		} else {
+			rd.manySkips = true
+		}
+	}
 	if fr.kind == kindSkip || fr.seq < rd.minSeq {
-		res.Next = fr.end()
+		if fr.kind != kindSkip && len(res.Chunks) == 0 {
+			rd.before, rd.beforeKnown = fr.end(), true
+		}
+		res.Next, rd.passed = fr.end(), true
 		return
 	}
 	if len(res.Chunks) > 0 && (len(res.Chunks) >= rd.maxEvents || rd.n+int64(len(fr.data)) > rd.max) {
 		res.More, rd.done = true, true
 		return
+	}
+	if len(res.Chunks) == 0 && !rd.passed && rd.atStart && fr.off == 0 {
+		rd.before, rd.beforeKnown = 0, true // (no output before it)
 	}
 	d := fr.data
 	if copyData {
@@ -280,7 +301,7 @@ func (s *Store) Poll(id string, cursor, maxBytes int64) (protocol.PollResult, er
 	if err != nil {
 		return protocol.PollResult{}, fmt.Errorf("poll %s: %w", id, err)
 	}
-	info := readInfo(dir, id)
+	info, _ := readInfo(dir, id)
 	end := info.OutputEnd
 	from := end
 	if len(segs) > 0 {
@@ -308,31 +329,4 @@ func (s *Store) Poll(id string, cursor, maxBytes int64) (protocol.PollResult, er
 		Job: info, Chunks: r.Chunks, Next: r.Next, More: r.More || r.Next < end,
 		Truncated: r.Lost > 0 || r.CrashGap, LostBytes: r.Lost, CrashGap: r.CrashGap,
 	}, nil
-}
-
-// readInfo returns the job's info as recorded, or what can be said
-// without it.
-func readInfo(dir, id string) protocol.JobInfo {
-	if info, ok := recordedInfo(dir, id); ok {
-		return info
-	}
-	return protocol.JobInfo{JobID: id, State: protocol.StateExited,
-		Error: "not known to this supervisor: output read from its files, without a record of how the job ended"}
-}
-
-// recordedInfo returns the job's info as recorded in its directory
-// (false: none, or not the job's).
-func recordedInfo(dir, id string) (protocol.JobInfo, bool) {
-	var info protocol.JobInfo
-	f, err := openNoFollow(filepath.Join(dir, infoFile), os.O_RDONLY, 0)
-	if err != nil {
-		return info, false
-	}
-	data, rerr := io.ReadAll(io.LimitReader(f, 1<<20))
-	f.Close()
-	if rerr != nil || json.Unmarshal(data, &info) != nil || info.JobID != id {
-		return protocol.JobInfo{}, false
-	}
-	info.Usage = nil
-	return info, true
 }

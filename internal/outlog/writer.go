@@ -30,7 +30,11 @@ const (
 )
 
 // infoFile holds the job's JobInfo as last recorded (JSON), for polls of
-// a job no longer in memory.
+// a job no longer in memory: as spawned (Begin: state starting, no end)
+// from when its files are made, as it ended (Finish) once it did.
+// Supervisors before Begin wrote it only at the end: a reader takes a
+// record whose state is not exited as one of a job whose end is not
+// known (see readInfo).
 const infoFile = "info.json"
 
 // seg is one segment file: its first offset and its size on disk (what
@@ -64,7 +68,12 @@ type Writer struct {
 	err     error // the failure that ended disk output (sticky)
 	behind  bool
 	stallT  *time.Timer
-	info    *protocol.JobInfo // to record when the queue is written
+	info    *record // to record when the queue is written
+	// begun is the job as spawned (Begin), recorded as soon as its
+	// files are made, before its first output: a job whose supervisor
+	// dies before it ends is still found by its name.
+	begun *record
+	ended bool // Finish was called: Begin records nothing
 	// idleClose: close the file once the queue is written (the job
 	// finished or was forgotten; a later Append opens it again).
 	idleClose bool
@@ -169,21 +178,31 @@ func listSegs(dir string) ([]seg, error) {
 // scanEnd returns how much of segment file path is whole frames, and
 // the offset past its last frame.
 func scanEnd(path string) (valid, end int64, err error) {
+	valid, end, _, err = scanLast(path)
+	return valid, end, err
+}
+
+// scanLast is scanEnd, also returning the segment's last output frame
+// (its data left out; seq 0: none).
+func scanLast(path string) (valid, end int64, last frame, err error) {
 	f, err := openNoFollow(path, os.O_RDONLY, 0)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, frame{}, err
 	}
 	defer f.Close()
 	sc := scanner{r: bufio.NewReaderSize(f, 256<<10)}
 	for {
 		fr, err := sc.next()
 		if err == io.EOF || errors.Is(err, errTorn) {
-			return sc.pos, end, nil
+			return sc.pos, end, last, nil
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, frame{}, err
 		}
 		end = fr.end()
+		if fr.kind != kindSkip {
+			last, last.data = fr, nil
+		}
 	}
 }
 
@@ -269,15 +288,30 @@ func (w *Writer) Err() error {
 	return w.err
 }
 
-// Finish records info (the job's, as it ended) once what is queued is
-// written, and closes the current segment (a later Append opens it again).
-func (w *Writer) Finish(info protocol.JobInfo) {
+// Begin records info (the job's, as spawned: its name, command and
+// creation time) in its directory as soon as the directory is made,
+// before its first output. It does no I/O here (the writer's goroutine
+// does, when output or Finish starts it). Finish's record replaces it.
+func (w *Writer) Begin(info protocol.JobInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removed || w.ended {
+		return
+	}
+	w.begun = &record{JobInfo: info}
+}
+
+// Finish records info (the job's, as it ended) and its terminal event
+// (as published; nil: none) once what is queued is written, and closes
+// the current segment (a later Append opens it again).
+func (w *Writer) Finish(info protocol.JobInfo, terminal *protocol.Event) {
+	rec := newRecord(info, terminal)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.removed {
 		return
 	}
-	w.info = &info
+	w.info, w.begun, w.ended = rec, nil, true
 	w.idleClose = true
 	w.kickLocked()
 }
@@ -363,13 +397,22 @@ func (w *Writer) fail(err error) {
 	}
 }
 
-// run writes the queue until it is empty, then the info, then exits.
+// run writes the record of the job as spawned (Begin) first, then the
+// queue until it is empty, then the info, then exits.
 func (w *Writer) run() {
 	hdrs := make([]byte, batchFrames*headerLen)
 	var iovs [][]byte
 	var batch []frame
 	for {
 		w.mu.Lock()
+		if rec := w.begun; rec != nil && w.err == nil && !w.removed {
+			w.begun = nil
+			w.mu.Unlock()
+			if err := w.writeInfo(rec); err != nil {
+				w.fail(err)
+			}
+			continue
+		}
 		if w.err != nil || w.removed || len(w.queue) == 0 {
 			info := w.info
 			w.info = nil
@@ -497,9 +540,9 @@ func (w *Writer) prepareLocked(fr *frame) error {
 	return nil
 }
 
-// writeInfo records info in the job's directory (temp file, rename).
-func (w *Writer) writeInfo(info *protocol.JobInfo) error {
-	data, err := json.Marshal(info)
+// writeInfo records rec in the job's directory (temp file, rename).
+func (w *Writer) writeInfo(rec *record) error {
+	data, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("record output info of %s: %w", w.id, err)
 	}

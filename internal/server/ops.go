@@ -152,14 +152,18 @@ func (s *Server) opPoll(_ *zmtp.Peer, _ *protocol.Request, a *protocol.PollArgs)
 }
 
 func (s *Server) opSubscribe(_ *zmtp.Peer, _ *protocol.Request, a *protocol.SubscribeArgs) (any, error) {
+	var res protocol.SubscribeResult
 	j, err := s.jobs.Get(a.JobID)
 	if err != nil {
-		return nil, err
+		if res, err = s.subscribeFromDisk(a, err); err != nil {
+			return nil, err
+		}
+	} else {
+		if a.Flush {
+			j.FlushOutput()
+		}
+		res, err = j.Events(a.FromSeq, a.Limit)
 	}
-	if a.Flush {
-		j.FlushOutput()
-	}
-	res, err := j.Events(a.FromSeq, a.Limit)
 	res.InstanceID, res.HeartbeatIntervalMs = s.instanceID, s.cfg.HeartbeatInterval.Milliseconds()
 	s.metrics.BackfillReqs.Inc()
 	s.metrics.BackfillEvents.Add(float64(len(res.Events)))
@@ -206,12 +210,13 @@ func (s *Server) opRemove(_ *zmtp.Peer, _ *protocol.Request, a *protocol.JobArgs
 	if a.JobID == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "jobId is required")
 	}
-	if err := s.jobs.Remove(a.JobID); err != nil {
-		if err = s.removeFromDisk(a.JobID, err); err != nil {
+	id := a.JobID
+	if err := s.jobs.Remove(id); err != nil {
+		if id, err = s.removeFromDisk(id, err); err != nil {
 			return nil, err
 		}
 	}
-	return protocol.RemoveResult{JobID: a.JobID}, nil
+	return protocol.RemoveResult{JobID: id}, nil
 }
 
 // listJobs answers list-jobs: one page of the jobs after a.After, at most

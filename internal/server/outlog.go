@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -55,20 +56,28 @@ func (s *Server) outputDiskError(jobID string, err error) {
 		"job", jobID, "err", err, "dir", s.cfg.OutputPath(), "othersSinceLastLogged", n)
 }
 
-// pollFromDisk answers a poll of a job not in memory from its files
-// (nil result: it has none, and the original not-found stands). The job
-// is named by its id, or else by its name (of the jobs on disk with that
-// name, the one that ended last).
+// diskJob returns the id of the job not in memory, with files, that ref
+// names: its id, or else its name (of the jobs on disk with that name,
+// the one that ended last: outlog.Store.Named).
+func (s *Server) diskJob(ref string) (string, bool) {
+	if s.out.Has(ref) {
+		return ref, true
+	}
+	return s.out.Named(ref)
+}
+
+// pollFromDisk answers a poll of a job not in memory from its files (the
+// original not-found stands when it has none). The job is named by its
+// id, or else by its name (diskJob).
 func (s *Server) pollFromDisk(a *protocol.PollArgs, notFound error) (any, error) {
 	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
 		return nil, notFound
 	}
-	res, err := s.out.Poll(a.JobID, a.Cursor, a.MaxBytes)
-	if errors.Is(err, outlog.ErrNoOutput) {
-		if id, ok := s.out.Named(a.JobID); ok {
-			res, err = s.out.Poll(id, a.Cursor, a.MaxBytes)
-		}
+	id, ok := s.diskJob(a.JobID)
+	if !ok {
+		return nil, notFound
 	}
+	res, err := s.out.Poll(id, a.Cursor, a.MaxBytes)
 	if errors.Is(err, outlog.ErrNoOutput) {
 		return nil, notFound
 	}
@@ -80,18 +89,76 @@ func (s *Server) pollFromDisk(a *protocol.PollArgs, notFound error) (any, error)
 	return res, nil
 }
 
-// removeFromDisk deletes the files of a job not in memory (remove of a
-// job forgotten by retention).
-func (s *Server) removeFromDisk(id string, notFound error) error {
+// subscribeFromDisk answers a subscribe of a job not in memory from its
+// files (jobs.Manager.DiskEvents; the original not-found stands when it
+// has none), named as for poll (diskJob).
+func (s *Server) subscribeFromDisk(a *protocol.SubscribeArgs, notFound error) (protocol.SubscribeResult, error) {
 	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
-		return notFound
+		return protocol.SubscribeResult{}, notFound
+	}
+	id, ok := s.diskJob(a.JobID)
+	if !ok {
+		return protocol.SubscribeResult{}, notFound
+	}
+	res, err := s.jobs.DiskEvents(id, a.FromSeq, a.Limit)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return protocol.SubscribeResult{}, notFound
+	}
+	if err != nil {
+		return protocol.SubscribeResult{}, err
+	}
+	res.Job.Error = strings.ToValidUTF8(res.Job.Error, "\uFFFD")
+	return res, nil
+}
+
+// removeFromDisk deletes the files of a job not in memory (remove of a
+// job forgotten by retention) and returns its id. ref names it by its
+// id, or else by its name when one job on disk has that name: removal
+// cannot be undone and a forgotten job has no status to check it by, so
+// a name several such jobs have is refused with their ids (newest
+// first), not taken as the newest's as poll takes it.
+func (s *Server) removeFromDisk(ref string, notFound error) (string, error) {
+	if s.out == nil || !errors.Is(notFound, jobs.ErrNotFound) {
+		return "", notFound
+	}
+	id := ref
+	if !s.out.Has(ref) {
+		ids := s.out.NamedAll(ref)
+		switch len(ids) {
+		case 0:
+			return "", notFound
+		case 1:
+			id = ids[0]
+		default:
+			return "", ambiguousName(ref, ids)
+		}
 	}
 	if err := s.out.Remove(id); errors.Is(err, outlog.ErrNoOutput) {
-		return notFound
+		return "", notFound
 	} else if err != nil {
-		return err
+		return "", err
 	}
-	return nil
+	return id, nil
+}
+
+// maxNamedIDs bounds the ids an ambiguous name's error lists.
+const maxNamedIDs = 20
+
+// ambiguousName is the error of a remove whose name several jobs on disk
+// have (ids: theirs, newest first): invalid-argument, their ids in the
+// message and in details (reason ambiguous-name, jobIds space-separated;
+// at most maxNamedIDs of them, the newest).
+func ambiguousName(name string, ids []string) error {
+	shown := ids[:min(len(ids), maxNamedIDs)]
+	list := strings.Join(shown, " ")
+	more := ""
+	if len(ids) > len(shown) {
+		more = fmt.Sprintf(" and %d older", len(ids)-len(shown))
+	}
+	e := protocol.Errorf(protocol.CodeInvalidArgument,
+		"%d jobs no longer in memory are named %q (newest first: %s%s): remove one by its id", len(ids), name, list, more)
+	e.Details = map[string]string{"reason": "ambiguous-name", "jobIds": list}
+	return e
 }
 
 // closeOutlog waits (bounded by ctx) for the last output to be written.

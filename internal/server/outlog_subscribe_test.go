@@ -290,3 +290,45 @@ func TestOutputOnDiskFollowBehind(t *testing.T) {
 		t.Fatalf("follow: %v, %d bytes of %d, or not the same", err, out.Len(), len(want))
 	}
 }
+
+// A follower from the start of a job whose first output was rotated out
+// of its files (and evicted from the ring long before, past what the
+// ring's index of evicted events keeps) is told exactly how much output
+// it missed: the files say where what they hold begins, the job's start
+// where its output began. (It was told all the output the ring ever
+// evicted, most of which the files still had and replayed.)
+func TestOutputOnDiskMissingBytesExact(t *testing.T) {
+	cfg := diskConfig(t)
+	cfg.Jobs.MaxFinished = 100
+	cfg.Jobs.MergeMaxBytes = 512 // (small events: thousands evicted)
+	cfg.OutputSegmentBytes = 64 << 10
+	cfg.OutputMaxBytes = 256 << 10
+	ts := startServer(t, cfg)
+	path, _ := randomFile(t, t.TempDir(), "out", 4<<20, 61)
+	info, fin, err := ts.client.SpawnWait(ctxT(t, 60*time.Second), protocol.SpawnArgs{
+		Argv: []string{"cat", path}, Output: protocol.OutputDisk}, 50*time.Second)
+	if err != nil || !fin {
+		t.Fatalf("spawn: %v %v", fin, err)
+	}
+	if info.LastSeq < 2*4096 {
+		t.Fatalf("%d events: the ring's index of evicted events must overflow for this test", info.LastSeq)
+	}
+	res, err := ts.client.Subscribe(ctxT(t, 30*time.Second), info.JobID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Events) < 2 || res.Events[0].Kind != protocol.KindStarted || len(res.Missing) != 1 || res.Missing[0].From != 2 {
+		t.Fatalf("subscribe from 1: %d events, missing %+v", len(res.Events), res.Missing)
+	}
+	first, err := res.Events[1].Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Missing[0]
+	if m.To != res.Events[1].Seq-1 || m.Bytes != first.Offset || m.NoOutput || res.MissingBytes != first.Offset {
+		t.Fatalf("missing %+v (%d bytes in all); the files begin at offset %d (seq %d)", m, res.MissingBytes, first.Offset, res.Events[1].Seq)
+	}
+	if p, err := ts.client.Poll(ctxT(t, 10*time.Second), info.JobID, 0, 1); err != nil || p.LostBytes != first.Offset {
+		t.Fatalf("poll from 0 says %d bytes lost (%v); subscribe %d", p.LostBytes, err, first.Offset)
+	}
+}

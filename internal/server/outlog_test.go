@@ -187,8 +187,8 @@ func TestOutputOnDiskRotationCap(t *testing.T) {
 	// (its end is recorded once all its output is written: no rotation
 	// after that, while the test reads)
 	eventually(t, 20*time.Second, "the job's output all written", func() bool {
-		_, err := os.Lstat(filepath.Join(jdir, "info.json"))
-		return err == nil
+		b, err := os.ReadFile(filepath.Join(jdir, "info.json"))
+		return err == nil && strings.Contains(string(b), `"state":"exited"`)
 	})
 	fi, err := os.Lstat(jdir)
 	if err != nil || fi.Mode().Perm() != 0o700 {

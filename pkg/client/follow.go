@@ -31,7 +31,11 @@ type FollowFunc func(ev protocol.Event) error
 // supervisor's shutdown ended (reason supervisor-shutdown) is waited for,
 // up to 30 s, under the next supervisor, which resumes it. Events no
 // longer retained by the supervisor are reported to fn as one job.gap
-// event (Seq 0) naming the missing seqs, then following goes on.
+// event (Seq 0) naming the missing seqs (its NoOutput set when the
+// supervisor knows they carried no output), then following goes on. A
+// job that left the supervisor's memory but has output on disk is
+// replayed from its files to its end (its events other than output as
+// such gaps).
 //
 // It listens on the event socket for low latency and fills any hole (a
 // dropped event, a late subscription, a lost connection) with the
@@ -646,7 +650,7 @@ func (f *follower) apply(missing []protocol.SeqRange, events []protocol.Event, t
 			if from == r.From {
 				bytes = r.Bytes // (of the whole range only)
 			}
-			gap, _ := protocol.NewEvent(f.jobID, 0, ts, protocol.KindGap, protocol.GapPayload{From: from, To: r.To, Count: r.To - from + 1, Bytes: bytes})
+			gap, _ := protocol.NewEvent(f.jobID, 0, ts, protocol.KindGap, protocol.GapPayload{From: from, To: r.To, Count: r.To - from + 1, Bytes: bytes, NoOutput: r.NoOutput})
 			if err := f.fn(gap); err != nil {
 				return err
 			}

@@ -201,6 +201,9 @@ func (j *Job) run(ctx context.Context) {
 		case protocol.KindGap:
 			var g protocol.GapPayload
 			_ = ev.DecodePayload(&g)
+			if g.NoOutput {
+				break // (events other than output: nothing lost to the readers)
+			}
 			// Which stream the missing events carried is not known: both
 			// readers learn about it.
 			for i := range j.out {

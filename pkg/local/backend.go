@@ -126,7 +126,7 @@ func (s *sequencer) apply(missing []protocol.SeqRange, events []protocol.Event) 
 			if from == r.From {
 				bytes = r.Bytes // (of the whole range only)
 			}
-			gap, _ := protocol.NewEvent(s.jobID, 0, 0, protocol.KindGap, protocol.GapPayload{From: from, To: r.To, Count: r.To - from + 1, Bytes: bytes})
+			gap, _ := protocol.NewEvent(s.jobID, 0, 0, protocol.KindGap, protocol.GapPayload{From: from, To: r.To, Count: r.To - from + 1, Bytes: bytes, NoOutput: r.NoOutput})
 			if err := s.fn(gap); err != nil {
 				return err
 			}

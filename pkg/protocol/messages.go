@@ -504,9 +504,10 @@ type SubscribeResult struct {
 	Events []Event `msgpack:"events" json:"events"`
 	// Missing lists seq ranges in [FromSeq, LastSeq] no longer retained.
 	Missing []SeqRange `msgpack:"missing,omitempty" json:"missing,omitempty"`
-	// MissingBytes is the output size of the missing events (exact, or
-	// all evicted output for ranges older than the supervisor's index of
-	// its last 4096 evicted events).
+	// MissingBytes is the output size of the missing events: exact where
+	// the events around a range (or the supervisor's index of its last
+	// 4096 evicted events) tell where its output begins and ends, else an
+	// upper bound (at most all evicted output).
 	MissingBytes int64 `msgpack:"missingBytes" json:"missingBytes"`
 	// More is true when Limit cut the reply short.
 	More bool `msgpack:"more" json:"more"`
@@ -525,6 +526,10 @@ type SeqRange struct {
 	// Bytes is the output the range's events carried, where the
 	// supervisor knows it exactly (in subscribe's missing; 0 otherwise).
 	Bytes int64 `msgpack:"bytes,omitempty" json:"bytes,omitempty"`
+	// NoOutput says the range's events carried no output, as the
+	// supervisor knows exactly (events other than output: job.started,
+	// job.ready, ...); false: they did (Bytes), or it is not known.
+	NoOutput bool `msgpack:"noOutput,omitempty" json:"noOutput,omitempty"`
 }
 
 // HealthResult is the result of OpHealth.
@@ -621,6 +626,10 @@ type GapPayload struct {
 	// Bytes is the output the missing events carried, when known (a gap
 	// pkg/client makes of subscribe's missing ranges; 0: unknown).
 	Bytes int64 `msgpack:"bytes,omitempty" json:"bytes,omitempty"`
+	// NoOutput says the missing events carried no output (a gap
+	// pkg/client makes of a missing range that says so): no output was
+	// lost, only events of other kinds.
+	NoOutput bool `msgpack:"noOutput,omitempty" json:"noOutput,omitempty"`
 }
 
 // HeartbeatPayload is the payload of KindHeartbeat.
