@@ -5,10 +5,10 @@
 package metrics
 
 import (
-	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"net/http"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"

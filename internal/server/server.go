@@ -13,7 +13,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +22,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/outlog"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/buildinfo"
 	"github.com/exec-supervisor/exec-supervisor/internal/cgroups"
