@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/server"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
@@ -204,4 +205,34 @@ func clientGoroutines() []string {
 		}
 	}
 	return out
+}
+
+// TestPoolFindsForgottenJobs: a job its supervisor no longer holds in
+// memory, whose output it keeps in files, is found by id (without the
+// pool's tag) and by name, and polled from there.
+func TestPoolFindsForgottenJobs(t *testing.T) {
+	forgetful := func(c *server.Config) { c.Jobs.MaxFinished = 1 }
+	sups := []*supervisor{start(t, forgetful), start(t, forgetful)}
+	p := newPool(t, sups...)
+	ctx := ctxT(t, 60*time.Second)
+	// Spawned on one supervisor directly: an id the pool knows nothing of.
+	info, fin, err := sups[1].c.SpawnWait(ctx, protocol.SpawnArgs{Argv: []string{"echo", "kept"}, Name: "old", Output: protocol.OutputDisk}, 20*time.Second)
+	if err != nil || !fin {
+		t.Fatalf("spawn: %v %v", fin, err)
+	}
+	if _, _, err := sups[1].c.SpawnWait(ctx, protocol.SpawnArgs{Argv: []string{"true"}}, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sups[1].c.Status(ctx, info.JobID); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Fatalf("job still in memory: %v", err)
+	}
+	for _, ref := range []string{info.JobID, "old"} {
+		res, err := p.Poll(ctx, ref, 0, 0)
+		if err != nil || res.Job.JobID != info.JobID || len(res.Chunks) == 0 || string(res.Chunks[0].Data) != "kept\n" {
+			t.Fatalf("pool poll %s of a forgotten job: %+v %v", ref, res, err)
+		}
+	}
+	if _, err := p.Poll(ctx, "never-was", 0, 0); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Fatalf("poll of no job: %v", err)
+	}
 }

@@ -161,7 +161,8 @@ func (p *Pool) owner(ctx context.Context, id string) (*member, error) {
 	return p.find(ctx, id)
 }
 
-// find asks every member for the job of id (or name), and remembers its id.
+// find asks every member for the job of id (or name), in memory or only
+// in its output files, and remembers its id.
 func (p *Pool) find(ctx context.Context, id string) (*member, error) {
 	ms := p.memberList()
 	var (
@@ -178,7 +179,14 @@ func (p *Pool) find(ctx context.Context, id string) (*member, error) {
 			var info protocol.JobInfo
 			err := p.onMember(ctx, m, id, func(ctx context.Context) error {
 				var err error
-				info, err = m.c.Status(ctx, id)
+				if info, err = m.c.Status(ctx, id); protocol.CodeOf(err) == protocol.CodeNotFound {
+					// Not in memory: a job it forgot whose output
+					// files it keeps (by id or name) is its too.
+					var res protocol.PollResult
+					if res, err = m.c.Poll(ctx, id, 0, 1); err == nil {
+						info = res.Job
+					}
+				}
 				return err
 			})
 			mu.Lock()
