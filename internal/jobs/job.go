@@ -65,7 +65,7 @@ type Job struct {
 	in      jobInput   // its stdin pipe or terminal (input.go)
 	run     jobRun     // the current run's process and what watches it (run.go)
 	svc     jobService // a service's restart policy and runs (service.go)
-	notify  jobNotify  // what a notify job's run was told (service.go)
+	notify  jobNotify  // what a notify job's run was told (notify.go)
 	usage   jobUsage   // its last resource sample (usage.go)
 	acct    jobAccount // the Manager's account of it, under the Manager's mu (manager.go)
 }

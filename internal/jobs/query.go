@@ -29,6 +29,8 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		info.Reason = j.life.Reason
 	}
 	j.diskInfoLocked(&info)
+	j.notifyInfoLocked(&info)
+	info.Limits = j.run.limits
 	j.serviceInfoLocked(&info)
 	return info
 }
