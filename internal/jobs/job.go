@@ -73,42 +73,62 @@ type Job struct {
 // Reason is a termination reason (an alias of the wire type).
 type Reason = protocol.Reason
 
+// makeJob returns job id with spec, its channels (none closed) and an
+// empty output ring: what every job has, whether spawned (newJob) or
+// restored (Restore), which fill in the rest before it is visible.
+func (m *Manager) makeJob(id string, spec protocol.SpawnArgs) *Job {
+	return &Job{
+		m: m, id: id, spec: spec,
+		done:    make(chan struct{}),
+		runDone: make(chan struct{}), runStarted: make(chan struct{}),
+		run: jobRun{killNow: make(chan struct{})},
+		in:  jobInput{wsem: make(chan struct{}, 1)},
+		out: jobOutput{ring: newRing(m.cfg.RingBytes)},
+	}
+}
+
+// newJob returns the job spawned with args, not yet visible.
 func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 	id := args.JobID
 	if id == "" {
 		id = newJobID()
 	}
 	args.JobID = "" // (the id is the job's, not part of its spec)
-	j := &Job{
-		m: m, id: id, spec: args,
-		done:    make(chan struct{}),
-		runDone: make(chan struct{}), runStarted: make(chan struct{}),
-		createdAt: m.now(),
-		run:       jobRun{killNow: make(chan struct{})},
-		in:        jobInput{wsem: make(chan struct{}, 1)},
-		out:       jobOutput{ring: newRing(m.cfg.RingBytes)},
-		svc:       jobService{attempt: 1},
-	}
+	j := m.makeJob(id, args)
+	j.createdAt = m.now()
+	j.svc.attempt = 1
 	if args.Restart.Enabled() {
 		// A service runs until stopped: no overall timeout unless asked
 		// for (then it bounds each run).
-		j.svc.backoff = lifecycle.NewBackoff(*args.Restart)
-		j.life.Service = true
+		j.superviseSpec()
 	} else {
 		j.timeout = m.cfg.DefaultTimeout
 	}
-	j.notify.watchdog = time.Duration(args.WatchdogIntervalMs) * time.Millisecond
+	j.setGraceAndWatchdog()
 	if args.TimeoutMs > 0 {
 		j.timeout = time.Duration(args.TimeoutMs) * time.Millisecond
 	}
 	if args.NoOutputTimeoutMs > 0 {
 		j.noOutput = time.Duration(args.NoOutputTimeoutMs) * time.Millisecond
 	}
-	j.grace = m.cfg.Grace
-	if args.GraceMs > 0 {
-		j.grace = time.Duration(args.GraceMs) * time.Millisecond
-	}
 	return j
+}
+
+// superviseSpec makes j a service under its spec's restart policy (which
+// must be enabled). j is not visible yet.
+func (j *Job) superviseSpec() {
+	j.svc.backoff = lifecycle.NewBackoff(*j.spec.Restart)
+	j.life.Service = true
+}
+
+// setGraceAndWatchdog sets the spec's watchdog interval and kill grace
+// (the Manager's default grace without one). j is not visible yet.
+func (j *Job) setGraceAndWatchdog() {
+	j.notify.watchdog = time.Duration(j.spec.WatchdogIntervalMs) * time.Millisecond
+	j.grace = j.m.cfg.Grace
+	if j.spec.GraceMs > 0 {
+		j.grace = time.Duration(j.spec.GraceMs) * time.Millisecond
+	}
 }
 
 // ID returns the job id.

@@ -43,17 +43,12 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 			history = history[n:] // (as a running job keeps it)
 		}
 	}
-	j := &Job{
-		m: m, id: r.JobID, done: make(chan struct{}),
-		spec:     protocol.SpawnArgs{Name: m.validRestoredName(r.JobID, r.Name), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd, Labels: r.Labels, SessionID: r.SessionID},
-		exitCode: r.ExitCode,
-		signal:   r.Signal, errMsg: r.Error,
-		timeout: time.Duration(r.TimeoutMs) * time.Millisecond, noOutput: time.Duration(r.NoOutputMs) * time.Millisecond,
-		life: lifecycle.Life{State: Exited, Reason: r.Reason, LeaderExited: true, GroupGone: true, Killing: true},
-		run:  jobRun{killNow: make(chan struct{}), pid: r.Pid, pgid: r.Pgid, startTicks: r.StartTicks},
-		in:   jobInput{wsem: make(chan struct{}, 1), isPTY: r.Pty, rows: min(r.Rows, protocol.MaxTermSize), cols: min(r.Cols, protocol.MaxTermSize)}, // (the journal is input)
-		out:  jobOutput{ring: newRing(m.cfg.RingBytes)},
-	}
+	j := m.makeJob(r.JobID, protocol.SpawnArgs{Name: m.validRestoredName(r.JobID, r.Name), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd, Labels: r.Labels, SessionID: r.SessionID})
+	j.exitCode, j.signal, j.errMsg = r.ExitCode, r.Signal, r.Error
+	j.timeout, j.noOutput = time.Duration(r.TimeoutMs)*time.Millisecond, time.Duration(r.NoOutputMs)*time.Millisecond
+	j.life = lifecycle.Life{State: Exited, Reason: r.Reason, LeaderExited: true, GroupGone: true, Killing: true}
+	j.run.pid, j.run.pgid, j.run.startTicks = r.Pid, r.Pgid, r.StartTicks
+	j.in.isPTY, j.in.rows, j.in.cols = r.Pty, min(r.Rows, protocol.MaxTermSize), min(r.Cols, protocol.MaxTermSize) // (the journal is input)
 	if m.outlog != nil && r.OutputDisk {
 		// (its files go on: what it republishes, skips, a resumed
 		// service's later runs)
@@ -192,8 +187,7 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	}
 	j.exitEv = &ev
 	close(j.done)
-	j.runDone, j.runStarted = make(chan struct{}), make(chan struct{})
-	close(j.runDone)
+	close(j.runDone) // (and no run goes on)
 	close(j.runStarted)
 	sv := r.Service
 	if sv != nil && sv.Spec.Restart.Enabled() {
@@ -208,19 +202,14 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 		name := j.spec.Name
 		j.spec = sv.Spec
 		j.spec.Name = name // (the record's: one name whatever the spec says)
-		j.svc.backoff = lifecycle.NewBackoff(*sv.Spec.Restart)
-		j.life.Service = true
+		j.superviseSpec()
 		var ends []time.Time
 		for _, e := range sv.Ends {
 			ends = append(ends, time.UnixMilli(e))
 		}
 		j.svc.backoff.Consecutive, j.svc.backoff.Ends = sv.Consecutive, ends
 		j.svc.attempt, j.svc.restarts, j.svc.history = max(sv.Attempt, 1), sv.Restarts, history
-		j.notify.watchdog = time.Duration(sv.Spec.WatchdogIntervalMs) * time.Millisecond
-		j.grace = m.cfg.Grace
-		if sv.Spec.GraceMs > 0 {
-			j.grace = time.Duration(sv.Spec.GraceMs) * time.Millisecond
-		}
+		j.setGraceAndWatchdog()
 		j.svc.runOffset = r.OutputEnd
 		if interrupted {
 			// The dead supervisor may have published output past the
