@@ -256,7 +256,7 @@ const offsetReserve = 1 << 30
 // subscribe asks for it: startedEventLocked). j.mu must be held (or j not
 // yet visible).
 func (j *Job) compactFinishedLocked() {
-	if j.svc.backoff != nil {
+	if j.isService() {
 		return // (started again with its whole spec)
 	}
 	j.spec.Env = nil

@@ -394,7 +394,7 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	}
 	m.releaseNameLocked(j, ms(cmp.Or(j.endedAt, m.now())))
 	forgot := 0
-	if j.svc.backoff == nil { // services are always journaled
+	if !j.isService() { // services are always journaled
 		m.finN++
 		j.acct.finN = m.finN
 		delete(m.live, j.id)
@@ -404,10 +404,10 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	}
 	m.mu.Unlock()
 	if forgot > 0 {
-		m.noteForgotten(forgot, j.svc.backoff != nil)
+		m.noteForgotten(forgot, j.isService())
 	}
 	if m.hooks.Finished != nil {
-		m.hooks.Finished(reason, j.svc.backoff != nil)
+		m.hooks.Finished(reason, j.isService())
 	}
 }
 

@@ -233,7 +233,7 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	j.acct.createN = m.createN
 	m.jobs[j.id] = j
 	m.indexNameLocked(j, false, r.EndedAt)
-	if j.svc.backoff != nil {
+	if j.isService() {
 		m.live[j.id] = j
 		// (noted as finished, not bounded yet: the caller may resume
 		// it, which makes it supervised again)

@@ -155,7 +155,7 @@ func (m *Manager) Sweep() int {
 	m.mu.Unlock()
 	n := 0
 	for _, j := range victims {
-		if j.svc.backoff != nil {
+		if j.isService() {
 			continue // a service stays (to be started again) until removed
 		}
 		if end, ok := j.finishedAt(); ok && end.Before(cutoff) {

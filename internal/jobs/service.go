@@ -31,6 +31,12 @@ type jobService struct {
 	restartGen uint64
 }
 
+// isService reports whether j has a restart policy (is a service, running
+// or finished). It may be called without j.mu: backoff is set before the
+// job is visible and never changed. (j.life.Service says the same to the
+// lifecycle core, but is guarded by j.mu.)
+func (j *Job) isService() bool { return j.svc.backoff != nil }
+
 // runEnd is what a service's run end leaves for scheduling the next run
 // (see scheduleRestartLocked).
 type runEnd struct {
@@ -199,7 +205,7 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 		return protocol.JobInfo{}, err
 	}
 	j.mu.Lock()
-	if j.svc.backoff == nil {
+	if !j.isService() {
 		j.mu.Unlock()
 		return protocol.JobInfo{}, errorf(ErrInvalid,
 			"job %s is not a service (spawned without a restart policy); spawn it again instead", id)
@@ -307,7 +313,7 @@ func (m *Manager) Stop(id string) (protocol.KillResult, error) {
 
 // serviceInfoLocked fills the service fields of info.
 func (j *Job) serviceInfoLocked(info *protocol.JobInfo) {
-	if j.svc.backoff == nil {
+	if !j.isService() {
 		return
 	}
 	now := j.m.now()

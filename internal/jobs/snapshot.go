@@ -71,20 +71,20 @@ func (j *Job) Snapshot() Snapshot {
 		TimeoutMs: info.TimeoutMs, NoOutputMs: info.NoOutputTimeoutMs,
 		Pty: info.Pty, Rows: info.Rows, Cols: info.Cols, Cgroup: info.Cgroup, OutputDisk: info.OutputDisk || info.OutputDiskError != "",
 	}
-	if j.svc.backoff == nil && j.life.State == Exited {
+	if !j.isService() && j.life.State == Exited {
 		s.FinN = j.acct.finN // (set under j.mu too: jobDone)
 	}
-	if j.life.State == Starting && (j.life.PendingKill != "" || j.svc.backoff != nil && j.life.EndReason != "") {
+	if j.life.State == Starting && (j.life.PendingKill != "" || j.isService() && j.life.EndReason != "") {
 		// (killed before its process started: it is killed as soon as
 		// the process exists, a crash meanwhile ends it so too)
 		r.PendingEnd = j.life.PendingKill
-		if j.svc.backoff != nil {
+		if j.isService() {
 			r.PendingEnd = j.life.EndReason
 		}
 	}
 	if j.life.State == Exiting && j.life.Killing {
 		r.PendingEnd = j.life.Reason
-		if j.svc.backoff != nil {
+		if j.isService() {
 			r.PendingEnd = j.life.EndReason // ("": the run was ended, the service goes on)
 			if j.svc.restartReq && j.life.EndReason == "" {
 				// (a stop or kill after the restart op wins, as it does
@@ -93,7 +93,7 @@ func (j *Job) Snapshot() Snapshot {
 			}
 		}
 	}
-	if j.svc.backoff == nil {
+	if !j.isService() {
 		r.OutputSkips = slices.Clone(j.out.ring.skips)
 		if j.life.State != Exited && j.run.leaderWS != nil {
 			code, sig := exitOf(*j.run.leaderWS)
