@@ -113,7 +113,7 @@ func (j *Job) finishLocked() {
 	if !j.startedAt.IsZero() {
 		ran = j.endedAt.Sub(j.startedAt)
 	}
-	j.exitEv = ptr(j.emitLocked(kind, j.withEndLocked(protocol.ExitPayload{
+	j.evs.exit = ptr(j.emitLocked(kind, j.withEndLocked(protocol.ExitPayload{
 		Reason: j.life.Reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		DurationMs: ran.Milliseconds(),
 	})))

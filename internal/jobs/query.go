@@ -132,10 +132,10 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	// then the terminal event. A reply cut after the events from the
 	// files ends there.
 	var retained []protocol.Event
-	if j.startedEv != nil && j.startedEv.Seq >= from {
+	if j.evs.started != nil && j.evs.started.Seq >= from {
 		retained = append(retained, j.startedEventLocked())
 	}
-	extra := j.extraEvs
+	extra := j.evs.extra
 	for _, ev := range outs {
 		for len(extra) > 0 && extra[0].Seq < ev.Seq {
 			if extra[0].Seq >= from {
@@ -154,8 +154,8 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 				retained = append(retained, ev)
 			}
 		}
-		if j.exitEv != nil && j.exitEv.Seq >= from {
-			retained = append(retained, *j.exitEv)
+		if j.evs.exit != nil && j.evs.exit.Seq >= from {
+			retained = append(retained, *j.evs.exit)
 		}
 	}
 	for _, ev := range retained {

@@ -92,7 +92,7 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	if first.pid > 0 {
 		ev, _ := protocol.NewEvent(j.id, 1, first.at, protocol.KindStarted, j.startedPayload(first.pid, first.attempt)) // (j.spec is info's here)
 		ev.Attempt = first.attempt
-		j.startedEv = &ev
+		j.evs.started = &ev
 	}
 	tailEnd := r.TailEnd() // (OutputEnd: older journals, or no tail)
 	if tailEnd < int64(len(r.OutputTail)) || tailEnd > r.OutputEnd {
@@ -170,8 +170,8 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 		// past its output, as in journals without a terminal event)
 		j.out.seq++
 	}
-	if j.startedEv != nil && j.out.seq <= j.startedEv.Seq {
-		j.out.seq = j.startedEv.Seq + 1 // (a record whose last seq is not past its start)
+	if j.evs.started != nil && j.out.seq <= j.evs.started.Seq {
+		j.out.seq = j.evs.started.Seq + 1 // (a record whose last seq is not past its start)
 	}
 	kind := protocol.KindFailed
 	if r.Reason == protocol.ReasonExit {
@@ -185,7 +185,7 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	if r.Service != nil {
 		ev.Attempt = max(r.Service.Attempt, 1) // (as published: a service's events all carry their run)
 	}
-	j.exitEv = &ev
+	j.evs.exit = &ev
 	close(j.done)
 	close(j.runDone) // (and no run goes on)
 	close(j.runStarted)

@@ -274,9 +274,9 @@ func (m *Manager) startService(id string, restart bool) (protocol.JobInfo, error
 	m.mu.Unlock()
 	// The old terminal event stays in the sequence; a new one follows
 	// when this supervision ends.
-	if j.exitEv != nil {
-		j.keepExtraLocked(*j.exitEv)
-		j.exitEv = nil
+	if j.evs.exit != nil {
+		j.keepExtraLocked(*j.evs.exit)
+		j.evs.exit = nil
 	}
 	j.done = make(chan struct{})
 	j.svc.backoff.Reset()

@@ -171,8 +171,8 @@ func (j *Job) start() error {
 	started := j.applyLocked(j.stepLocked(lifecycle.Started{})) // (a kill asked for while starting follows)
 	close(runStarted)
 	ev := j.emitLocked(protocol.KindStarted, j.startedPayload(j.run.pid, j.attemptTag()))
-	if j.startedEv == nil && ev.Seq == 1 {
-		j.startedEv = &ev
+	if j.evs.started == nil && ev.Seq == 1 {
+		j.evs.started = &ev
 	} else {
 		// (a later run's; or a restored job's whose first start is not
 		// known: Events keeps these in seq order among the others)
