@@ -115,20 +115,30 @@ func (j *Job) Snapshot() Snapshot {
 	if n := len(live); n > 0 {
 		r.OutputTailSeq = live[n-1].Seq
 		end := live[n-1].Offset + int64(len(live[n-1].Data))
-		var tail []byte
+		// The chunks, newest first, up to TailBytes (the oldest of them
+		// cut to its newest bytes), then their bytes copied once, in order.
+		size := 0
 		var chunks []journal.TailChunk
-		for i := n - 1; i >= 0 && len(tail) < TailBytes && len(chunks) < maxTailChunks; i-- {
+		for i := n - 1; i >= 0 && size < TailBytes && len(chunks) < maxTailChunks; i-- {
 			if i < n-1 && live[i].Offset+int64(len(live[i].Data)) != live[i+1].Offset {
 				break
 			}
 			d := live[i].Data
-			if room := TailBytes - len(tail); len(d) > room {
+			if room := TailBytes - size; len(d) > room {
 				d = d[len(d)-room:]
 			}
-			tail = append(append([]byte(nil), d...), tail...)
+			size += len(d)
 			chunks = append(chunks, journal.TailChunk{Seq: live[i].Seq, Stream: live[i].Stream, Len: len(d), Attempt: live[i].attempt})
 		}
 		slices.Reverse(chunks)
+		var tail []byte
+		if size > 0 {
+			tail = make([]byte, 0, size)
+			for k, c := range chunks {
+				d := live[n-len(chunks)+k].Data
+				tail = append(tail, d[len(d)-c.Len:]...)
+			}
+		}
 		r.OutputTail, r.OutputTailChunks = tail, chunks
 		if end != r.OutputEnd && len(tail) > 0 {
 			r.OutputTailEnd = end // (absent: OutputEnd)
