@@ -94,3 +94,34 @@ func BenchmarkSnapshotsRetained(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSnapshotTail: a journal record of a job whose last 4 KiB of
+// output came in 1 chunk (the baseline), in 64 and in 256 (maxTailChunks:
+// a byte-per-line printer). Building the tail must stay linear in its
+// bytes: compare ns/op with chunks=1.
+func BenchmarkSnapshotTail(b *testing.B) {
+	for _, n := range []int{1, 64, maxTailChunks} {
+		b.Run(fmt.Sprintf("chunks=%d", n), func(b *testing.B) {
+			m := New(Config{MaxJobs: 10}, nil, nil)
+			defer m.Close(b.Context())
+			size := TailBytes / n
+			r := journal.Record{JobID: "j-tail", State: protocol.StateExited, Reason: protocol.ReasonExit, Argv: []string{"true"},
+				OutputTail: make([]byte, n*size), OutputEnd: int64(n * size), OutputTailSeq: uint64(n + 1), LastSeq: uint64(n + 2)}
+			for i := range n {
+				r.OutputTailChunks = append(r.OutputTailChunks, journal.TailChunk{Seq: uint64(i + 2), Stream: protocol.Stdout, Len: size})
+			}
+			if err := m.Restore(r, false); err != nil {
+				b.Fatal(err)
+			}
+			j, _ := m.Get("j-tail")
+			if got := len(j.Snapshot().Record.OutputTailChunks); got != n {
+				b.Fatalf("%d chunks in the record, want %d", got, n)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				j.Snapshot()
+			}
+		})
+	}
+}

@@ -137,7 +137,8 @@ type Sink interface {
 }
 
 // Hooks observe lifecycle steps (for metrics). Nil fields are skipped.
-// They are called without locks held and must be cheap.
+// They must be cheap, and are called without locks held unless their
+// field says otherwise.
 type Hooks struct {
 	Spawned func()
 	// Started is called once a run's process exists, before the start is
@@ -150,12 +151,18 @@ type Hooks struct {
 	// supervision ends; its runs are RunEnded's).
 	Finished    func(reason protocol.Reason, service bool)
 	OutputBytes func(stream protocol.Stream, n int)
+	// CleanupKill is called when a run needed SIGKILL after its grace
+	// period (mode: the job's ownership, pgid or cgroup), with the job's
+	// lock held so that it is counted before the job can be seen
+	// finished: it must not block or call back into the Manager.
 	CleanupKill func(mode string)
 	// OwnershipEscape is called when a job's processes left its process
 	// group (or session) but were still found in its cgroup.
 	OwnershipEscape func()
 	// RunEnded is called when a run of a service ends (how: reason),
-	// whether another follows or not; Restarted when another is scheduled.
+	// whether another follows or not; Restarted when another is
+	// scheduled. Both are called with the job's lock held: they must not
+	// block or call back into the Manager.
 	RunEnded  func(reason protocol.Reason)
 	Restarted func()
 	// Changed is called after every state change of any job (and after a

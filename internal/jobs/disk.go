@@ -115,11 +115,11 @@ func (j *Job) diskInfoLocked(info *protocol.JobInfo) {
 }
 
 // diskFinishedLocked records the job's end with its files: its info and
-// its terminal event (j.exitEv), which a subscribe of the job once it
+// its terminal event (j.evs.exit), which a subscribe of the job once it
 // left memory replays (DiskEvents).
 func (j *Job) diskFinishedLocked() {
 	if j.out.disk != nil {
-		j.out.disk.Finish(j.infoLocked(), j.exitEv)
+		j.out.disk.Finish(j.infoLocked(), j.evs.exit)
 	}
 }
 

@@ -37,7 +37,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	j.notify.sock = nil
 	var attrs []any
 	logInfo := j.m.logInfo()
-	if logInfo || j.svc.backoff != nil {
+	if logInfo || j.isService() {
 		attrs = []any{"job", j.id, "pid", j.run.pid, "reason", string(reason), "signal", j.signal,
 			"duration", j.endedAt.Sub(j.startedAt), "stdoutBytes", j.out.streamN[0], "stderrBytes", j.out.streamN[1]}
 		if j.exitCode != nil {
@@ -46,7 +46,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	}
 	var v lifecycle.Verdict
 	var end runEnd
-	if j.svc.backoff != nil {
+	if j.isService() {
 		attrs = append(attrs, "attempt", j.svc.attempt)
 		v, end = j.verdictLocked(reason)
 	}
@@ -58,7 +58,7 @@ func (j *Job) finalize(ws syscall.WaitStatus) *notify.Socket {
 	}
 	final := j.life.Reason
 	j.mu.Unlock()
-	if j.svc.backoff != nil {
+	if j.isService() {
 		attrs = append(attrs, "finalReason", string(final))
 	}
 	if logInfo {
@@ -82,7 +82,7 @@ func (j *Job) closeStdin() {
 // finishLocked finalizes the job: state Exited, the terminal event, done
 // closed. For a service the reason is the one that ended supervision.
 func (j *Job) finishLocked() {
-	if j.svc.backoff != nil && j.life.EndReason != "" {
+	if j.isService() && j.life.EndReason != "" {
 		j.life.Reason = j.life.EndReason
 	}
 	if t := j.svc.restartT; t != nil {
@@ -113,7 +113,7 @@ func (j *Job) finishLocked() {
 	if !j.startedAt.IsZero() {
 		ran = j.endedAt.Sub(j.startedAt)
 	}
-	j.exitEv = ptr(j.emitLocked(kind, j.withEndLocked(protocol.ExitPayload{
+	j.evs.exit = ptr(j.emitLocked(kind, j.withEndLocked(protocol.ExitPayload{
 		Reason: j.life.Reason, ExitCode: j.exitCode, Signal: j.signal, Error: j.errMsg,
 		DurationMs: ran.Milliseconds(),
 	})))

@@ -24,6 +24,22 @@ type jobJournal struct {
 	onDisk bool
 }
 
+// seqReserve is how far past a running job's last journaled seq its
+// events may be numbered before the journal is written again: a
+// supervisor that dies in between may have published events up to there,
+// and its successor (Restore of an interrupted job) numbers the job's
+// later events past them. A journal write is asked for when a quarter of
+// the reserve is used, long before it runs out.
+const seqReserve = 100_000
+
+// offsetReserve is to output offsets what seqReserve is to seqs: a
+// service resumed after its supervisor died writes its output from the
+// journaled output end plus offsetReserve on (see Restore), past every
+// byte the dead supervisor may have published. A journal write is asked
+// for once a quarter of it was printed since the last one: the rest (768
+// MiB) is what the job may print before that write lands.
+const offsetReserve = 1 << 30
+
 // jobHold is the gate at which a job's output waits while it must not
 // be read (for the journal, a pacer or the disk writer: see
 // gatedLocked). Guarded by Job.mu.

@@ -46,12 +46,6 @@ type Job struct {
 	signal   string
 	errMsg   string
 
-	startedEv *protocol.Event
-	exitEv    *protocol.Event
-
-	// extraEvs are retained events other than started, output and exit.
-	extraEvs []protocol.Event
-
 	// afterDone are the AfterDone functions still to run (by id).
 	afterDone  map[uint64]func(protocol.JobInfo)
 	afterDoneN uint64
@@ -59,13 +53,14 @@ type Job struct {
 	// The job's parts: each part's type, declared in the file that owns
 	// it, says what guards it.
 	out     jobOutput  // its event and output stream (output.go)
+	evs     jobEvents  // the events it retains besides its output (events.go)
 	journal jobJournal // what the journal holds of it (gate.go)
 	hold    jobHold    // where its output waits while it must not be read (gate.go)
 	pace    jobPacing  // the clients pacing its output (pace.go)
 	in      jobInput   // its stdin pipe or terminal (input.go)
 	run     jobRun     // the current run's process and what watches it (run.go)
 	svc     jobService // a service's restart policy and runs (service.go)
-	notify  jobNotify  // what a notify job's run was told (service.go)
+	notify  jobNotify  // what a notify job's run was told (notify.go)
 	usage   jobUsage   // its last resource sample (usage.go)
 	acct    jobAccount // the Manager's account of it, under the Manager's mu (manager.go)
 }
@@ -73,42 +68,62 @@ type Job struct {
 // Reason is a termination reason (an alias of the wire type).
 type Reason = protocol.Reason
 
+// makeJob returns job id with spec, its channels (none closed) and an
+// empty output ring: what every job has, whether spawned (newJob) or
+// restored (Restore), which fill in the rest before it is visible.
+func (m *Manager) makeJob(id string, spec protocol.SpawnArgs) *Job {
+	return &Job{
+		m: m, id: id, spec: spec,
+		done:    make(chan struct{}),
+		runDone: make(chan struct{}), runStarted: make(chan struct{}),
+		run: jobRun{killNow: make(chan struct{})},
+		in:  jobInput{wsem: make(chan struct{}, 1)},
+		out: jobOutput{ring: newRing(m.cfg.RingBytes)},
+	}
+}
+
+// newJob returns the job spawned with args, not yet visible.
 func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 	id := args.JobID
 	if id == "" {
 		id = newJobID()
 	}
 	args.JobID = "" // (the id is the job's, not part of its spec)
-	j := &Job{
-		m: m, id: id, spec: args,
-		done:    make(chan struct{}),
-		runDone: make(chan struct{}), runStarted: make(chan struct{}),
-		createdAt: m.now(),
-		run:       jobRun{killNow: make(chan struct{})},
-		in:        jobInput{wsem: make(chan struct{}, 1)},
-		out:       jobOutput{ring: newRing(m.cfg.RingBytes)},
-		svc:       jobService{attempt: 1},
-	}
+	j := m.makeJob(id, args)
+	j.createdAt = m.now()
+	j.svc.attempt = 1
 	if args.Restart.Enabled() {
 		// A service runs until stopped: no overall timeout unless asked
 		// for (then it bounds each run).
-		j.svc.backoff = lifecycle.NewBackoff(*args.Restart)
-		j.life.Service = true
+		j.superviseSpec()
 	} else {
 		j.timeout = m.cfg.DefaultTimeout
 	}
-	j.notify.watchdog = time.Duration(args.WatchdogIntervalMs) * time.Millisecond
+	j.setGraceAndWatchdog()
 	if args.TimeoutMs > 0 {
 		j.timeout = time.Duration(args.TimeoutMs) * time.Millisecond
 	}
 	if args.NoOutputTimeoutMs > 0 {
 		j.noOutput = time.Duration(args.NoOutputTimeoutMs) * time.Millisecond
 	}
-	j.grace = m.cfg.Grace
-	if args.GraceMs > 0 {
-		j.grace = time.Duration(args.GraceMs) * time.Millisecond
-	}
 	return j
+}
+
+// superviseSpec makes j a service under its spec's restart policy (which
+// must be enabled). j is not visible yet.
+func (j *Job) superviseSpec() {
+	j.svc.backoff = lifecycle.NewBackoff(*j.spec.Restart)
+	j.life.Service = true
+}
+
+// setGraceAndWatchdog sets the spec's watchdog interval and kill grace
+// (the Manager's default grace without one). j is not visible yet.
+func (j *Job) setGraceAndWatchdog() {
+	j.notify.watchdog = time.Duration(j.spec.WatchdogIntervalMs) * time.Millisecond
+	j.grace = j.m.cfg.Grace
+	if j.spec.GraceMs > 0 {
+		j.grace = time.Duration(j.spec.GraceMs) * time.Millisecond
+	}
 }
 
 // ID returns the job id.
@@ -180,123 +195,4 @@ func ms(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
-}
-
-// emitLocked numbers and publishes an event. j.mu must be held.
-func (j *Job) emitLocked(kind protocol.Kind, payload any) protocol.Event {
-	j.nextSeqLocked()
-	ev, err := protocol.NewEvent(j.id, j.out.seq, ms(j.m.now()), kind, payload)
-	if err != nil {
-		// Payloads are our own plain structs; this cannot happen.
-		j.m.log.Error("encode event", "job", j.id, "kind", string(kind), "err", err)
-	}
-	ev.Attempt = j.attemptTag()
-	if j.m.sink != nil {
-		j.m.sink.Publish(ev)
-	}
-	return ev
-}
-
-// maxExtraEvs bounds a job's retained events other than its first start,
-// its output and its end: a service restarted for weeks adds a start and
-// a job.restarting per run (a leak audit watched a crash-looping one grow
-// by thousands). Past it the older half goes; subscribe reports them
-// missing, as evicted output.
-const maxExtraEvs = 512
-
-// keepExtraLocked retains ev among extraEvs.
-func (j *Job) keepExtraLocked(ev protocol.Event) {
-	if len(j.extraEvs) >= maxExtraEvs {
-		j.extraEvs = append(make([]protocol.Event, 0, maxExtraEvs), j.extraEvs[len(j.extraEvs)-maxExtraEvs/2:]...)
-	}
-	j.extraEvs = append(j.extraEvs, ev)
-}
-
-// seqReserve is how far past a running job's last journaled seq its
-// events may be numbered before the journal is written again: a
-// supervisor that dies in between may have published events up to there,
-// and its successor (Restore of an interrupted job) numbers the job's
-// later events past them. A journal write is asked for when a quarter of
-// the reserve is used, long before it runs out.
-const seqReserve = 100_000
-
-// offsetReserve is to output offsets what seqReserve is to seqs: a
-// service resumed after its supervisor died writes its output from the
-// journaled output end plus offsetReserve on (see Restore), past every
-// byte the dead supervisor may have published. A journal write is asked
-// for once a quarter of it was printed since the last one: the rest (768
-// MiB) is what the job may print before that write lands.
-const offsetReserve = 1 << 30
-
-// compactFinishedLocked drops what a finished one-shot job holds that
-// nothing reads any more: its env (read only to start its run: status,
-// list and the journal do not show it, and a one-shot job is never
-// started again) and the encoded payload of its job.started event, a
-// second copy of its argv, shell, cwd and labels (rebuilt from them when
-// subscribe asks for it: startedEventLocked). j.mu must be held (or j not
-// yet visible).
-func (j *Job) compactFinishedLocked() {
-	if j.svc.backoff != nil {
-		return // (started again with its whole spec)
-	}
-	j.spec.Env = nil
-	if ev := j.startedEv; ev != nil && ev.Payload != nil && ev.Attempt == 0 {
-		ev.Payload = nil
-	}
-}
-
-// startedEventLocked is the job's first job.started event, its payload
-// rebuilt if compactFinishedLocked dropped it (the same fields: a one-shot
-// job's only run leads its own group, pid == pgid).
-func (j *Job) startedEventLocked() protocol.Event {
-	ev := *j.startedEv
-	if ev.Payload == nil {
-		rebuilt, err := protocol.NewEvent(j.id, ev.Seq, ev.Ts, ev.Kind, j.startedPayload(j.run.pid, ev.Attempt))
-		if err == nil {
-			ev.Payload = rebuilt.Payload
-		}
-	}
-	return ev
-}
-
-// startedPayload is the payload of the job.started event of a run whose
-// process is pid (it leads its own group, or session) and attempt.
-func (j *Job) startedPayload(pid, attempt int) protocol.StartedPayload {
-	return protocol.StartedPayload{Pid: pid, Pgid: pid, Argv: j.spec.Argv, Shell: j.spec.Shell, Cwd: j.spec.Cwd,
-		Labels: j.spec.Labels, SessionID: j.spec.SessionID, Attempt: attempt}
-}
-
-// finishedCostLocked is what a finished one-shot job holds besides its
-// output ring and its fixed-size structures (those are bounded by
-// MaxFinished), in bytes: its argv, shell, cwd, labels and session id,
-// its error message, and its retained events other than output. It is
-// charged with its output to MaxFinishedOutput: a job spawned with 256 KiB
-// of argv costs that much whether it printed anything or not. j.mu must
-// be held (or j not yet visible).
-func (j *Job) finishedCostLocked() int64 {
-	const strHdr = 16   // a string header (a slice element, a map key or value)
-	const mapEntry = 16 // a map entry's share of its buckets, roughly
-	const evHdr = 96    // an event's fixed fields
-	n := len(j.spec.Name) + len(j.spec.Shell) + len(j.spec.Cwd) + len(j.spec.SessionID) + len(j.errMsg) + len(j.notify.status)
-	for _, a := range j.spec.Argv {
-		n += strHdr + len(a)
-	}
-	for k, v := range j.spec.Labels {
-		n += 2*strHdr + mapEntry + len(k) + len(v)
-	}
-	for k, v := range j.spec.Env { // (none once compacted)
-		n += 2*strHdr + mapEntry + len(k) + len(v)
-	}
-	for _, ev := range []*protocol.Event{j.startedEv, j.exitEv} {
-		if ev != nil {
-			n += evHdr + len(ev.Payload)
-		}
-	}
-	if j.exitEv == nil { // (the terminal event, which quotes the error, is emitted right after)
-		n += evHdr + 64 + len(j.errMsg)
-	}
-	for _, ev := range j.extraEvs {
-		n += evHdr + len(ev.Payload)
-	}
-	return int64(n)
 }

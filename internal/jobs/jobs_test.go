@@ -294,7 +294,7 @@ func TestExtraEventsBounded(t *testing.T) {
 	}
 	last := j.out.seq
 	j.mu.Unlock()
-	if n := len(j.extraEvs); n > maxExtraEvs {
+	if n := len(j.evs.extra); n > maxExtraEvs {
 		t.Fatalf("%d extra events retained", n)
 	}
 	res, err := j.Events(1, 0)

@@ -48,7 +48,9 @@ func (j *Job) kill(runDone <-chan struct{}, reason Reason, sig syscall.Signal) (
 
 // applyLocked carries out the lifecycle core's effects (j.mu held) and
 // returns what must be done once j.mu is released (the kill that came
-// while starting, counting a cleanup kill).
+// while starting). A cleanup kill is counted under j.mu, beside the
+// SIGKILL: once j.mu is released the job may end and be seen finished,
+// and a job seen finished must have been counted.
 func (j *Job) applyLocked(effs []lifecycle.Effect) (after func()) {
 	var later []func()
 	for _, e := range effs {
@@ -70,8 +72,7 @@ func (j *Job) applyLocked(effs []lifecycle.Effect) (after func()) {
 			}
 			j.finishLocked()
 		case lifecycle.CountCleanupKill:
-			mode := j.ownership()
-			later = append(later, func() { j.countCleanupKill(mode) })
+			j.countCleanupKill(j.ownership())
 		case lifecycle.KillPending:
 			runDone, reason := j.runDone, e.Reason
 			later = append(later, func() { _, _ = j.kill(runDone, reason, 0) })

@@ -393,7 +393,7 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	}
 	m.releaseNameLocked(j, ms(cmp.Or(j.endedAt, m.now())))
 	forgot := 0
-	if j.svc.backoff == nil { // services are always journaled
+	if !j.isService() { // services are always journaled
 		m.finN++
 		j.acct.finN = m.finN
 		delete(m.live, j.id)
@@ -403,10 +403,10 @@ func (m *Manager) jobDone(j *Job, reason protocol.Reason) {
 	}
 	m.mu.Unlock()
 	if forgot > 0 {
-		m.noteForgotten(forgot, j.svc.backoff != nil)
+		m.noteForgotten(forgot, j.isService())
 	}
 	if m.hooks.Finished != nil {
-		m.hooks.Finished(reason, j.svc.backoff != nil)
+		m.hooks.Finished(reason, j.isService())
 	}
 }
 
@@ -428,102 +428,6 @@ func (m *Manager) Get(id string) (*Job, error) {
 // at, from a supervisor that did not shut down (a crash): a job it had
 // spawned just before may be unknown, and not-found says so.
 func (m *Manager) NoteCrashRecovery(at time.Time) { m.crashRecovery.Store(&at) }
-
-// List returns every job's info, oldest first, filtered by state and
-// session when they are non-empty.
-func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo {
-	out, _ := m.ListAfter(ListFilter{State: state, Session: session}, 0, 0, "")
-	m.attachUsage(out)
-	return out
-}
-
-// ListAfter is List without usage (see AttachUsage) of the jobs that come
-// after the cursor job (createdAt, createN, id) in List's order
-// (createdAt, then creation order), with each job's place in the creation
-// order (for the next cursor): that job itself need not exist any more.
-// id "" means from the first. f selects the jobs listed.
-func (m *Manager) ListAfter(f ListFilter, createdAt int64, createN uint64, id string) ([]protocol.JobInfo, []uint64) {
-	// The jobs are put in order first, by what never changes once a job
-	// is known (its creation time and place), and their infos built once,
-	// in that order: sorting the infos themselves (~600 bytes with
-	// pointers each) cost most of a listing of 1,000.
-	type key struct {
-		at int64 // createdAt, ms (as the info has it)
-		n  uint64
-		j  *Job
-	}
-	m.mu.Lock()
-	keys := make([]key, 0, len(m.jobs))
-	for _, j := range m.jobs {
-		if strings.HasPrefix(j.id, f.IDPrefix) && protocol.MatchName(f.Name, j.name()) {
-			keys = append(keys, key{ms(j.createdAt), j.acct.createN, j})
-		}
-	}
-	// Jobs created in the same millisecond go in the order they were
-	// created (createN; by job id they came in random order). The cursor
-	// names its job's createN (whether the job is still there or not);
-	// an older cursor without it, the job's while it exists, else its id.
-	after, cursorKnown := createN, createN > 0
-	if c := m.jobs[id]; !cursorKnown && id != "" && c != nil {
-		after, cursorKnown = c.acct.createN, true
-	}
-	m.mu.Unlock()
-	slices.SortFunc(keys, func(a, b key) int {
-		if c := cmp.Compare(a.at, b.at); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.n, b.n)
-	})
-	infos, ns := make([]protocol.JobInfo, 0, len(keys)), make([]uint64, 0, len(keys))
-	for _, k := range keys {
-		if id != "" && (k.at < createdAt || k.at == createdAt && (cursorKnown && k.n <= after || !cursorKnown && k.j.id <= id)) {
-			continue
-		}
-		info := k.j.Info()
-		if (f.State == "" || info.State == f.State) && (f.Session == "" || info.SessionID == f.Session) && protocol.MatchLabels(f.Labels, info.Labels) {
-			infos, ns = append(infos, info), append(ns, k.n)
-		}
-	}
-	return infos, ns
-}
-
-// ListFilter selects the jobs ListAfter lists: those that pass each of
-// its fields (the zero value of a field passes every job).
-type ListFilter struct {
-	// State and Session: the job's state, its session id.
-	State   protocol.State
-	Session string
-	// IDPrefix: the start of the job's id.
-	IDPrefix string
-	// Name: a glob the job's name matches (protocol.MatchName: a job
-	// without a name passes only the empty pattern).
-	Name string
-	// Labels: labels the job has, each with that value.
-	Labels map[string]string
-}
-
-// AttachUsage fills Usage for the running jobs among infos (see List).
-func (m *Manager) AttachUsage(infos []protocol.JobInfo) { m.attachUsage(infos) }
-
-// Counts returns the number of jobs not yet exited and of all known jobs.
-func (m *Manager) Counts() (active, total int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.active, len(m.jobs)
-}
-
-// Paced counts the jobs whose output waits for a client pacing them.
-func (m *Manager) Paced() int {
-	n := 0
-	for _, j := range m.snapshotOf(func() map[string]*Job { return m.live }) {
-		j.mu.Lock()
-		if j.hold.gate != nil && j.pacedLocked() {
-			n++
-		}
-		j.mu.Unlock()
-	}
-	return n
-}
 
 // snapshotOf lists the jobs of the set (m.jobs, m.live) set returns,
 // taken under m.mu, to be looked at one by one without it.
@@ -571,108 +475,3 @@ func (m *Manager) logInfo() bool { return m.log.Enabled(context.Background(), sl
 
 // logDebug reports whether debug records are logged.
 func (m *Manager) logDebug() bool { return m.log.Enabled(context.Background(), slog.LevelDebug) }
-
-// closing reports whether Drain or Close was called.
-func (m *Manager) closing() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.closed
-}
-
-// Drain stops accepting spawns (they get CodeShuttingDown); running jobs
-// are left alone.
-func (m *Manager) Drain() {
-	m.mu.Lock()
-	m.closed = true
-	m.mu.Unlock()
-}
-
-// Wait blocks until every job that exists now has finished, or ctx ends.
-func (m *Manager) Wait(ctx context.Context) {
-	m.mu.Lock()
-	js := make([]*Job, 0, len(m.jobs))
-	for _, j := range m.jobs {
-		js = append(js, j)
-	}
-	m.mu.Unlock()
-	for _, j := range js {
-		select {
-		case <-j.Done():
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// Close stops accepting spawns, terminates every running job through the
-// normal kill path (reason supervisor-shutdown) and waits for them to be
-// finalized, or for ctx to end. It is idempotent.
-func (m *Manager) Close(ctx context.Context) error {
-	m.mu.Lock()
-	m.closed = true
-	js := make([]*Job, 0, len(m.jobs))
-	for _, j := range m.jobs {
-		js = append(js, j)
-	}
-	m.mu.Unlock()
-	for _, j := range js {
-		_, _ = j.Kill(protocol.ReasonShutdown, 0)
-	}
-wait:
-	for _, j := range js {
-		select {
-		case <-j.Done():
-		case <-ctx.Done():
-			// Escalate: nobody gets more grace than the caller allows.
-			left := 0
-			for _, j := range js {
-				if done, _ := j.Kill(protocol.ReasonShutdown, sigKill); !done {
-					left++
-				}
-			}
-			m.log.Warn("shutdown: jobs still running when the time allowed ran out are killed (SIGKILL)", "jobs", left, "cause", context.Cause(ctx))
-			// A SIGKILLed job ends at once (unless its processes are stuck
-			// in the kernel): that is a complete shutdown, nothing left
-			// behind. Jobs not ended even so are an error.
-			if notEnded := waitJobs(js, killReapBound); notEnded > 0 {
-				// The manager's own goroutines (sweeper, escape watcher,
-				// idle runners) stop; jobs' waiters end with their jobs.
-				m.stopO.Do(func() { m.stopCtx = ctx; close(m.stop) })
-				return fmt.Errorf("close job manager: %d jobs not ended %v after SIGKILL: %w", notEnded, killReapBound, ctx.Err())
-			}
-			break wait
-		}
-	}
-	m.closeO.Do(func() {
-		m.stopO.Do(func() { m.stopCtx = ctx; close(m.stop) })
-		m.wg.Wait()
-		if m.devNull != nil {
-			m.devNull.Close()
-		}
-	})
-	return nil
-}
-
-// killReapBound is how long Close waits for jobs it SIGKILLed to end.
-const killReapBound = 5 * time.Second
-
-// waitJobs waits up to d for every job in js to end and returns how many
-// did not.
-func waitJobs(js []*Job, d time.Duration) int {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for i, j := range js {
-		select {
-		case <-j.Done():
-		case <-t.C:
-			n := 0
-			for _, j := range js[i:] {
-				if !over(j.Done()) {
-					n++
-				}
-			}
-			return n
-		}
-	}
-	return 0
-}

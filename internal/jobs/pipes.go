@@ -279,7 +279,7 @@ func (j *Job) failSpawn(err error) {
 	sock := j.notify.sock
 	j.notify.sock = nil
 	// (the first start of a service reports its error: no restart)
-	later := j.svc.backoff != nil && j.svc.attempt > 1
+	later := j.isService() && j.svc.attempt > 1
 	var v lifecycle.Verdict
 	var end runEnd
 	if later {

@@ -1,6 +1,10 @@
 package jobs
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
@@ -29,6 +33,8 @@ func (j *Job) infoLocked() protocol.JobInfo {
 		info.Reason = j.life.Reason
 	}
 	j.diskInfoLocked(&info)
+	j.notifyInfoLocked(&info)
+	info.Limits = j.run.limits
 	j.serviceInfoLocked(&info)
 	return info
 }
@@ -109,10 +115,10 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	// then the terminal event. A reply cut after the events from the
 	// files ends there.
 	var retained []protocol.Event
-	if j.startedEv != nil && j.startedEv.Seq >= from {
+	if j.evs.started != nil && j.evs.started.Seq >= from {
 		retained = append(retained, j.startedEventLocked())
 	}
-	extra := j.extraEvs
+	extra := j.evs.extra
 	for _, ev := range outs {
 		for len(extra) > 0 && extra[0].Seq < ev.Seq {
 			if extra[0].Seq >= from {
@@ -131,8 +137,8 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 				retained = append(retained, ev)
 			}
 		}
-		if j.exitEv != nil && j.exitEv.Seq >= from {
-			retained = append(retained, *j.exitEv)
+		if j.evs.exit != nil && j.evs.exit.Seq >= from {
+			retained = append(retained, *j.evs.exit)
 		}
 	}
 	for _, ev := range retained {
@@ -149,4 +155,100 @@ func (j *Job) Events(from uint64, limit int) (protocol.SubscribeResult, error) {
 	// all evicted output) for the others.
 	sizeMissing(&r.res, j.out.ring.outputMap())
 	return r.res, nil
+}
+
+// List returns every job's info, oldest first, filtered by state and
+// session when they are non-empty.
+func (m *Manager) List(state protocol.State, session string) []protocol.JobInfo {
+	out, _ := m.ListAfter(ListFilter{State: state, Session: session}, 0, 0, "")
+	m.attachUsage(out)
+	return out
+}
+
+// ListAfter is List without usage (see AttachUsage) of the jobs that come
+// after the cursor job (createdAt, createN, id) in List's order
+// (createdAt, then creation order), with each job's place in the creation
+// order (for the next cursor): that job itself need not exist any more.
+// id "" means from the first. f selects the jobs listed.
+func (m *Manager) ListAfter(f ListFilter, createdAt int64, createN uint64, id string) ([]protocol.JobInfo, []uint64) {
+	// The jobs are put in order first, by what never changes once a job
+	// is known (its creation time and place), and their infos built once,
+	// in that order: sorting the infos themselves (~600 bytes with
+	// pointers each) cost most of a listing of 1,000.
+	type key struct {
+		at int64 // createdAt, ms (as the info has it)
+		n  uint64
+		j  *Job
+	}
+	m.mu.Lock()
+	keys := make([]key, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		if strings.HasPrefix(j.id, f.IDPrefix) && protocol.MatchName(f.Name, j.name()) {
+			keys = append(keys, key{ms(j.createdAt), j.acct.createN, j})
+		}
+	}
+	// Jobs created in the same millisecond go in the order they were
+	// created (createN; by job id they came in random order). The cursor
+	// names its job's createN (whether the job is still there or not);
+	// an older cursor without it, the job's while it exists, else its id.
+	after, cursorKnown := createN, createN > 0
+	if c := m.jobs[id]; !cursorKnown && id != "" && c != nil {
+		after, cursorKnown = c.acct.createN, true
+	}
+	m.mu.Unlock()
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.n, b.n)
+	})
+	infos, ns := make([]protocol.JobInfo, 0, len(keys)), make([]uint64, 0, len(keys))
+	for _, k := range keys {
+		if id != "" && (k.at < createdAt || k.at == createdAt && (cursorKnown && k.n <= after || !cursorKnown && k.j.id <= id)) {
+			continue
+		}
+		info := k.j.Info()
+		if (f.State == "" || info.State == f.State) && (f.Session == "" || info.SessionID == f.Session) && protocol.MatchLabels(f.Labels, info.Labels) {
+			infos, ns = append(infos, info), append(ns, k.n)
+		}
+	}
+	return infos, ns
+}
+
+// ListFilter selects the jobs ListAfter lists: those that pass each of
+// its fields (the zero value of a field passes every job).
+type ListFilter struct {
+	// State and Session: the job's state, its session id.
+	State   protocol.State
+	Session string
+	// IDPrefix: the start of the job's id.
+	IDPrefix string
+	// Name: a glob the job's name matches (protocol.MatchName: a job
+	// without a name passes only the empty pattern).
+	Name string
+	// Labels: labels the job has, each with that value.
+	Labels map[string]string
+}
+
+// AttachUsage fills Usage for the running jobs among infos (see List).
+func (m *Manager) AttachUsage(infos []protocol.JobInfo) { m.attachUsage(infos) }
+
+// Counts returns the number of jobs not yet exited and of all known jobs.
+func (m *Manager) Counts() (active, total int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.active, len(m.jobs)
+}
+
+// Paced counts the jobs whose output waits for a client pacing them.
+func (m *Manager) Paced() int {
+	n := 0
+	for _, j := range m.snapshotOf(func() map[string]*Job { return m.live }) {
+		j.mu.Lock()
+		if j.hold.gate != nil && j.pacedLocked() {
+			n++
+		}
+		j.mu.Unlock()
+	}
+	return n
 }

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
 )
 
 // addRecentLocked appends finished one-shot job j (finN set, output
@@ -155,7 +157,7 @@ func (m *Manager) Sweep() int {
 	m.mu.Unlock()
 	n := 0
 	for _, j := range victims {
-		if j.svc.backoff != nil {
+		if j.isService() {
 			continue // a service stays (to be started again) until removed
 		}
 		if end, ok := j.finishedAt(); ok && end.Before(cutoff) {
@@ -220,4 +222,39 @@ func (m *Manager) RetainedBytes() int64 {
 		j.mu.Unlock()
 	}
 	return n
+}
+
+// finishedCostLocked is what a finished one-shot job holds besides its
+// output ring and its fixed-size structures (those are bounded by
+// MaxFinished), in bytes: its argv, shell, cwd, labels and session id,
+// its error message, and its retained events other than output. It is
+// charged with its output to MaxFinishedOutput: a job spawned with 256 KiB
+// of argv costs that much whether it printed anything or not. j.mu must
+// be held (or j not yet visible).
+func (j *Job) finishedCostLocked() int64 {
+	const strHdr = 16   // a string header (a slice element, a map key or value)
+	const mapEntry = 16 // a map entry's share of its buckets, roughly
+	const evHdr = 96    // an event's fixed fields
+	n := len(j.spec.Name) + len(j.spec.Shell) + len(j.spec.Cwd) + len(j.spec.SessionID) + len(j.errMsg) + len(j.notify.status)
+	for _, a := range j.spec.Argv {
+		n += strHdr + len(a)
+	}
+	for k, v := range j.spec.Labels {
+		n += 2*strHdr + mapEntry + len(k) + len(v)
+	}
+	for k, v := range j.spec.Env { // (none once compacted)
+		n += 2*strHdr + mapEntry + len(k) + len(v)
+	}
+	for _, ev := range []*protocol.Event{j.evs.started, j.evs.exit} {
+		if ev != nil {
+			n += evHdr + len(ev.Payload)
+		}
+	}
+	if j.evs.exit == nil { // (the terminal event, which quotes the error, is emitted right after)
+		n += evHdr + 64 + len(j.errMsg)
+	}
+	for _, ev := range j.evs.extra {
+		n += evHdr + len(ev.Payload)
+	}
+	return int64(n)
 }

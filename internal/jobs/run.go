@@ -264,7 +264,7 @@ func (j *Job) afterReap(p *child, ws syscall.WaitStatus, err error) {
 	// scope then (no escape can hide in an empty cgroup).
 	empty := true
 	if j.scopeAlive() {
-		if j.svc.backoff == nil {
+		if !j.isService() {
 			// Ending the rest may take the grace period: how the leader
 			// ended is journaled meanwhile, so that a supervisor crash
 			// then does not lose it.

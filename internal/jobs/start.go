@@ -85,7 +85,7 @@ func (j *Job) start() error {
 	}
 	j.mu.Lock()
 	attempt, runDone, runStarted := j.svc.attempt, j.runDone, j.runStarted
-	service := j.svc.backoff != nil
+	service := j.isService()
 	j.mu.Unlock()
 	if h := j.m.hooks.BeforeServiceRun; h != nil && service && attempt > 1 {
 		h(j.id)
@@ -171,8 +171,8 @@ func (j *Job) start() error {
 	started := j.applyLocked(j.stepLocked(lifecycle.Started{})) // (a kill asked for while starting follows)
 	close(runStarted)
 	ev := j.emitLocked(protocol.KindStarted, j.startedPayload(j.run.pid, j.attemptTag()))
-	if j.startedEv == nil && ev.Seq == 1 {
-		j.startedEv = &ev
+	if j.evs.started == nil && ev.Seq == 1 {
+		j.evs.started = &ev
 	} else {
 		// (a later run's; or a restored job's whose first start is not
 		// known: Events keeps these in seq order among the others)
@@ -223,7 +223,7 @@ func (j *Job) start() error {
 // attemptTag is the attempt number events carry: the run number for
 // service jobs, 0 (absent) for one-shot jobs.
 func (j *Job) attemptTag() int {
-	if j.svc.backoff == nil {
+	if !j.isService() {
 		return 0
 	}
 	return j.svc.attempt

@@ -137,3 +137,31 @@ func WaitGone(alive func() bool, d time.Duration, stop <-chan struct{}) bool {
 		period = min(period*2, 50*time.Millisecond)
 	}
 }
+
+// ProvesGroup reports whether any of members is alive, is the same process
+// (start time and boot) and is still in group pgid (with session: in
+// session pgid). Such a process proves the group (session) has been in use
+// without a break since it was recorded, so its number cannot have been
+// reused: it is still the recorded owner's (a job's, for the supervisor's
+// recovery).
+func ProvesGroup(pgid int, session bool, members []ProcID, bootID string) bool {
+	for _, p := range members {
+		if Identify(p.Pid, p.StartTicks, bootID) != Ours {
+			continue
+		}
+		pr, ok := Lookup(p.Pid)
+		if ok && ((!session && pr.Pgid == pgid) || (session && pr.Sid == pgid)) {
+			return true
+		}
+	}
+	return false
+}
+
+// ScopeAlive reports whether process group pgid (with session: session
+// pgid) has a live process.
+func ScopeAlive(pgid int, session bool) bool {
+	if session {
+		return SessionAlive(pgid)
+	}
+	return GroupAlive(pgid)
+}

@@ -353,12 +353,12 @@ func (rc *recovery) reconcile(r journal.Record, prev string) string {
 			append(attrs, "recordedStartTicks", r.StartTicks, "liveStartTicks", ticks)...)
 		return "pid reused: the job's process was gone and its pid belonged to an unrelated process (other start time or boot), left untouched"
 	default:
-		if r.Pgid > 1 && jobs.ScopeAlive(r.Pgid, r.Pty) && live == proc.Gone {
+		if r.Pgid > 1 && proc.ScopeAlive(r.Pgid, r.Pty) && live == proc.Gone {
 			members := make([]proc.ProcID, len(r.Members))
 			for i, m := range r.Members {
 				members[i] = proc.ProcID{Pid: m.Pid, StartTicks: m.StartTicks}
 			}
-			if jobs.ProvesGroup(r.Pgid, r.Pty, members, r.BootID) {
+			if proc.ProvesGroup(r.Pgid, r.Pty, members, r.BootID) {
 				killed, err := proc.TerminateGroup(r.Pgid, r.Pty, rc.cfg.Jobs.Grace)
 				rc.reconciled.Add(1)
 				if err != nil {
