@@ -32,6 +32,10 @@ func crashedNamedJob(t *testing.T, name string, lines int) (*sup, env, string, s
 	if err != nil {
 		t.Fatal(err)
 	}
+	// (Cleanups run last first: the job is killed, then one more start
+	// on the first state directory reaps what the killed supervisor
+	// left, its job cgroups included.)
+	t.Cleanup(func() { e.start(t) })
 	t.Cleanup(func() { killGroups([]int{j.Pgid}) })
 	var want strings.Builder
 	for i := 1; i <= lines; i++ {
