@@ -72,7 +72,7 @@ type Reason = protocol.Reason
 // empty output ring: what every job has, whether spawned (newJob) or
 // restored (Restore), which fill in the rest before it is visible.
 func (m *Manager) makeJob(id string, spec protocol.SpawnArgs) *Job {
-	return &Job{
+	j := &Job{
 		m: m, id: id, spec: spec,
 		done:    make(chan struct{}),
 		runDone: make(chan struct{}), runStarted: make(chan struct{}),
@@ -80,6 +80,10 @@ func (m *Manager) makeJob(id string, spec protocol.SpawnArgs) *Job {
 		in:  jobInput{wsem: make(chan struct{}, 1)},
 		out: jobOutput{ring: newRing(m.cfg.RingBytes)},
 	}
+	// (A restored one-shot job too: the reaper gives its orphans this
+	// grace; it had none, and they were killed at once.)
+	j.setGraceAndWatchdog()
+	return j
 }
 
 // newJob returns the job spawned with args, not yet visible.
@@ -99,7 +103,6 @@ func (m *Manager) newJob(args protocol.SpawnArgs) *Job {
 	} else {
 		j.timeout = m.cfg.DefaultTimeout
 	}
-	j.setGraceAndWatchdog()
 	if args.TimeoutMs > 0 {
 		j.timeout = time.Duration(args.TimeoutMs) * time.Millisecond
 	}

@@ -399,6 +399,21 @@ func TestJobsStartWithDefaultSignals(t *testing.T) {
 	}
 }
 
+// TestRestoredJobKeepsGrace: a restored one-shot job has the configured
+// kill grace (the reaper gives its orphans that long after SIGTERM),
+// not none.
+func TestRestoredJobKeepsGrace(t *testing.T) {
+	m := New(Config{Grace: 3 * time.Second}, nil, nil)
+	defer m.Close(context.Background())
+	if err := m.Restore(journal.Record{JobID: "j-old", State: protocol.StateExited, Reason: protocol.ReasonExit, Pid: 4194000, LastSeq: 2}, false); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := m.Get("j-old")
+	if j.grace != 3*time.Second {
+		t.Fatalf("restored job's grace %v, want 3s", j.grace)
+	}
+}
+
 // TestRestoreRefusesImplausibleRecords: journal records are input. A
 // negative or wrapping output end, or a tail longer than the output, is
 // refused (restored jobs then failed every poll); a record whose last seq
