@@ -131,6 +131,27 @@ func subscribeAndWait(t *testing.T, p *Publisher, c *Client, topic string) {
 	awaitSubscribers(t, p, topic, 1)
 }
 
+// subscribers connects n SUB clients with dial, subscribes each to topic
+// and waits until p applied the subscriptions; they are closed when the
+// test ends.
+func subscribers(t *testing.T, p *Publisher, topic string, n int, dial func() (*Client, error)) []*Client {
+	t.Helper()
+	var subs []*Client
+	for range n {
+		c, err := dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := c.Subscribe(topic); err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, c)
+	}
+	awaitSubscribers(t, p, topic, n)
+	return subs
+}
+
 // awaitSubscribers waits until at least n subscribers of p take topic
 // (subscriptions travel asynchronously).
 func awaitSubscribers(t *testing.T, p *Publisher, topic string, n int) {

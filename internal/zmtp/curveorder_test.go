@@ -101,19 +101,9 @@ func TestCurvePubCloseMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var subs []*Client
-	for i := 0; i < 3; i++ {
-		c, err := s.dial(t, "SUB", "tcp://"+p.Addr().String(), s.client, s.server.Public)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if err := c.Subscribe("t"); err != nil {
-			t.Fatal(err)
-		}
-		subs = append(subs, c)
-	}
-	awaitSubscribers(t, p, "t", 3)
+	subs := subscribers(t, p, "t", 3, func() (*Client, error) {
+		return s.dial(t, "SUB", "tcp://"+p.Addr().String(), s.client, s.server.Public)
+	})
 	big := bytes.Repeat([]byte("b"), 1<<20)
 	const n = 60
 	var wg sync.WaitGroup

@@ -26,19 +26,9 @@ func TestPubDirectWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var subs []*Client
-	for i := 0; i < 2; i++ {
-		c, err := DialClient(context.Background(), "SUB", endpoint, time.Second, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if err := c.Subscribe("t"); err != nil {
-			t.Fatal(err)
-		}
-		subs = append(subs, c)
-	}
-	awaitSubscribers(t, p, "t", 2)
+	subs := subscribers(t, p, "t", 2, func() (*Client, error) {
+		return DialClient(context.Background(), "SUB", endpoint, time.Second, "")
+	})
 	// Big messages (several times a socket buffer) between small ones.
 	const n = 40
 	msgs := make([][]byte, n+5) // (made once: the readers compare, not rebuild)
