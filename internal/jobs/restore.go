@@ -18,31 +18,95 @@ import (
 // the output the dead supervisor may have published past the record is
 // skipped. A job recorded as finished already had its terminal event,
 // numbered r.LastSeq, and keeps that seq. Restore does not modify r.
-func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
+//
+// It goes in steps, each below in the order it runs: the record is
+// checked (checkRestorable), the job made with what the record says of
+// it (restoredJob), its first run's job.started event rebuilt
+// (restoreStarted), its output (restoreTail, then restoreInterrupted for
+// an interrupted job) and its terminal event (restoreExit), a service's
+// supervision resumed (restoreService), and the job added to the
+// Manager (addRestored).
+func (m *Manager) Restore(r journal.Record, interrupted bool) error {
+	if err := checkRestorable(&r, interrupted); err != nil {
+		return fmt.Errorf("restore %s: %w", r.JobID, err)
+	}
+	j := m.restoredJob(&r)
+	j.restoreStarted(&r)
+	j.restoreTail(&r)
+	if interrupted {
+		j.restoreInterrupted(&r)
+	}
+	j.restoreExit(&r, interrupted)
+	j.restoreService(&r, interrupted)
+	j.diskFinishedLocked() // (j is not visible yet: no lock needed)
+	if err := m.addRestored(j, r.EndedAt); err != nil {
+		if j.out.disk != nil {
+			j.out.disk.Release()
+		}
+		return err
+	}
+	return nil
+}
+
+// checkRestorable says why r cannot be restored (nil: it can): the
+// journal is input, so a record that is not of a finished job, or whose
+// seqs, offsets, service counts, tail or skipped offsets are implausible,
+// is refused before anything is made of it. It has no side effects.
+func checkRestorable(r *journal.Record, interrupted bool) error {
 	if r.State != protocol.StateExited || r.Reason == "" {
-		return fmt.Errorf("restore %s: not a finished job (state %q, reason %q)", r.JobID, r.State, r.Reason)
+		return fmt.Errorf("not a finished job (state %q, reason %q)", r.State, r.Reason)
 	}
-	if r.LastSeq > 1<<62 || r.OutputTailSeq > 1<<62 { // (the journal is input: no seq may wrap)
-		return fmt.Errorf("restore %s: implausible seqs (last %d, tail %d)", r.JobID, r.LastSeq, r.OutputTailSeq)
+	if r.LastSeq > 1<<62 || r.OutputTailSeq > 1<<62 { // (no seq may wrap)
+		return fmt.Errorf("implausible seqs (last %d, tail %d)", r.LastSeq, r.OutputTailSeq)
 	}
-	// (the journal is input: offsets must not be negative or wrap, and
-	// the tail ends at the output's end)
+	// (offsets must not be negative or wrap, and the tail ends at the
+	// output's end)
 	if r.OutputEnd < 0 || r.OutputEnd > 1<<62 || int64(len(r.OutputTail)) > r.OutputEnd {
-		return fmt.Errorf("restore %s: implausible output end %d (tail of %d bytes)", r.JobID, r.OutputEnd, len(r.OutputTail))
+		return fmt.Errorf("implausible output end %d (tail of %d bytes)", r.OutputEnd, len(r.OutputTail))
 	}
-	var history []protocol.RunRecord
 	if sv := r.Service; sv != nil {
 		if sv.Attempt < 0 || sv.Attempt > 1<<30 || sv.Restarts < 0 || sv.Restarts > 1<<30 || sv.RunOutputStart < 0 {
-			return fmt.Errorf("restore %s: implausible service counts (attempt %d, restarts %d)", r.JobID, sv.Attempt, sv.Restarts)
+			return fmt.Errorf("implausible service counts (attempt %d, restarts %d)", sv.Attempt, sv.Restarts)
 		}
 		if interrupted && r.OutputEnd > 1<<62-offsetReserve {
-			return fmt.Errorf("restore %s: implausible output end %d for a service", r.JobID, r.OutputEnd)
-		}
-		history = sv.History
-		if n := len(history) - protocol.HistoryRuns; n > 0 {
-			history = history[n:] // (as a running job keeps it)
+			return fmt.Errorf("implausible output end %d for a service", r.OutputEnd)
 		}
 	}
+	tailEnd := r.TailEnd() // (OutputEnd: older journals, or no tail)
+	if tailEnd < int64(len(r.OutputTail)) || tailEnd > r.OutputEnd {
+		return fmt.Errorf("implausible output tail end %d (tail of %d bytes, output end %d)", tailEnd, len(r.OutputTail), r.OutputEnd)
+	}
+	return checkSkips(restoredSkips(r), tailEnd-int64(len(r.OutputTail)), tailEnd, r.OutputEnd)
+}
+
+// restoredSkips is the skipped offset ranges of r's output: a service
+// keeps its own.
+func restoredSkips(r *journal.Record) []journal.OffsetRange {
+	if sv := r.Service; sv != nil {
+		return sv.OutputSkips
+	}
+	return r.OutputSkips
+}
+
+// restoredHistory is the runs of r's service (none for a one-shot job)
+// as a running job keeps them: the last protocol.HistoryRuns.
+func restoredHistory(r *journal.Record) []protocol.RunRecord {
+	if r.Service == nil {
+		return nil
+	}
+	history := r.Service.History
+	if n := len(history) - protocol.HistoryRuns; n > 0 {
+		history = history[n:]
+	}
+	return history
+}
+
+// restoredJob makes the job r describes, not yet visible: its identity
+// and spec as a one-shot job (restoreService makes it a service), its
+// end, process, terminal, times and counts, its output's end and seq,
+// what the journal on disk says of it, and its files on disk reopened
+// when it had some.
+func (m *Manager) restoredJob(r *journal.Record) *Job {
 	j := m.makeJob(r.JobID, protocol.SpawnArgs{Name: m.validRestoredName(r.JobID, r.Name), Argv: r.Argv, Shell: r.Shell, Cwd: r.Cwd, Labels: r.Labels, SessionID: r.SessionID})
 	j.exitCode, j.signal, j.errMsg = r.ExitCode, r.Signal, r.Error
 	j.timeout, j.noOutput = time.Duration(r.TimeoutMs)*time.Millisecond, time.Duration(r.NoOutputMs)*time.Millisecond
@@ -51,13 +115,9 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	j.in.isPTY, j.in.rows, j.in.cols = r.Pty, min(r.Rows, protocol.MaxTermSize), min(r.Cols, protocol.MaxTermSize) // (the journal is input)
 	if m.outlog != nil && r.OutputDisk {
 		// (its files go on: what it republishes, skips, a resumed
-		// service's later runs)
+		// service's later runs; Restore releases them if the job is
+		// not added)
 		j.out.disk, j.out.diskErr = j.newDisk(false)
-		defer func() {
-			if err != nil && j.out.disk != nil {
-				j.out.disk.Release()
-			}
-		}()
 	}
 	j.createdAt, j.startedAt, j.endedAt = fromMs(r.CreatedAt), fromMs(r.StartedAt), fromMs(r.EndedAt)
 	j.lastOutputAt, j.updatedAt = fromMs(r.LastOutputAt), m.now()
@@ -66,51 +126,49 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	j.out.ring.end = r.OutputEnd
 	j.out.seq = r.LastSeq
 	// What the journal on disk says of it: a successor numbers from
-	// there (a later run of a service resumed below is held at the
-	// reserve gate until its own record is written).
+	// there (a later run of a service resumed by restoreService is held
+	// at the reserve gate until its own record is written).
 	j.journal.onDisk, j.journal.seqSnap, j.journal.offSnap = true, r.LastSeq, r.OutputEnd
-	// The first run's job.started (seq 1), as it was published: the
-	// record's pid is the first run's only for a one-shot job or a
-	// service's first run; a later run's service has it in its history,
-	// else it is reported missing rather than made up.
-	first := struct {
-		pid     int
-		at      int64
-		attempt int
-	}{r.Pid, r.StartedAt, 0}
+	return j
+}
+
+// restoreStarted rebuilds the first run's job.started event (seq 1), as
+// it was published: the record's pid is the first run's only for a
+// one-shot job or a service's first run; a later run's service has it
+// in its history, else it is reported missing rather than made up.
+// j.spec is still the record's (restoreService has not run).
+func (j *Job) restoreStarted(r *journal.Record) {
+	pid, at, attempt := r.Pid, r.StartedAt, 0
 	if sv := r.Service; sv != nil {
-		first.attempt = 1
+		attempt = 1
 		if sv.Attempt > 1 {
-			first.pid = 0
-			for _, run := range history {
+			pid = 0
+			for _, run := range restoredHistory(r) {
 				if run.Attempt == 1 {
-					first.pid, first.at = run.Pid, run.StartedAt
+					pid, at = run.Pid, run.StartedAt
 				}
 			}
 		}
 	}
-	if first.pid > 0 {
-		ev, _ := protocol.NewEvent(j.id, 1, first.at, protocol.KindStarted, j.startedPayload(first.pid, first.attempt)) // (j.spec is info's here)
-		ev.Attempt = first.attempt
+	if pid > 0 {
+		ev, _ := protocol.NewEvent(j.id, 1, at, protocol.KindStarted, j.startedPayload(pid, attempt))
+		ev.Attempt = attempt
 		j.evs.started = &ev
 	}
-	tailEnd := r.TailEnd() // (OutputEnd: older journals, or no tail)
-	if tailEnd < int64(len(r.OutputTail)) || tailEnd > r.OutputEnd {
-		return fmt.Errorf("restore %s: implausible output tail end %d (tail of %d bytes, output end %d)", r.JobID, tailEnd, len(r.OutputTail), r.OutputEnd)
-	}
-	skips := r.OutputSkips
-	if sv := r.Service; sv != nil {
-		skips = sv.OutputSkips
-	}
-	if err := checkSkips(skips, tailEnd-int64(len(r.OutputTail)), tailEnd, r.OutputEnd); err != nil {
-		return fmt.Errorf("restore %s: %w", r.JobID, err)
-	}
-	j.out.ring.skips = slices.Clone(skips)
+}
+
+// restoreTail puts r's output tail back in j's ring, each chunk with the
+// seq, stream, offset and run it had (the tail as one chunk when its
+// chunks do not describe it), with r's skipped offsets; output before the
+// tail is marked evicted, and j's seq is past the tail's.
+func (j *Job) restoreTail(r *journal.Record) {
+	tailEnd := r.TailEnd()
+	tailStart := tailEnd - int64(len(r.OutputTail))
+	j.out.ring.skips = slices.Clone(restoredSkips(r))
 	if len(r.OutputTail) > 0 && r.OutputTailSeq >= 2 {
-		off := tailEnd - int64(len(r.OutputTail))
+		off := tailStart
 		j.out.ring.end = off
-		if tailChunksValid(&r) {
-			// Each with the seq, stream and offset it had.
+		if tailChunksValid(r) {
 			data := r.OutputTail
 			for _, c := range r.OutputTailChunks {
 				attempt := c.Attempt
@@ -130,32 +188,37 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	j.out.ring.end = r.OutputEnd
 	// Output before the tail did not survive the restart (the offsets a
 	// service skipped never held any).
-	j.out.ring.evicted = j.out.ring.span(0, tailEnd-int64(len(r.OutputTail)))
+	j.out.ring.evicted = j.out.ring.span(0, tailStart)
 	if j.out.seq < r.OutputTailSeq {
 		j.out.seq = r.OutputTailSeq
 	}
+}
 
-	if interrupted {
-		// Events past the record may have gone out before the previous
-		// supervisor died, up to seqReserve past it: number the later
-		// ones past them all (the seqs between are reported missing).
-		j.out.seq = max(j.out.seq, r.LastSeq+seqReserve)
-		// Output it had read but not yet published when the record was
-		// taken is published now, where it belongs in the output (a
-		// follower that got it from the dead supervisor sees the same
-		// bytes at the same offsets again, under new seqs).
-		if unpublishedValid(r.OutputUnpublished) {
-			for _, p := range r.OutputUnpublished {
-				if sv := r.Service; sv == nil || p.Attempt > max(sv.Attempt, 1) {
-					p.Attempt = 0 // (as for the tail's chunks)
-				}
-				j.out.seq++
-				j.storeLocked(chunk{Chunk: protocol.Chunk{Seq: j.out.seq, Stream: p.Stream, Offset: j.out.offset, Data: p.Data}, ts: r.LastOutputAt, attempt: p.Attempt})
-				j.out.offset += int64(len(p.Data))
+// restoreInterrupted numbers j's later events past those the dead
+// supervisor may have published beyond the record, publishes the output
+// it had read but not yet published, and for a one-shot job ends the
+// output past what that supervisor may have published (a service's is
+// moved there by restoreService, once its terminal event is made).
+func (j *Job) restoreInterrupted(r *journal.Record) {
+	// Events past the record may have gone out before the previous
+	// supervisor died, up to seqReserve past it: number the later ones
+	// past them all (the seqs between are reported missing).
+	j.out.seq = max(j.out.seq, r.LastSeq+seqReserve)
+	// Output it had read but not yet published when the record was taken
+	// is published now, where it belongs in the output (a follower that
+	// got it from the dead supervisor sees the same bytes at the same
+	// offsets again, under new seqs).
+	if unpublishedValid(r.OutputUnpublished) {
+		for _, p := range r.OutputUnpublished {
+			if sv := r.Service; sv == nil || p.Attempt > max(sv.Attempt, 1) {
+				p.Attempt = 0 // (as for the tail's chunks)
 			}
+			j.out.seq++
+			j.storeLocked(chunk{Chunk: protocol.Chunk{Seq: j.out.seq, Stream: p.Stream, Offset: j.out.offset, Data: p.Data}, ts: r.LastOutputAt, attempt: p.Attempt})
+			j.out.offset += int64(len(p.Data))
 		}
 	}
-	if interrupted && r.Service == nil {
+	if r.Service == nil {
 		// The dead supervisor may have published output up to
 		// offsetReserve past the record: the job's output ends past all
 		// of it (as a resumed service's next run starts there), so that
@@ -165,6 +228,12 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 		j.skipOutputLocked(r.OutputEnd + offsetReserve)
 		j.out.offset = j.out.ring.end
 	}
+}
+
+// restoreExit makes j's terminal event, numbered after its output and
+// its job.started event (r.LastSeq when the record already had it, see
+// Restore), and closes j's done and run channels: no run goes on.
+func (j *Job) restoreExit(r *journal.Record, interrupted bool) {
 	if interrupted || j.out.seq == 0 || j.out.seq == r.OutputTailSeq {
 		// (a new terminal event; also when the record's last seq is not
 		// past its output, as in journals without a terminal event)
@@ -189,39 +258,53 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	close(j.done)
 	close(j.runDone) // (and no run goes on)
 	close(j.runStarted)
+}
+
+// restoreService makes j a service again when r's has a restart policy
+// and a spec that passes spawn's checks (else j stays a finished job
+// that cannot be started again, and that is logged): its spec, backoff,
+// runs and history; an interrupted one's next run writes past the output
+// the dead supervisor may have published.
+func (j *Job) restoreService(r *journal.Record, interrupted bool) {
 	sv := r.Service
-	if sv != nil && sv.Spec.Restart.Enabled() {
-		// The journal is input too: a spec that would not pass spawn's
-		// checks is not supervised again.
-		if err := sv.Spec.Validate(); err != nil {
-			m.log.Warn("journal: service spec invalid; restored as a finished job that cannot be started again", "job", r.JobID, "err", err)
-			sv = nil
-		}
+	if sv == nil || !sv.Spec.Restart.Enabled() {
+		return
 	}
-	if sv != nil && sv.Spec.Restart.Enabled() {
-		name := j.spec.Name
-		j.spec = sv.Spec
-		j.spec.Name = name // (the record's: one name whatever the spec says)
-		j.superviseSpec()
-		var ends []time.Time
-		for _, e := range sv.Ends {
-			ends = append(ends, time.UnixMilli(e))
-		}
-		j.svc.backoff.Consecutive, j.svc.backoff.Ends = sv.Consecutive, ends
-		j.svc.attempt, j.svc.restarts, j.svc.history = max(sv.Attempt, 1), sv.Restarts, history
-		j.setGraceAndWatchdog()
-		j.svc.runOffset = r.OutputEnd
-		if interrupted {
-			// The dead supervisor may have published output past the
-			// record, up to offsetReserve past it: the next run writes
-			// past all of it, so that no offset a client read is used
-			// again for other bytes (a poll cursor would skip them, a
-			// follower drop them as delivered).
-			j.skipOutputLocked(r.OutputEnd + offsetReserve)
-			j.out.offset = j.out.ring.end
-		}
+	// The journal is input too: a spec that would not pass spawn's
+	// checks is not supervised again.
+	if err := sv.Spec.Validate(); err != nil {
+		j.m.log.Warn("journal: service spec invalid; restored as a finished job that cannot be started again", "job", r.JobID, "err", err)
+		return
 	}
-	j.diskFinishedLocked() // (j is not visible yet: no lock needed)
+	name := j.spec.Name
+	j.spec = sv.Spec
+	j.spec.Name = name // (the record's: one name whatever the spec says)
+	j.superviseSpec()
+	var ends []time.Time
+	for _, e := range sv.Ends {
+		ends = append(ends, time.UnixMilli(e))
+	}
+	j.svc.backoff.Consecutive, j.svc.backoff.Ends = sv.Consecutive, ends
+	j.svc.attempt, j.svc.restarts, j.svc.history = max(sv.Attempt, 1), sv.Restarts, restoredHistory(r)
+	j.setGraceAndWatchdog()
+	j.svc.runOffset = r.OutputEnd
+	if interrupted {
+		// The dead supervisor may have published output past the record,
+		// up to offsetReserve past it: the next run writes past all of
+		// it, so that no offset a client read is used again for other
+		// bytes (a poll cursor would skip them, a follower drop them as
+		// delivered).
+		j.skipOutputLocked(r.OutputEnd + offsetReserve)
+		j.out.offset = j.out.ring.end
+	}
+}
+
+// addRestored makes j visible in m's job table, counted as created and
+// finished at endedAt (ms), unless a job with its id is there already.
+// A service is live (noted as finished, not bounded yet: the caller may
+// resume it, which makes it supervised again); a one-shot job is a
+// recent one, bounded by retention.
+func (m *Manager) addRestored(j *Job, endedAt int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, dup := m.jobs[j.id]; dup {
@@ -232,11 +315,9 @@ func (m *Manager) Restore(r journal.Record, interrupted bool) (err error) {
 	m.createN++
 	j.acct.createN = m.createN
 	m.jobs[j.id] = j
-	m.indexNameLocked(j, false, r.EndedAt)
+	m.indexNameLocked(j, false, endedAt)
 	if j.isService() {
 		m.live[j.id] = j
-		// (noted as finished, not bounded yet: the caller may resume
-		// it, which makes it supervised again)
 		m.noteFinishedServiceLocked(j)
 	} else {
 		m.forgotten.Add(uint64(m.addRecentLocked(j)))
