@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -189,5 +190,50 @@ func TestHeaderChecksum(t *testing.T) {
 		if _, err := sc.next(); !errors.Is(err, errTorn) {
 			t.Fatalf("byte %d changed: %v", i, err)
 		}
+	}
+}
+
+// TestEventsSegmentGoneDuringRead: a segment deleted by rotation after
+// a read of events took the ones before it (the writer overtook the
+// read) ends the read there (more), not with a hole in its middle.
+func TestEventsSegmentGoneDuringRead(t *testing.T) {
+	s := testStore(t, 4096, 1<<20)
+	w, err := s.Open("ev", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(0)
+	for i := range 12 {
+		d := bytes.Repeat([]byte{byte('a' + i)}, 3000)
+		w.Append(protocol.Chunk{Stream: protocol.Stdout, Seq: uint64(i + 1), Offset: off, Data: d}, 1, 0)
+		off += int64(len(d))
+	}
+	written(t, w)
+	w.mu.Lock()
+	segs := slices.Clone(w.segs)
+	w.mu.Unlock()
+	if len(segs) < 4 {
+		t.Fatalf("%d segments, want 4 or more", len(segs))
+	}
+	// (as a read that opened the first segment sees it once the writer
+	// rotated the next ones away)
+	if err := os.Remove(filepath.Join(w.dir, segName(segs[1].start))); err != nil {
+		t.Fatal(err)
+	}
+	evs, more, err := w.Events(1, off, 1<<20, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !more || len(evs) == 0 || evs[len(evs)-1].Offset+int64(len(evs[len(evs)-1].Data)) != segs[1].start {
+		t.Fatalf("%d events (more %v): want those of the first segment, more", len(evs), more)
+	}
+	// From the first seq not read on: the events after the hole.
+	next := evs[len(evs)-1].Seq + 1
+	evs, _, err = w.Events(next, off, 1<<20, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 || evs[0].Offset != segs[2].start {
+		t.Fatalf("read on from seq %d: %d events, want them from offset %d on", next, len(evs), segs[2].start)
 	}
 }

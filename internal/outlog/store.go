@@ -91,6 +91,14 @@ type Store struct {
 	wg      sync.WaitGroup // writers' goroutines and the sweeper
 	stop    chan struct{}
 	swept   bool
+	// goMu guards stopped, the closing that writers' goroutines see
+	// (goWrite): a job's output path takes it, never mu, which is held
+	// across the sweep's directory I/O.
+	goMu    sync.Mutex
+	stopped bool
+	// dirHook, when set (tests), is called by a writer's goroutine
+	// before it makes the job's directory, without the writer's lock.
+	dirHook func(id string)
 }
 
 // Open makes (or checks) the root directory and returns its Store.
@@ -272,6 +280,9 @@ func (s *Store) Close(ctx context.Context) error {
 		close(s.stop)
 	}
 	s.mu.Unlock()
+	s.goMu.Lock()
+	s.stopped = true
+	s.goMu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -285,9 +296,9 @@ func (s *Store) Close(ctx context.Context) error {
 // goWrite starts a writer's goroutine unless the store is closed (the
 // writer's lock is held).
 func (s *Store) goWrite(f func()) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
+	s.goMu.Lock()
+	defer s.goMu.Unlock()
+	if s.stopped {
 		return false
 	}
 	s.wg.Add(1)

@@ -46,7 +46,9 @@ type seg struct {
 
 // Writer appends one job's output to its directory. Its methods never
 // block on the disk: frames are queued and written by a goroutine of its
-// own (owned by the Store), while readers see the queue too.
+// own (owned by the Store), while readers see the queue too. mu is never
+// held across file or directory I/O (the job's output path takes it):
+// the goroutine makes the directory and the segments under dirMu alone.
 type Writer struct {
 	s     *Store
 	id    string
@@ -56,8 +58,15 @@ type Writer struct {
 	// lowWater after being Behind, or the writer failed while Behind.
 	onRoom func()
 
-	mu      sync.Mutex
-	ready   bool // the directory exists (made, or found at resume)
+	// dirMu serialises what makes or deletes entries of the directory
+	// (the goroutine's prepare and writeInfo, Remove), so that nothing
+	// is made again once Remove deleted it. Taken before mu, never under it.
+	dirMu sync.Mutex
+
+	mu    sync.Mutex
+	ready bool // the directory exists (made, or found at resume)
+	// segs, total and f change only on the goroutine (under mu), or
+	// under mu while it does not run.
 	segs    []seg
 	total   int64    // sum of segs' sizes
 	f       *os.File // current (last) segment, open for writing; nil: closed
@@ -336,18 +345,22 @@ func (w *Writer) Remove() error {
 	w.mu.Lock()
 	w.removed = true
 	w.queue, w.queued = nil, 0
-	if w.f != nil {
+	if w.f != nil && !w.running {
 		w.f.Close()
 		w.f = nil
 	}
 	w.segs, w.total = nil, 0
-	err := os.RemoveAll(w.dir)
 	room := w.clearBehindLocked()
 	w.mu.Unlock()
-	w.unregister()
 	if room && w.onRoom != nil {
 		w.onRoom()
 	}
+	// (the goroutine makes nothing more once it sees removed: this waits
+	// only for directory I/O under way, never holding mu)
+	w.dirMu.Lock()
+	err := os.RemoveAll(w.dir)
+	w.dirMu.Unlock()
+	w.unregister()
 	if err != nil {
 		return fmt.Errorf("remove output of %s: %w", w.id, err)
 	}
@@ -442,9 +455,12 @@ func (w *Writer) run() {
 		// One batch: the frames that fit in the current segment (at least
 		// one), at most batchMax bytes, written as they are queued (their
 		// headers beside them) by one writev.
-		if err := w.prepareLocked(&w.queue[0]); err != nil {
+		if first := &w.queue[0]; !w.fitsLocked(first.size()) {
+			off, size := first.off, first.size()
 			w.mu.Unlock()
-			w.fail(err)
+			if err := w.prepare(off, size); err != nil {
+				w.fail(err)
+			}
 			continue
 		}
 		f, room := w.f, w.s.cfg.SegmentBytes-w.segs[len(w.segs)-1].size
@@ -499,45 +515,89 @@ func (w *Writer) run() {
 	}
 }
 
-// prepareLocked makes sure the current segment can take fr: the
-// directory exists, a segment is open, a full one replaced by a new one
-// (the oldest deleted to stay under MaxBytes).
-func (w *Writer) prepareLocked(fr *frame) error {
-	if !w.ready {
-		if err := w.prepareDirLocked(); err != nil {
-			return err
-		}
-	}
-	if n := len(w.segs); n > 0 && (w.segs[n-1].size == 0 || w.segs[n-1].size+fr.size() <= w.s.cfg.SegmentBytes) {
-		if w.f == nil {
-			f, err := openNoFollow(filepath.Join(w.dir, segName(w.segs[n-1].start)), os.O_WRONLY|os.O_APPEND, 0)
-			if err != nil {
-				return fmt.Errorf("open output of %s: %w", w.id, err)
-			}
-			w.f = f
-		}
+// fitsLocked says whether the current segment is open and can take a
+// frame of size bytes (else prepare makes it so).
+func (w *Writer) fitsLocked(size int64) bool {
+	n := len(w.segs)
+	return w.ready && w.f != nil && n > 0 && (w.segs[n-1].size == 0 || w.segs[n-1].size+size <= w.s.cfg.SegmentBytes)
+}
+
+// prepare makes sure the current segment can take a frame at off of
+// size bytes: the directory exists, a segment is open, a full one
+// replaced by a new one (the oldest deleted to stay under MaxBytes).
+// Run by the goroutine without mu (Append, Read and the rest never wait
+// for this I/O), under dirMu; nothing when the writer failed or was
+// removed meanwhile.
+func (w *Writer) prepare(off, size int64) error {
+	w.dirMu.Lock()
+	defer w.dirMu.Unlock()
+	w.mu.Lock()
+	gone := w.err != nil || w.removed
+	ready, segs, total, cur := w.ready, slices.Clone(w.segs), w.total, w.f
+	w.mu.Unlock()
+	if gone {
 		return nil
 	}
-	// A new segment, starting at fr.
-	if w.f != nil {
-		w.f.Close()
-		w.f = nil
+	if err := w.readyDir(ready); err != nil {
+		return err
 	}
-	for len(w.segs) > 0 && w.total+w.s.cfg.SegmentBytes > w.s.cfg.MaxBytes {
-		old := w.segs[0]
+	cfg := &w.s.cfg
+	if n := len(segs); n > 0 && (segs[n-1].size == 0 || segs[n-1].size+size <= cfg.SegmentBytes) {
+		if cur != nil {
+			return nil
+		}
+		f, err := openNoFollow(filepath.Join(w.dir, segName(segs[n-1].start)), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return fmt.Errorf("open output of %s: %w", w.id, err)
+		}
+		w.publish(f, 0, 0, nil)
+		return nil
+	}
+	// A new segment, starting at off.
+	if cur != nil {
+		w.mu.Lock()
+		w.f = nil
+		w.mu.Unlock()
+		cur.Close()
+	}
+	dropped, droppedSize := 0, int64(0)
+	for ; dropped < len(segs) && total-droppedSize+cfg.SegmentBytes > cfg.MaxBytes; dropped++ {
+		old := segs[dropped]
 		if err := os.Remove(filepath.Join(w.dir, segName(old.start))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.publish(nil, dropped, droppedSize, nil)
 			return fmt.Errorf("rotate output of %s: %w", w.id, err)
 		}
-		w.segs = w.segs[1:]
-		w.total -= old.size
+		droppedSize += old.size
 	}
-	f, err := openNoFollow(filepath.Join(w.dir, segName(fr.off)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	f, err := openNoFollow(filepath.Join(w.dir, segName(off)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
+		w.publish(nil, dropped, droppedSize, nil)
 		return fmt.Errorf("create output segment of %s: %w", w.id, err)
 	}
-	w.f = f
-	w.segs = append(w.segs, seg{start: fr.off})
+	w.publish(f, dropped, droppedSize, &seg{start: off})
 	return nil
+}
+
+// publish records what prepare did: f the current segment (nil: left
+// as it is), the first dropped segments deleted (droppedSize bytes), add
+// a new last segment. A writer removed or failed meanwhile closes f.
+func (w *Writer) publish(f *os.File, dropped int, droppedSize int64, add *seg) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removed || w.err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return
+	}
+	w.segs = w.segs[dropped:]
+	w.total -= droppedSize
+	if add != nil {
+		w.segs = append(w.segs, *add)
+	}
+	if f != nil {
+		w.f = f
+	}
 }
 
 // writeInfo records rec in the job's directory (temp file, rename).
@@ -546,14 +606,17 @@ func (w *Writer) writeInfo(rec *record) error {
 	if err != nil {
 		return fmt.Errorf("record output info of %s: %w", w.id, err)
 	}
+	w.dirMu.Lock()
+	defer w.dirMu.Unlock()
 	w.mu.Lock()
-	if !w.ready {
-		if err := w.prepareDirLocked(); err != nil {
-			w.mu.Unlock()
-			return err
-		}
-	}
+	gone, ready := w.err != nil || w.removed, w.ready
 	w.mu.Unlock()
+	if gone {
+		return nil
+	}
+	if err := w.readyDir(ready); err != nil {
+		return err
+	}
 	tmp := filepath.Join(w.dir, "."+infoFile+".tmp")
 	_ = os.Remove(tmp)
 	f, err := openNoFollow(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -574,8 +637,27 @@ func (w *Writer) writeInfo(rec *record) error {
 	return nil
 }
 
-// prepareDirLocked makes the job's directory (see prepareLocked).
-func (w *Writer) prepareDirLocked() error {
+// readyDir makes the job's directory unless ready says it exists
+// (without mu, under dirMu).
+func (w *Writer) readyDir(ready bool) error {
+	if ready {
+		return nil
+	}
+	if err := w.makeDir(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.ready = true
+	w.mu.Unlock()
+	return nil
+}
+
+// makeDir makes the job's directory (an earlier job's replaced: fresh),
+// without mu, under dirMu.
+func (w *Writer) makeDir() error {
+	if h := w.s.dirHook; h != nil {
+		h(w.id)
+	}
 	if w.fresh {
 		if err := os.RemoveAll(w.dir); err != nil {
 			return fmt.Errorf("replace output of an earlier job %s: %w", w.id, err)
@@ -595,6 +677,5 @@ func (w *Writer) prepareDirLocked() error {
 	if err != nil {
 		return fmt.Errorf("create output directory of %s: %w", w.id, err)
 	}
-	w.ready = true
 	return nil
 }
