@@ -179,10 +179,12 @@ func TestEscapeTreeLeavesNothing(t *testing.T) {
 	if h, err := ts.client.Health(ctx); err != nil || !h.Cgroups {
 		t.Skipf("no cgroup per job here (%v %s)", err, h.CgroupsNote)
 	}
+	// (The timeouts leave the test time to see the whole tree in the
+	// job's cgroup first: 0.5 s was not always enough under load.)
 	cases := map[string]protocol.SpawnArgs{
 		"kill":              {Shell: escapeTree, GraceMs: 200},
-		"overall-timeout":   {Shell: escapeTree, GraceMs: 200, TimeoutMs: 500},
-		"no-output-timeout": {Shell: escapeTree, GraceMs: 200, NoOutputTimeoutMs: 500},
+		"overall-timeout":   {Shell: escapeTree, GraceMs: 200, TimeoutMs: 3000},
+		"no-output-timeout": {Shell: escapeTree, GraceMs: 200, NoOutputTimeoutMs: 3000},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
