@@ -288,11 +288,16 @@ func (j *Job) afterReap(p *child, ws syscall.WaitStatus, err error) {
 	// The cgroup is empty (clearGroup waited for it); removing it need
 	// not delay the job's end. (A service's next run has its own.)
 	if cg != nil {
-		if err := j.m.cgroups.Release(cg, empty, 5*time.Second); err != nil {
+		if err := j.m.cgroups.Release(cg, empty, CgroupReleaseBound); err != nil {
 			j.m.log.Error("job cgroup not removed", "job", j.id, "err", err)
 		}
 	}
 }
+
+// CgroupReleaseBound is how long an ended job's waiter waits for its
+// cgroup to be empty before removing it: a supervisor shutting down
+// waits as long for its job cgroups to go before it removes their base.
+const CgroupReleaseBound = 5 * time.Second
 
 // clearGroup terminates descendants that outlived the leader: a job owns
 // its whole process group, and nothing it started may live on unowned. It

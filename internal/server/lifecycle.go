@@ -436,9 +436,11 @@ func (s *Server) Close(ctx context.Context) error {
 	s.jw.close()
 	if s.cgroupBase != nil {
 		// After a forced shutdown the last job cgroups are removed by their
-		// waiters a moment later: give them that moment.
+		// waiters a moment later (each waits up to CgroupReleaseBound for
+		// its cgroup to empty): give them that moment. (2 s was short
+		// under load: the base stayed, and was empty once they were done.)
 		var err error
-		for deadline := time.Now().Add(2 * time.Second); ; {
+		for deadline := time.Now().Add(jobs.CgroupReleaseBound + time.Second); ; {
 			if err = s.cgroupBase.Close(); err == nil || time.Now().After(deadline) {
 				break
 			}
