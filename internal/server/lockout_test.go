@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 	"github.com/exec-supervisor/exec-supervisor/internal/zmtp"
 	"github.com/exec-supervisor/exec-supervisor/pkg/client"
 	"github.com/exec-supervisor/exec-supervisor/pkg/protocol"
@@ -103,17 +104,7 @@ func TestUnauthenticatedHandshakesNoLockout(t *testing.T) {
 // to give up) does not lock out the supervisor's own user: a peer of our
 // uid takes one of the slots kept past the limit for it.
 func TestOperatorGetsInWhenAllBusy(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run the busy client as another uid (setpriv)")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv (util-linux) not installed: cannot run a client as another uid")
-	}
-	const py = "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skip("no /usr/bin/python3 to run a client as another uid")
-	}
+	nobody, py := testenv.Nobody(t)
 	cfg := testConfig(t)
 	cfg.AllowUIDs = []int{65534}
 	ts := startServer(t, cfg)
@@ -151,8 +142,8 @@ sys.stdin.read()
 	const tries = 1030
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", py, "-c", script,
-		strings.TrimPrefix(cfg.Control, "ipc://"), strconv.Itoa(tries), hex.EncodeToString(hello), hex.EncodeToString(msg))
+	cmd := exec.CommandContext(ctx, nobody[0], append(nobody[1:], py, "-c", script,
+		strings.TrimPrefix(cfg.Control, "ipc://"), strconv.Itoa(tries), hex.EncodeToString(hello), hex.EncodeToString(msg))...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

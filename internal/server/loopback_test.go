@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
-	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 )
 
 // TestOpenClawOnLoopbackWithoutToken: on tcp endpoints on loopback, as
@@ -16,14 +18,7 @@ import (
 // gives the token (or is an --allow-uid); --tcp-loopback-uid=false
 // requires the token from everyone.
 func TestOpenClawOnLoopbackWithoutToken(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a client as another uid (setpriv)")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv (util-linux) not installed")
-	}
-	py := "/usr/bin/python3" // (one uid 65534 can run)
+	asNobody, py := testenv.Nobody(t)
 	if err := exec.Command(py, "-c", "import zmq").Run(); err != nil {
 		t.Skip("no /usr/bin/python3 with zmq (apt-get install -y python3-zmq)")
 	}
@@ -47,7 +42,8 @@ except zmq.Again:
 		defer cancel()
 		cmd := exec.CommandContext(ctx, py, append([]string{"-c", script}, args...)...)
 		if nobody {
-			cmd = exec.CommandContext(ctx, setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", py, "-c", script}, args...)...)
+			argv := append(append(slices.Clone(asNobody), py, "-c", script), args...)
+			cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 		}
 		out, err := cmd.CombinedOutput()
 		if err != nil {

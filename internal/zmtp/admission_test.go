@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 )
 
 // pyzmqServer starts a libzmq ROUTER (pyzmq) bound on loopback, optionally
@@ -78,16 +80,10 @@ func TestLibzmqInterop(t *testing.T) {
 // the check runs only where the token would be sent, so a squatter that
 // greets NULL gets the connection and the client's requests.
 func TestFoundTokenRefusesForeignNullListener(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv")
-	}
+	nobody, _ := testenv.Nobody(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	port, br := pyzmqServer(t, ctx, []string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"}, false)
+	port, br := pyzmqServer(t, ctx, nobody, false)
 	c, err := DialClientWith(ctx, "DEALER", "tcp://127.0.0.1:"+port, DialOptions{Token: "tok", TokenToOwnOnly: true, Timeout: 3 * time.Second})
 	if err == nil {
 		defer c.Close()
@@ -103,14 +99,8 @@ func TestFoundTokenRefusesForeignNullListener(t *testing.T) {
 // connections (up to 3) and is then refused anyway: each eviction leaves
 // conns above MaxConns, so no retry of admit can succeed.
 func TestForeignNewcomerPastReserveEvictsNothing(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv")
-	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import zmq").Run(); err != nil {
+	nobody, py := testenv.Nobody(t)
+	if err := exec.Command(py, "-c", "import zmq").Run(); err != nil {
 		t.Skip("no pyzmq")
 	}
 	rej := newRejections()
@@ -140,8 +130,8 @@ func TestForeignNewcomerPastReserveEvictsNothing(t *testing.T) {
 	time.Sleep(700 * time.Millisecond) // all four idle now
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
-		"import zmq,time\nc=zmq.Context()\ns=c.socket(zmq.DEALER)\ns.connect('"+endpoint+"')\ns.send(b'hi')\ntime.sleep(1.5)\n")
+	cmd := exec.CommandContext(ctx, nobody[0], append(nobody[1:], py, "-c",
+		"import zmq,time\nc=zmq.Context()\ns=c.socket(zmq.DEALER)\ns.connect('"+endpoint+"')\ns.send(b'hi')\ntime.sleep(1.5)\n")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("foreign client: %v %s", err, out)
 	}

@@ -17,7 +17,13 @@ import (
 // echoRouter serves a ROUTER that answers every message with its frames.
 func echoRouter(t *testing.T, endpoint string, token string) *Router {
 	t.Helper()
-	r, err := ListenRouter(context.Background(), endpoint, &Policy{Token: token}, 0)
+	return echoRouterWith(t, endpoint, &Policy{Token: token})
+}
+
+// echoRouterWith is echoRouter with policy pol.
+func echoRouterWith(t *testing.T, endpoint string, pol *Policy) *Router {
+	t.Helper()
+	r, err := ListenRouter(context.Background(), endpoint, pol, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

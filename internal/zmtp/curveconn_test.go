@@ -71,24 +71,7 @@ func (s *curveSetup) pubSub(t *testing.T, pol *Policy, max int) (*Publisher, *Cl
 // curveEchoRouter is echoRouter with policy pol on a tcp port of loopback.
 func curveEchoRouter(t *testing.T, pol *Policy) string {
 	t.Helper()
-	r, err := ListenRouter(context.Background(), "tcp://127.0.0.1:0", pol, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			in, err := r.Recv()
-			if err != nil {
-				return
-			}
-			_ = r.Send(in.Peer, in.Frames)
-			in.Peer.Release()
-		}
-	}()
-	t.Cleanup(func() { r.Close(); <-done })
-	return "tcp://" + r.Addr().String()
+	return "tcp://" + echoRouterWith(t, "tcp://127.0.0.1:0", pol).Addr().String()
 }
 
 // TestCurveClientAgainstRouter: our DEALER and our ROUTER over CURVE,

@@ -5,32 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 )
 
 // asNobody runs python3 code as uid 65534 (setpriv) with args, or skips
 // the test where that cannot be done.
 func asNobody(t *testing.T, ctx context.Context, code string, args ...string) *exec.Cmd {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a peer as another uid (setpriv)")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv (util-linux) not installed")
-	}
-	// (one that uid 65534 can run: not a shim in root's home)
-	py := "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
-	return exec.CommandContext(ctx, setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", py, "-c", code}, args...)...)
+	nobody, py := testenv.Nobody(t)
+	argv := append(append(nobody, py, "-c", code), args...)
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
 }
 
 // greetingOf is a raw ZMTP peer: it connects to argv[1] from its own

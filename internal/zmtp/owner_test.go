@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/exec-supervisor/exec-supervisor/internal/statedir"
+	"github.com/exec-supervisor/exec-supervisor/internal/testenv"
 )
 
 // nobody is a uid other than ours for files made another user's (chown
@@ -138,22 +139,12 @@ func TestDefaultTokenOnlyToOwnListener(t *testing.T) {
 		t.Fatalf("our own listener: %v", err)
 	}
 	c.Close()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to listen as another user")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv to listen as another user")
-	}
 	// Another user's listener, standing in for a supervisor that wants
 	// a token (it greets as a PLAIN server).
-	py := "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skip("no /usr/bin/python3 to listen as another user")
-	}
-	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", py, "-c",
+	nobody, py := testenv.Nobody(t)
+	cmd := exec.CommandContext(ctx, nobody[0], append(nobody[1:], py, "-c",
 		"import socket,time\ns=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); print(s.getsockname()[1], flush=True)\n"+
-			"c,_=s.accept(); c.sendall(bytes([0xff]+[0]*8+[0x7f,3,0])+b'PLAIN'+bytes(15)+bytes([1])+bytes(31)); time.sleep(60)")
+			"c,_=s.accept(); c.sendall(bytes([0xff]+[0]*8+[0x7f,3,0])+b'PLAIN'+bytes(15)+bytes([1])+bytes(31)); time.sleep(60)")...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
