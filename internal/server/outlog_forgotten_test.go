@@ -229,6 +229,12 @@ func TestOutputOnDiskRemoveByName(t *testing.T) {
 			t.Fatalf("spawn %s: finished %v, %v", name, fin, err)
 		}
 		forgetBySpawning(t, ts.client, info.JobID)
+		// (Its files' writer may not have recorded it yet: wait until
+		// they name it.)
+		eventually(t, 10*time.Second, "the forgotten job's files name it", func() bool {
+			res, err := ts.client.Poll(ctxT(t, 10*time.Second), info.JobID, 0, 0)
+			return err == nil && res.Job.Name == name
+		})
 		return info.JobID
 	}
 	onDisk := func(id string) bool {
